@@ -1,0 +1,148 @@
+"""The ``rnnx`` command. Each verb is a thin call into the package.
+
+Exit status: 0 success, 1 a parity check failed, 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rnnx import __version__
+from rnnx.errors import ParityError, RNNXError
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from rnnx.convert import convert
+
+    result = convert(
+        args.input,
+        args.output,
+        from_format=args.from_format,
+        to_format=args.to_format,
+        select=args.select,
+        spec=args.spec,
+        opset=args.opset,
+        batch_first=args.batch_first,
+        seq_lens=args.seq_lens,
+        check=not args.no_check,
+    )
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(f"{result.source} ({result.source_format}) -> {result.output} ({result.output_format})")
+        print(f"spec: {result.spec}  ({result.parameters} parameters)")
+        if result.report is not None:
+            print(result.report)
+        for note in result.notes:
+            print(f"note: {note}")
+    if result.report is not None and not result.report:
+        worst = result.report.worst()
+        raise ParityError(f"parity check failed: {worst.backend} {worst.output} max abs error {worst.max_abs:.3e} > atol {worst.atol:g}")  # type: ignore[union-attr]
+    return 0
+
+
+def _cmd_layout(args: argparse.Namespace) -> int:
+    from rnnx import api
+    from rnnx.formats import cudnn
+    from rnnx.spec import RNNSpec
+
+    if (args.spec is None) == (args.file is None):
+        raise RNNXError("rnnx layout: expected exactly one of --spec SPEC or FILE, found " + ("both" if args.spec else "neither"))
+    if args.spec is not None:
+        spec, itemsize = RNNSpec.parse(args.spec), 4
+    else:
+        weights = api.load(args.file, format=args.from_format, select=args.select)
+        spec, itemsize = weights.spec, weights.dtype.itemsize
+    rows = cudnn.table_as_dicts(spec, itemsize)
+    total = cudnn.blob_size(spec)
+    if args.json:
+        print(json.dumps({"spec": str(spec), "elements": total, "itemsize": itemsize, "entries": rows}, indent=2))
+        return 0
+    print(f"cuDNN weight space for {spec}: {total} elements ({total * itemsize} bytes at {itemsize} bytes each)")
+    print(f"{'pseudo':>6} {'layer':>5} {'dir':<8} {'linID':>5} {'gate':<4} {'kind':<4} {'offset':>10} shape")
+    for r in rows:
+        print(f"{r['pseudo_layer']:>6} {r['layer']:>5} {r['direction']:<8} {r['lin_layer_id']:>5} {r['gate'] or '-':<4} {r['kind']:<4} {r['offset']:>10} {tuple(r['shape'])}")
+    return 0
+
+
+def _cmd_formats(args: argparse.Namespace) -> int:
+    from rnnx import formats
+
+    rows = [{"name": n, "extensions": list(formats.get(n).extensions), "description": formats.get(n).description} for n in formats.names()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['name']:<8} {' '.join(r['extensions']) or '-':<28} {r['description']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rnnx",
+        description="Move recurrent networks (LSTM, GRU, RNN) between frameworks, ONNX and cuDNN, with parity checked.",
+        epilog="Specs are written like lstm,input=8,hidden=16,layers=2,bidirectional,proj=4. Exit status: 0 ok, 1 parity failure, 2 bad input.",
+    )
+    parser.add_argument("--version", action="version", version=f"rnnx {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("convert", help="convert weights between formats and check the result",
+                       description="Convert recurrent weights between formats. The written file is re-read and run against the float64 reference unless --no-check.")
+    p.add_argument("input", type=Path, help="weights file (.pt .pth .safetensors .onnx .npz .keras .weights.h5)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="file to write (written atomically)")
+    p.add_argument("--from", dest="from_format", metavar="FORMAT", help="input format (default: from extension and content)")
+    p.add_argument("--to", dest="to_format", metavar="FORMAT", help="output format (default: from extension; .safetensors means rnnx)")
+    p.add_argument("--select", metavar="GROUP", help="the recurrent group to convert when the file holds several")
+    p.add_argument("--spec", metavar="SPEC", help="spec for formats that do not describe themselves (cudnn, jax) or cannot tell tanh from relu")
+    p.add_argument("--opset", type=int, metavar="N", help="ONNX opset for --to onnx (default 17, what TensorRT 8.6 parses)")
+    p.add_argument("--batch-first", action="store_true", help="ONNX model takes X as (batch, seq, input)")
+    p.add_argument("--seq-lens", action="store_true", help="ONNX model takes per-sequence lengths as input seq_lens")
+    p.add_argument("--no-check", action="store_true", help="skip running the written file against the reference")
+    p.add_argument("--json", action="store_true", help="print a JSON report on stdout")
+    p.set_defaults(func=_cmd_convert)
+
+    p = sub.add_parser("layout", help="print cuDNN's offset table for a spec or a weights file",
+                       description="Print where each gate's matrix and bias lies in cuDNN's packed weight space.")
+    p.add_argument("file", nargs="?", type=Path, help="weights file to take the spec from")
+    p.add_argument("--spec", metavar="SPEC", help="spec string instead of a file")
+    p.add_argument("--from", dest="from_format", metavar="FORMAT", help="format of FILE")
+    p.add_argument("--select", metavar="GROUP", help="recurrent group of FILE")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.set_defaults(func=_cmd_layout)
+
+    p = sub.add_parser("formats", help="list the weight formats rnnx reads and writes")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.set_defaults(func=_cmd_formats)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse itself exits 2 on usage errors
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except ParityError as exc:
+        if args.debug:
+            raise
+        print(f"rnnx {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except RNNXError as exc:
+        if args.debug:
+            raise
+        print(f"rnnx {args.command}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rnnx {args.command}: interrupted; no output was left behind", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Runners with one interface: named numpy inputs in, named numpy outputs out."""

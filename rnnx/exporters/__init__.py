@@ -1,0 +1,1 @@
+"""Framework models to ONNX with native recurrent nodes (see the exporters issue)."""

@@ -1,0 +1,78 @@
+"""The registry of weight formats: each one converts to and from :class:`RNNWeights`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rnnx.errors import RNNXError
+from rnnx.spec import RNNSpec
+from rnnx.weights import RNNWeights
+
+
+@dataclass(frozen=True)
+class Format:
+    """One external layout.
+
+    ``to_native(weights, **options)`` returns the format's natural object and
+    ``from_native(obj, spec)`` reads it back. ``read``/``write`` handle files, when the
+    format has them; ``groups(path)`` lists the recurrent groups a file holds, for
+    ``--select``. ``sniff(path)`` says whether a file with one of ``extensions`` is in
+    this format (several formats share ``.safetensors``).
+    """
+
+    name: str
+    to_native: Callable[..., Any]
+    from_native: Callable[[Any, RNNSpec | None], RNNWeights]
+    read: Callable[[Path, str | None, RNNSpec | None], RNNWeights] | None = None
+    write: Callable[[RNNWeights, Path], None] | None = None
+    groups: Callable[[Path], list[str]] | None = None
+    extensions: tuple[str, ...] = ()
+    sniff: Callable[[Path], bool] | None = None
+    description: str = ""
+    options: dict[str, str] = field(default_factory=dict)
+
+
+_FORMATS: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    """Add a format; a later registration under the same name replaces the earlier one."""
+    _FORMATS[fmt.name] = fmt
+    return fmt
+
+
+def get(name: str) -> Format:
+    try:
+        return _FORMATS[name]
+    except KeyError:
+        raise RNNXError(f"format: expected one of {', '.join(sorted(_FORMATS))}, found {name!r}") from None
+
+
+def names() -> list[str]:
+    return sorted(_FORMATS)
+
+
+def detect(path: Path) -> Format:
+    """The one format that claims a file, from its extension and then its content."""
+    suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix
+    suffix = suffix.lower()
+    candidates = [f for f in _FORMATS.values() if suffix in f.extensions]
+    if len(candidates) > 1:
+        if path.exists():
+            candidates = [f for f in candidates if f.sniff is None or f.sniff(path)]
+        elif any(f.name == "rnnx" for f in candidates):
+            # A new file in a shared extension: the canonical form is what rnnx saves.
+            candidates = [get("rnnx")]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise RNNXError(
+            f"{path}: no format reads or writes {suffix or 'files without an extension'}; "
+            f"pass --from/--to with one of {', '.join(names())}"
+        )
+    raise RNNXError(
+        f"{path}: {suffix} could be {', '.join(f.name for f in candidates)}; pass --from/--to to choose"
+    )

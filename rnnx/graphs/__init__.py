@@ -1,0 +1,1 @@
+"""ONNX to ONNX: find recurrent nodes, build stacks from canonical weights."""

@@ -1,0 +1,191 @@
+"""Find LSTM / GRU / RNN nodes in an ONNX model and group stacked layers.
+
+Rules:
+- every LSTM, GRU and RNN node counts, in the main graph and in If / Loop / Scan bodies;
+- weights are read from initializers or Constant nodes; weights fed as graph inputs are
+  reported as such and cannot be extracted;
+- node B follows node A in one stack when B's X comes from A's Y through only
+  shape-moving ops (:data:`PASSTHROUGH`), both have the same op, direction and hidden
+  size. A stack is named after its first node; any node's own name selects that node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnx.errors import RNNXError
+from rnnx.fileio import require_file
+
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+PASSTHROUGH = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Dropout", "Cast")
+WEIGHT_INPUTS = {"W": 1, "R": 2, "B": 3, "P": 7}
+
+
+def load_model(path: Path) -> Any:
+    import onnx
+
+    path = require_file(Path(path))
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:  # protobuf's DecodeError and friends: the file is not a model
+        raise RNNXError(f"{path}: cannot parse as an ONNX model ({type(exc).__name__}); the file is damaged or not ONNX") from None
+
+
+@dataclass
+class RecurrentNode:
+    node: Any
+    graph: str
+    attributes: dict[str, Any]
+    tensors: dict[str, np.ndarray | None]
+    sources: dict[str, str]
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def as_dict(self) -> dict[str, Any]:
+        missing = [k for k in ("W", "R") if self.tensors.get(k) is None]
+        if missing:
+            raise RNNXError(
+                f"node {self.name!r}: {missing[0]} comes from {self.sources.get(missing[0], 'nowhere')}, not from an "
+                "initializer or Constant; rnnx can only extract weights stored in the model"
+            )
+        for key in ("B", "P"):
+            if self.tensors.get(key) is None and self.sources.get(key) == "graph input":
+                raise RNNXError(f"node {self.name!r}: {key} is a graph input; rnnx can only extract weights stored in the model")
+        return {"op_type": self.node.op_type, **self.attributes, **{k: v for k, v in self.tensors.items() if v is not None}}
+
+
+@dataclass
+class RecurrentGroup:
+    name: str
+    nodes: list[RecurrentNode] = field(default_factory=list)
+
+    def layer_dicts(self) -> list[dict[str, Any]]:
+        return [n.as_dict() for n in self.nodes]
+
+
+def _subgraphs(graph: Any, path: str) -> Iterator[tuple[Any, str]]:
+    yield graph, path
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.g is not None and attr.type == attr.GRAPH:
+                yield from _subgraphs(attr.g, f"{path}/{node.name or node.op_type}.{attr.name}")
+            for i, g in enumerate(attr.graphs):
+                yield from _subgraphs(g, f"{path}/{node.name or node.op_type}.{attr.name}[{i}]")
+
+
+def _constants(graph: Any, outer: dict[str, tuple[np.ndarray, str]]) -> dict[str, tuple[np.ndarray, str]]:
+    from onnx import helper, numpy_helper
+
+    known = dict(outer)
+    for init in graph.initializer:
+        known[init.name] = (numpy_helper.to_array(init), "initializer")
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    known[node.output[0]] = (numpy_helper.to_array(helper.get_attribute_value(attr)), "Constant")
+    return known
+
+
+def recurrent_nodes(model: Any) -> list[RecurrentNode]:
+    """Every recurrent node of the model, subgraphs included, with its stored weights."""
+    from onnx import helper
+
+    found = []
+    known: dict[str, tuple[np.ndarray, str]] = {}
+    for graph, path in _subgraphs(model.graph, "main"):
+        known = _constants(graph, known)
+        graph_inputs = {i.name for i in graph.input}
+        for node in graph.node:
+            if node.op_type not in RECURRENT_OPS:
+                continue
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
+            if "activations" in attrs:
+                attrs["activations"] = [a.decode() if isinstance(a, bytes) else a for a in attrs["activations"]]
+            tensors: dict[str, np.ndarray | None] = {}
+            sources: dict[str, str] = {}
+            for key, index in WEIGHT_INPUTS.items():
+                name = node.input[index] if len(node.input) > index else ""
+                if not name:
+                    continue
+                if name in known:
+                    tensors[key], sources[key] = known[name]
+                else:
+                    tensors[key] = None
+                    sources[key] = "graph input" if name in graph_inputs else "a computed tensor"
+            found.append(RecurrentNode(node, path, attrs, tensors, sources))
+    for i, rnode in enumerate(found):
+        if not rnode.node.name:
+            rnode.node.name = f"{rnode.node.op_type}_{i}"
+    return found
+
+
+def _previous_layer(rnode: RecurrentNode, producers: dict[str, Any], by_output: dict[str, RecurrentNode]) -> RecurrentNode | None:
+    name = rnode.node.input[0]
+    for _ in range(8):
+        if name in by_output:
+            return by_output[name]
+        producer = producers.get(name)
+        if producer is None or producer.op_type not in PASSTHROUGH or not producer.input:
+            return None
+        name = producer.input[0]
+    return None
+
+
+def _stackable(a: RecurrentNode, b: RecurrentNode) -> bool:
+    keys = ("direction", "hidden_size", "linear_before_reset", "activations")
+    return a.node.op_type == b.node.op_type and a.graph == b.graph and all(a.attributes.get(k) == b.attributes.get(k) for k in keys)
+
+
+def recurrent_groups(model: Any) -> list[RecurrentGroup]:
+    """Stacks of recurrent nodes, in model order."""
+    nodes = recurrent_nodes(model)
+    producers = {}
+    for graph, _ in _subgraphs(model.graph, "main"):
+        for node in graph.node:
+            for out in node.output:
+                producers[out] = node
+    by_output = {n.node.output[0]: n for n in nodes if n.node.output and n.node.output[0]}
+    successor: dict[int, RecurrentNode] = {}
+    has_previous: set[int] = set()
+    for rnode in nodes:
+        prev = _previous_layer(rnode, producers, by_output)
+        if prev is not None and _stackable(prev, rnode) and id(prev) not in successor:
+            successor[id(prev)] = rnode
+            has_previous.add(id(rnode))
+    groups = []
+    for rnode in nodes:
+        if id(rnode) in has_previous:
+            continue
+        group = RecurrentGroup(rnode.name, [rnode])
+        while id(group.nodes[-1]) in successor:
+            group.nodes.append(successor[id(group.nodes[-1])])
+        groups.append(group)
+    return groups
+
+
+def choose_group(groups: list[RecurrentGroup], select: str | None, where: str) -> RecurrentGroup:
+    """The stack named ``select`` (or a single node of that name), else the only stack."""
+    if not groups:
+        raise RNNXError(f"{where}: expected an LSTM, GRU or RNN node, found none")
+    listing = "; ".join(f"{g.name} ({len(g.nodes)} x {g.nodes[0].node.op_type})" for g in groups)
+    if select is None:
+        if len(groups) > 1:
+            raise RNNXError(f"{where}: {len(groups)} recurrent stacks ({listing}); pass --select NAME")
+        return groups[0]
+    for g in groups:
+        if g.name == select:
+            return g
+    for g in groups:
+        for n in g.nodes:
+            if n.name == select:
+                return RecurrentGroup(n.name, [n])
+    raise RNNXError(f"{where}: no recurrent stack or node named {select!r}; found {listing}")

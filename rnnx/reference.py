@@ -1,0 +1,141 @@
+"""The float64 numpy forward pass over canonical weights: the oracle for every backend.
+
+Conventions follow PyTorch and cuDNN: ``x`` is (T, B, input) (or (B, T, input) with
+``batch_first``), ``h0`` is (layers*directions, B, output) and ``c0`` is
+(layers*directions, B, hidden), layer-major with forward before reverse. With
+``seq_lens`` each sequence b runs over its first ``seq_lens[b]`` steps only (the reverse
+direction starts at its own last valid step); outputs past the end are zero and the final
+states hold the last valid step, as in cuDNN and ONNX.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rnnx.errors import RNNXError, shape_error
+from rnnx.weights import RNNWeights
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow warning for large |x|
+
+
+@dataclass(frozen=True)
+class ReferenceOutput:
+    y: np.ndarray
+    h_n: np.ndarray
+    c_n: np.ndarray | None
+
+
+class _Cell:
+    """One (layer, direction) cell's weights in float64, looked up by gate name."""
+
+    def __init__(self, weights: RNNWeights, layer: int, direction: str) -> None:
+        spec = weights.spec
+        self.spec = spec
+
+        def f64(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.asarray(a, dtype=np.float64)
+
+        self.W = {g: f64(weights.get(layer, direction, "W", g)) for g in spec.gates}
+        self.R = {g: f64(weights.get(layer, direction, "R", g)) for g in spec.gates}
+        zeros = np.zeros(spec.hidden_size)
+        self.bW = {g: f64(weights.get(layer, direction, "bW", g)) if spec.bias else zeros for g in spec.gates}
+        self.bR = {g: f64(weights.get(layer, direction, "bR", g)) if spec.bias else zeros for g in spec.gates}
+        self.P = {g: f64(weights.get(layer, direction, "P", g)) for g in ("i", "f", "o")} if spec.peepholes else None
+        self.proj = f64(weights.get(layer, direction, "proj"))
+
+    def x_part(self, gate: str, x: np.ndarray) -> np.ndarray:
+        return x @ self.W[gate].T + self.bW[gate]
+
+    def h_part(self, gate: str, h: np.ndarray) -> np.ndarray:
+        return h @ self.R[gate].T + self.bR[gate]
+
+    def step(self, x: np.ndarray, h: np.ndarray, c: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        cell = self.spec.cell
+        if cell == "lstm":
+            assert c is not None
+            pre = {g: self.x_part(g, x) + self.h_part(g, h) for g in "ifgo"}
+            if self.P is not None:
+                pre["i"] = pre["i"] + self.P["i"] * c
+                pre["f"] = pre["f"] + self.P["f"] * c
+            i, f, g = _sigmoid(pre["i"]), _sigmoid(pre["f"]), np.tanh(pre["g"])
+            c_new = f * c + i * g
+            if self.P is not None:
+                pre["o"] = pre["o"] + self.P["o"] * c_new
+            h_new = _sigmoid(pre["o"]) * np.tanh(c_new)
+            if self.proj is not None:
+                h_new = h_new @ self.proj.T
+            return h_new, c_new
+        if cell == "gru":
+            r = _sigmoid(self.x_part("r", x) + self.h_part("r", h))
+            z = _sigmoid(self.x_part("z", x) + self.h_part("z", h))
+            if self.spec.reset_after:
+                n = np.tanh(self.x_part("n", x) + r * self.h_part("n", h))
+            else:
+                n = np.tanh(self.x_part("n", x) + self.h_part("n", r * h))
+            return (1.0 - z) * n + z * h, None
+        pre = self.x_part("h", x) + self.h_part("h", h)
+        return (np.tanh(pre) if cell == "rnn_tanh" else np.maximum(pre, 0.0)), None
+
+
+def forward(
+    weights: RNNWeights,
+    x: np.ndarray,
+    h0: np.ndarray | None = None,
+    c0: np.ndarray | None = None,
+    seq_lens: np.ndarray | None = None,
+    batch_first: bool = False,
+) -> ReferenceOutput:
+    """Run the stack in float64 and return ``y``, ``h_n`` and (LSTM only) ``c_n``."""
+    spec = weights.spec
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 3:
+        raise RNNXError(f"input x: expected 3 dimensions (seq, batch, input), found shape {x.shape}")
+    if batch_first:
+        x = x.transpose(1, 0, 2)
+    T, B, _ = x.shape
+    if x.shape[2] != spec.input_size:
+        raise shape_error("x", (T, B, spec.input_size), x.shape)
+    n_states = spec.num_layers * spec.num_directions
+    h_shape = (n_states, B, spec.output_size)
+    c_shape = (n_states, B, spec.hidden_size)
+    h0 = np.zeros(h_shape) if h0 is None else np.asarray(h0, dtype=np.float64)
+    if h0.shape != h_shape:
+        raise shape_error("h0", h_shape, h0.shape)
+    if spec.cell == "lstm":
+        c0 = np.zeros(c_shape) if c0 is None else np.asarray(c0, dtype=np.float64)
+        if c0.shape != c_shape:
+            raise shape_error("c0", c_shape, c0.shape)
+    lens = np.full(B, T, dtype=np.int64) if seq_lens is None else np.asarray(seq_lens, dtype=np.int64)
+    if lens.shape != (B,) or np.any(lens < 0) or np.any(lens > T):
+        raise RNNXError(f"seq_lens: expected {B} lengths between 0 and {T}, found {lens.tolist()}")
+
+    h_n = np.zeros(h_shape)
+    c_n = np.zeros(c_shape) if spec.cell == "lstm" else None
+    layer_in = x
+    for layer in range(spec.num_layers):
+        outs = []
+        for d, direction in enumerate(spec.directions):
+            k = layer * spec.num_directions + d
+            cell = _Cell(weights, layer, direction)
+            h = h0[k].copy()
+            c = c0[k].copy() if c0 is not None else None
+            y = np.zeros((T, B, spec.output_size))
+            steps = range(T - 1, -1, -1) if direction == "reverse" else range(T)
+            for t in steps:
+                active = (t < lens)[:, None]
+                h_new, c_new = cell.step(layer_in[t], h, c)
+                h = np.where(active, h_new, h)
+                if c is not None:
+                    c = np.where(active, c_new, c)
+                y[t] = np.where(active, h_new, 0.0)
+            h_n[k] = h
+            if c_n is not None:
+                c_n[k] = c
+            outs.append(y)
+        layer_in = np.concatenate(outs, axis=2)
+    y = layer_in.transpose(1, 0, 2) if batch_first else layer_in
+    return ReferenceOutput(y=y, h_n=h_n, c_n=c_n)
