@@ -1,0 +1,161 @@
+"""The cuDNN blob on the CPU: the offset formula of layouts.md, round trips, the forum answer.
+
+What only a GPU can prove (torch's own flattened buffer, cudnnGetRNNWeightParams, cuDNN's
+outputs) is in tests/gpu/test_cudnn_gpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import rnnx
+from rnnx import RNNSpec, RNNWeights, RNNXError, reference
+from rnnx.formats import cudnn
+
+
+def test_offsets_follow_the_layouts_formula() -> None:
+    """2-layer bidirectional LSTM with projection, offset by offset (layouts.md)."""
+    I, H, P = 5, 7, 3
+    spec = RNNSpec.parse(f"lstm,input={I},hidden={H},layers=2,bidirectional,proj={P}")
+    table = cudnn.offset_table(spec)
+    in_p = {0: I, 1: I, 2: 2 * P, 3: 2 * P}
+    block = {p: 4 * H * I + 5 * H * P if p < 2 else 13 * H * P for p in range(4)}
+    M = {p: sum(block[q] for q in range(p)) for p in range(4)}
+    bias_start = 8 * H * I + 36 * H * P
+    seen = set()
+    for e in table:
+        p, g = e.pseudo_layer, e.lin_layer_id
+        if e.kind == "W":
+            want = M[p] + g * H * in_p[p]
+            assert e.shape == (H, in_p[p])
+        elif e.kind == "R":
+            want = M[p] + 4 * H * in_p[p] + (g - 4) * H * P
+            assert e.shape == (H, P)
+        elif e.kind == "proj":
+            want = M[p] + 4 * H * in_p[p] + 4 * H * P
+            assert (g, e.shape) == (8, (P, H))
+        elif e.kind == "bW":
+            want = bias_start + 8 * H * p + g * H
+        else:
+            want = bias_start + 8 * H * p + 4 * H + (g - 4) * H
+        assert e.offset == want, (e, want)
+        seen.add((p, e.kind, g))
+    assert len(seen) == len(table) == 4 * (4 + 4 + 1 + 4 + 4)
+    assert cudnn.blob_size(spec) == 8 * H * I + 36 * H * P + 32 * H
+    assert cudnn.blob_size(spec) == RNNWeights.random(spec).num_parameters()
+
+
+@pytest.mark.parametrize(
+    ("cell", "ids"),
+    [("lstm", {"W": "ifgo", "R": "ifgo"}), ("gru", {"W": "rzn", "R": "rzn"}), ("rnn_relu", {"W": "h", "R": "h"})],
+)
+def test_lin_layer_ids(cell: str, ids: dict[str, str]) -> None:
+    spec = RNNSpec(cell, 2, 3)
+    table = [e for e in cudnn.offset_table(spec) if e.kind in ("W", "R")]
+    order = [(e.kind, e.gate) for e in sorted(table, key=lambda e: e.lin_layer_id)]
+    assert order == [("W", g) for g in ids["W"]] + [("R", g) for g in ids["R"]]
+
+
+def _torch_order_concat(weights: RNNWeights) -> np.ndarray:
+    """layouts.md: PyTorch fills the space with its own tensors, no permutation, no transpose:
+    every pseudo-layer's weight_ih, weight_hh, weight_hr, then every bias_ih, bias_hh."""
+    state = rnnx.to_format(weights, "torch")
+    spec = weights.spec
+    sfx = [f"_l{l}" + ("_reverse" if d == "reverse" else "") for l in range(spec.num_layers) for d in spec.directions]
+    mats = [state[f"{k}{s}"] for s in sfx for k in ("weight_ih", "weight_hh", "weight_hr") if f"{k}{s}" in state]
+    biases = [state[f"{k}{s}"] for s in sfx for k in ("bias_ih", "bias_hh") if f"{k}{s}" in state]
+    return np.concatenate([t.numpy().reshape(-1) for t in mats + biases])
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["lstm,input=5,hidden=7,layers=2,bidirectional,proj=3", "gru,input=3,hidden=4,layers=3", "rnn_tanh,input=2,hidden=3,bidirectional,no_bias"],
+)
+def test_blob_is_torch_parameters_in_order(text: str) -> None:
+    pytest.importorskip("torch")
+    weights = RNNWeights.random(RNNSpec.parse(text), seed=3)
+    np.testing.assert_array_equal(rnnx.to_format(weights, "cudnn"), _torch_order_concat(weights))
+
+
+def test_round_trip_is_bit_exact_and_unpacking_copies_nothing() -> None:
+    spec = RNNSpec.parse("gru,input=3,hidden=4,layers=2,bidirectional")
+    weights = RNNWeights.random(spec, seed=1, dtype=np.float16)
+    blob = rnnx.to_format(weights, "cudnn")
+    assert blob.dtype == np.float16 and blob.ndim == 1
+    back = rnnx.from_format(blob, "cudnn", spec=spec)
+    assert back.equal(weights)
+    assert all(np.shares_memory(t, blob) for t in back.tensors.values())
+
+
+def _forum_pack(weights: RNNWeights, transpose: bool = True, order: str = "ifog", biases_per_layer: bool = True) -> np.ndarray:
+    """The widely copied answer: per layer, transposed matrices in i,f,o,g order, that layer's biases right after."""
+    parts: list[list[np.ndarray]] = []
+    for layer, d in weights.cells():
+        mats = [np.concatenate([weights.get(layer, d, kind, g) for g in order]) for kind in ("W", "R")]
+        mats = [m.T if transpose else m for m in mats]
+        biases = [np.concatenate([weights.get(layer, d, kind, g) for g in order]) for kind in ("bW", "bR")]
+        parts.append([m.reshape(-1) for m in mats] + biases)
+    if biases_per_layer:
+        return np.concatenate([a for p in parts for a in p])
+    return np.concatenate([a for p in parts for a in p[:2]] + [a for p in parts for a in p[2:]])
+
+
+def test_the_forum_answer_gives_a_different_blob_and_different_outputs() -> None:
+    spec = RNNSpec.parse("lstm,input=4,hidden=5,layers=2")
+    weights = RNNWeights.random(spec, seed=0, scale=1.0)
+    right = rnnx.to_format(weights, "cudnn")
+    x = np.random.default_rng(1).standard_normal((6, 2, 4))
+    y_right = reference.forward(weights, x).y
+
+    def damage(blob: np.ndarray) -> tuple[float, float]:
+        wrong = rnnx.from_format(blob, "cudnn", spec=spec)
+        return float(np.mean(blob != right)), float(np.abs(reference.forward(wrong, x).y - y_right).max())
+
+    forum = damage(_forum_pack(weights))
+    assert forum[0] > 0.9 and forum[1] > 0.1, forum
+    # Each of the three errors alone already breaks it.
+    only_order = damage(_forum_pack(weights, transpose=False, biases_per_layer=False))
+    only_transpose = damage(_forum_pack(weights, order="ifgo", biases_per_layer=False))
+    only_biases = damage(_forum_pack(weights, transpose=False, order="ifgo"))
+    for name, (changed, out_err) in {"order": only_order, "transpose": only_transpose, "biases": only_biases}.items():
+        assert changed > 0.1 and out_err > 1e-2, (name, changed, out_err)
+    # With all three fixed, the forum code gives our blob.
+    np.testing.assert_array_equal(_forum_pack(weights, transpose=False, order="ifgo", biases_per_layer=False), right)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("lstm,input=3,hidden=4,peepholes", "no peepholes"),
+        ("gru,input=3,hidden=4,reset_before", "reset_before GRU has no cuDNN form"),
+        ("rnn_tanh,input=3,hidden=4,reverse", "no reverse-only mode"),
+    ],
+)
+def test_refusals(text: str, fragment: str) -> None:
+    with pytest.raises(RNNXError, match=fragment):
+        rnnx.to_format(RNNWeights.random(RNNSpec.parse(text)), "cudnn")
+
+
+def test_wrong_size_is_refused() -> None:
+    with pytest.raises(RNNXError, match=r"expected 144 elements for spec lstm,input=3,hidden=4, found 143"):
+        rnnx.from_format(np.zeros(143, np.float32), "cudnn", spec="lstm,input=3,hidden=4")
+
+
+def test_file_carries_spec_and_table(tmp_path) -> None:
+    from safetensors.numpy import save_file
+
+    spec = RNNSpec.parse("lstm,input=3,hidden=4,layers=2,bidirectional,proj=2")
+    weights = RNNWeights.random(spec, seed=8)
+    path = tmp_path / "blob.safetensors"
+    rnnx.save(weights, path, format="cudnn")
+    assert rnnx.load(path).equal(weights)  # sniffed as cudnn by its metadata
+    meta = rnnx.fileio.safetensors_metadata(path)
+    assert json.loads(meta["table"])[8] == [e.offset for e in cudnn.offset_table(spec)][8:9] + [[2, 4]]
+    tampered = json.loads(meta["table"])
+    tampered[0][0] = 1
+    save_file({"blob": rnnx.to_format(weights, "cudnn")}, str(path), metadata={**meta, "table": json.dumps(tampered)})
+    with pytest.raises(RNNXError, match="offset table differs"):
+        rnnx.load(path)

@@ -1,0 +1,165 @@
+"""The torch format, pinned by running PyTorch's own modules against the float64 reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rnnx
+from rnnx import RNNSpec, RNNWeights, RNNXError, parity
+from tests.helpers import SHAPES, TORCH_SPECS
+
+torch = pytest.importorskip("torch")
+from rnnx.engines.torch import TorchRunner, build_module  # noqa: E402
+
+ATOL = 2e-5  # float32 torch against the float64 reference on the same float32 weights
+
+
+def _assert_close(got: dict, want: dict, atol: float = ATOL) -> None:
+    for name, ref in want.items():
+        np.testing.assert_allclose(got[name], ref, atol=atol, rtol=0, err_msg=name)
+
+
+@pytest.mark.parametrize("spec", TORCH_SPECS, ids=str)
+@pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
+def test_torch_module_matches_reference(spec: RNNSpec, ragged: bool) -> None:
+    weights = RNNWeights.random(spec, seed=hash(str(spec)) % 1000)
+    runner = TorchRunner(weights)
+    for k, (T, B) in enumerate(SHAPES):
+        inputs = parity.random_inputs(weights, T, B, seed=k, ragged=ragged)
+        _assert_close(runner(inputs), parity.reference_outputs(weights, inputs))
+
+
+@pytest.mark.parametrize("spec", TORCH_SPECS[:2], ids=str)
+def test_module_initialised_by_torch_reads_back(spec: RNNSpec) -> None:
+    """Weights torch chose itself, read through the format, give torch's outputs."""
+    torch.manual_seed(3)
+    module = build_module(RNNWeights.random(spec))
+    for p in module.parameters():
+        torch.nn.init.uniform_(p, -0.5, 0.5)
+    weights = rnnx.from_format(module.state_dict(), "torch")
+    assert weights.spec == spec
+    inputs = parity.random_inputs(weights, 9, 4, seed=5)
+    with torch.no_grad():
+        y, (h, c) = module(torch.from_numpy(inputs["X"]), (torch.from_numpy(inputs["h0"]), torch.from_numpy(inputs["c0"])))
+    _assert_close({"Y": y.numpy(), "h_n": h.numpy(), "c_n": c.numpy()}, parity.reference_outputs(weights, inputs))
+
+
+def test_permuted_gate_order_is_caught() -> None:
+    """The torch check can fail: a state_dict packed i,f,o,g instead of i,f,g,o is far off."""
+    spec = RNNSpec.parse("lstm,input=3,hidden=4")
+    weights = RNNWeights.random(spec, seed=0, scale=1.0)
+    wrong = {k: v.clone() for k, v in rnnx.to_format(weights, "torch").items()}
+    for key in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+        i, f, g, o = wrong[key].chunk(4)
+        wrong[key] = torch.cat([i, f, o, g])
+    module = build_module(weights)
+    module.load_state_dict(wrong)
+    inputs = parity.random_inputs(weights, 6, 2)
+    with torch.no_grad():
+        y, _ = module(torch.from_numpy(inputs["X"]), (torch.from_numpy(inputs["h0"]), torch.from_numpy(inputs["c0"])))
+    assert np.abs(y.numpy() - parity.reference_outputs(weights, inputs)["Y"]).max() > 1e-2
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_cells_match_reference(cell: str, bias: bool) -> None:
+    spec = RNNSpec(cell, input_size=5, hidden_size=6, bias=bias)
+    weights = RNNWeights.random(spec, seed=11)
+    module = {"lstm": torch.nn.LSTMCell, "gru": torch.nn.GRUCell}.get(cell)
+    module = module(5, 6, bias=bias) if module else torch.nn.RNNCell(5, 6, bias=bias, nonlinearity=cell[4:])
+    state = rnnx.to_format(weights, "torch", cell=True)
+    assert set(state) == set(module.state_dict())
+    module.load_state_dict(state)
+    assert rnnx.from_format(module.state_dict(), "torch", spec=spec).equal(weights)
+    for k, (T, B) in enumerate(SHAPES):
+        inputs = parity.random_inputs(weights, T, B, seed=k)
+        h = torch.from_numpy(inputs["h0"][0])
+        c = torch.from_numpy(inputs["c0"][0]) if cell == "lstm" else None
+        ys = []
+        with torch.no_grad():  # a cell stepped in a Python loop, as users write it
+            for t in range(T):
+                x = torch.from_numpy(inputs["X"][t])
+                if cell == "lstm":
+                    h, c = module(x, (h, c))
+                else:
+                    h = module(x, h)
+                ys.append(h.numpy())
+        ref = parity.reference_outputs(weights, inputs)
+        np.testing.assert_allclose(np.stack(ys), ref["Y"], atol=ATOL, rtol=0)
+
+
+def test_groups_in_a_whole_model(tmp_path) -> None:
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Linear(4, 6)
+            self.encoder = torch.nn.GRU(6, 5, num_layers=2, bidirectional=True)
+            self.decoder = torch.nn.LSTMCell(10, 3)
+            self.head = torch.nn.Linear(3, 2)
+
+    model = Model()
+    path = tmp_path / "model.pt"
+    torch.save({"model": model.state_dict(), "epoch": 3}, path)
+    assert sorted(rnnx.groups(path)) == ["model.decoder", "model.encoder"]
+    with pytest.raises(RNNXError, match=r"2 recurrent groups .*pass --select"):
+        rnnx.load(path)
+    enc = rnnx.load(path, select="model.encoder")
+    assert enc.spec == RNNSpec.parse("gru,input=6,hidden=5,layers=2,bidirectional")
+    dec = rnnx.load(path, select="model.decoder")
+    assert dec.spec == RNNSpec.parse("lstm,input=10,hidden=3")
+    np.testing.assert_array_equal(dec.gate("g").W, model.decoder.weight_ih.detach().numpy()[6:9])
+    with pytest.raises(RNNXError, match="no recurrent group 'nope'"):
+        rnnx.load(path, select="nope")
+
+
+def test_rnn_state_dict_needs_tanh_or_relu() -> None:
+    module = torch.nn.RNN(3, 4, nonlinearity="relu")
+    with pytest.raises(RNNXError, match=r"--spec rnn_tanh,input=3,hidden=4 or --spec rnn_relu,input=3,hidden=4"):
+        rnnx.from_format(module.state_dict(), "torch")
+    w = rnnx.from_format(module.state_dict(), "torch", spec="rnn_relu,input=3,hidden=4")
+    assert w.spec.cell == "rnn_relu"
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".pth", ".safetensors"])
+def test_files_round_trip_bit_exact(tmp_path, suffix: str) -> None:
+    spec = RNNSpec.parse("lstm,input=4,hidden=5,layers=2,bidirectional,proj=2")
+    weights = RNNWeights.random(spec, seed=2)
+    path = tmp_path / f"w{suffix}"
+    rnnx.save(weights, path, format="torch")
+    assert rnnx.load(path, format="torch").equal(weights)
+
+
+def test_pt_files_load_weights_only(tmp_path) -> None:
+    """A pickle carrying code is refused; the code never runs."""
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"weight_ih_l0": torch.zeros(4, 2), "x": Payload()}, path)
+    assert not marker.exists()
+    with pytest.raises(RNNXError, match="weights only"):
+        rnnx.load(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ("lstm,input=3,hidden=4,peepholes", "no peepholes"),
+        ("gru,input=3,hidden=4,reset_before", "reset_before has no torch form"),
+        ("lstm,input=3,hidden=4,reverse", "no reverse-only"),
+    ],
+)
+def test_torch_refusals(spec: str, fragment: str) -> None:
+    with pytest.raises(RNNXError, match=fragment):
+        rnnx.to_format(RNNWeights.random(RNNSpec.parse(spec)), "torch")
+
+
+def test_shape_mismatch_with_given_spec() -> None:
+    module = torch.nn.GRU(3, 4)
+    with pytest.raises(RNNXError, match="weight_ih_l0: expected 3\\*5 rows"):
+        rnnx.from_format(module.state_dict(), "torch", spec="gru,input=3,hidden=5")
