@@ -9,7 +9,10 @@ Inside each block gates follow cuDNN's linLayerID (:data:`LIN_LAYER_IDS`); each 
 (hidden, in) row-major, as PyTorch's rows already are. The offset table below is the
 single description of the blob; packing and unpacking both walk it. On disk the blob is a
 .safetensors file holding one 1-D tensor ``blob``, with the spec and the table in its
-metadata. cuDNN cannot express peepholes, a GRU that resets before the recurrent product,
+metadata. With ``no_bias`` the blob is cuDNN's CUDNN_RNN_NO_BIAS weight space (matrices
+only); PyTorch instead keeps double-bias mode with zero biases, so its buffer for a
+bias=False module is this blob followed by a zero block (both checked on a GPU by
+:mod:`rnnx.engines.cudnn_check`). cuDNN cannot express peepholes, a GRU that resets before the recurrent product,
 or a reverse-only layer; those are refused.
 """
 
