@@ -1,0 +1,80 @@
+"""The jax format, pinned by jax.experimental.rnn's own unpacking and lstm_ref."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rnnx
+from rnnx import RNNSpec, RNNWeights, RNNXError, parity
+
+jax = pytest.importorskip("jax")
+from jax.experimental import rnn as jrnn  # noqa: E402
+
+jax.config.update("jax_platforms", "cpu")
+ATOL = 2e-5
+
+JAX_SPECS = [RNNSpec.parse(s) for s in ("lstm,input=3,hidden=5", "lstm,input=4,hidden=6,layers=2,bidirectional", "lstm,input=2,hidden=3,layers=3")]
+
+
+def _run_lstm_ref(weights: RNNWeights, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    spec = weights.spec
+    bidirectional = spec.direction == "bidirectional"
+    vector = rnnx.to_format(weights, "jax")
+    W_ih, W_hh, b_ih, b_hh = jrnn.unpack_lstm_weights(vector, spec.input_size, spec.hidden_size, spec.num_layers, bidirectional)
+    x = inputs["X"].transpose(1, 0, 2)  # jax is batch-first
+    lens = inputs.get("seq_lens", np.full(x.shape[0], x.shape[1])).astype(np.int32)
+    y, h, c = jrnn.lstm_ref(x, inputs["h0"], inputs["c0"], W_ih, W_hh, b_ih, b_hh, lens,
+                            spec.input_size, spec.hidden_size, spec.num_layers, 0.0, bidirectional)
+    return {"Y": np.asarray(y).transpose(1, 0, 2), "h_n": np.asarray(h), "c_n": np.asarray(c)}
+
+
+@pytest.mark.parametrize("spec", JAX_SPECS, ids=str)
+def test_jax_lstm_ref_matches_reference(spec: RNNSpec) -> None:
+    weights = RNNWeights.random(spec, seed=2)
+    report = parity.check("jax lstm_ref", lambda inputs: _run_lstm_ref(weights, inputs), weights, shapes=[(1, 1), (7, 3), (12, 2)])
+    assert report, str(report)
+    assert report.worst().max_abs < ATOL
+
+
+@pytest.mark.parametrize("spec", JAX_SPECS, ids=str)
+def test_vector_size_is_jaxs(spec: RNNSpec) -> None:
+    n = jrnn.get_num_params_in_lstm(spec.input_size, spec.hidden_size, spec.num_layers, spec.direction == "bidirectional")
+    assert rnnx.to_format(RNNWeights.random(spec), "jax").size == n
+
+
+@pytest.mark.parametrize("spec", JAX_SPECS, ids=str)
+def test_jax_vector_equals_cudnn_blob(spec: RNNSpec) -> None:
+    """layouts.md: jax hands its vector to cuDNN unchanged. Two independent tables agree."""
+    weights = RNNWeights.random(spec, seed=6)
+    np.testing.assert_array_equal(rnnx.to_format(weights, "jax"), rnnx.to_format(weights, "cudnn"))
+
+
+def test_torch_weights_run_in_jax_give_torchs_outputs() -> None:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    module = torch.nn.LSTM(4, 5, num_layers=2, bidirectional=True).eval()
+    weights = rnnx.from_format(module.state_dict(), "torch")
+    inputs = parity.random_inputs(weights, 8, 3, seed=4)
+    with torch.no_grad():
+        y, (h, c) = module(torch.from_numpy(inputs["X"]), (torch.from_numpy(inputs["h0"]), torch.from_numpy(inputs["c0"])))
+    got = _run_lstm_ref(weights, inputs)
+    np.testing.assert_allclose(got["Y"], y.numpy(), atol=ATOL)
+    np.testing.assert_allclose(got["h_n"], h.numpy(), atol=ATOL)
+    np.testing.assert_allclose(got["c_n"], c.numpy(), atol=ATOL)
+
+
+def test_file_round_trip(tmp_path) -> None:
+    weights = RNNWeights.random(JAX_SPECS[1], seed=3)
+    path = tmp_path / "w.npz"
+    rnnx.save(weights, path)
+    assert rnnx.load(path).equal(weights)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [("gru,input=2,hidden=3", "only LSTMs"), ("lstm,input=2,hidden=3,proj=1", "projection"), ("lstm,input=2,hidden=3,no_bias", "no_bias")],
+)
+def test_refusals(text: str, fragment: str) -> None:
+    with pytest.raises(RNNXError, match=fragment):
+        rnnx.to_format(RNNWeights.random(RNNSpec.parse(text)), "jax")

@@ -1,0 +1,132 @@
+"""The rnnx command as users and pipelines call it: a real subprocess, real files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rnnx
+from rnnx import RNNSpec, RNNWeights
+from rnnx.formats import cudnn
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "encoder.safetensors"
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rnnx.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_help_lists_the_verbs() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    for verb in ("convert", "layout", "formats"):
+        assert verb in result.stdout
+    assert run("convert", "--help").returncode == 0
+
+
+def test_convert_example_to_onnx_checks_it(tmp_path: Path) -> None:
+    before = digest(EXAMPLE)
+    out = tmp_path / "enc.onnx"
+    result = run("convert", EXAMPLE, "-o", out, "--json", "--seq-lens")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["spec"] == "lstm,input=24,hidden=32,layers=2,bidirectional"
+    assert report["check"]["passed"] and {r["backend"] for r in report["check"]["rows"]} == {"onnxruntime"}
+    assert {(r["seq_len"], r["batch"]) for r in report["check"]["rows"]} == {(5, 3), (11, 7)}
+    assert digest(EXAMPLE) == before  # the input is never touched
+    assert rnnx.load(out).equal(rnnx.load(EXAMPLE))
+
+
+def test_convert_to_cudnn_then_layout(tmp_path: Path) -> None:
+    out = tmp_path / "blob.safetensors"
+    assert run("convert", EXAMPLE, "-o", out, "--to", "cudnn").returncode == 0
+    result = run("layout", out, "--json")
+    assert result.returncode == 0, result.stderr
+    table = json.loads(result.stdout)
+    spec = RNNSpec.parse(table["spec"])
+    assert table["elements"] == cudnn.blob_size(spec)
+    assert [r["offset"] for r in table["entries"]] == [e.offset for e in cudnn.offset_table(spec)]
+    text = run("layout", "--spec", "lstm,input=8,hidden=16,layers=2,bidirectional,proj=4")
+    assert text.returncode == 0 and "3840 elements" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("convert", "missing.pt", "-o", "x.onnx"), "expected an existing file"),
+        (("layout", "--spec", "lstm,input=3"), "missing hidden=N"),
+        (("layout",), "exactly one of --spec SPEC or FILE"),
+        (("layout", "--spec", "lstm,input=3,hidden=4,peepholes"), "cuDNN LSTMs have no peepholes"),
+        (("convert", "EXAMPLE", "-o", "x.bin"), "no format reads or writes .bin"),
+        (("convert", "EXAMPLE", "-o", "x.safetensors", "--to", "cudnn", "--spec", "gru,input=24,hidden=32"), "expected 3\\*32 rows"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, args: tuple[str, ...], fragment: str) -> None:
+    args = tuple(str(EXAMPLE) if a == "EXAMPLE" else a for a in args)
+    result = run(*args, cwd=tmp_path)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert __import__("re").search(fragment, lines[0]), lines[0]
+    assert not [p for p in tmp_path.iterdir()], "no output, not even a partial one, is left behind"
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    result = run("--debug", "convert", "missing.pt", "-o", "x.onnx", cwd=tmp_path)
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_several_groups_ask_for_select(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    model = torch.nn.ModuleDict({"a": torch.nn.GRU(3, 4), "b": torch.nn.LSTM(3, 4)})
+    path = tmp_path / "two.pt"
+    torch.save(model.state_dict(), path)
+    result = run("convert", path, "-o", tmp_path / "x.onnx")
+    assert result.returncode == 2 and "2 recurrent groups ('a', 'b'); pass --select GROUP" in result.stderr
+    assert run("convert", path, "-o", tmp_path / "x.onnx", "--select", "b").returncode == 0
+
+
+def test_parity_failure_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that fails exits 1: plant NaN-free but wrong numbers via a tolerance of zero."""
+    code = (
+        "import sys, rnnx.parity as p; p.TOLERANCES['float32'] = (0.0, 0.0); "
+        "from rnnx.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    out = tmp_path / "enc.onnx"
+    result = subprocess.run([sys.executable, "-c", code, "convert", str(EXAMPLE), "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "parity check failed: onnxruntime" in result.stderr
+
+
+def test_nan_weights_are_refused(tmp_path: Path) -> None:
+    weights = RNNWeights.random(RNNSpec.parse("gru,input=2,hidden=3"))
+    weights["l0.forward.R.z"][1, 1] = np.nan
+    src = tmp_path / "nan.safetensors"
+    rnnx.save(weights, src)
+    result = run("convert", src, "-o", tmp_path / "x.onnx")
+    assert result.returncode == 2 and "NaN or Inf" in result.stderr
+
+
+def test_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
+    src = tmp_path / "w.safetensors"
+    rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=2,hidden=3")), src)
+    before = digest(src)
+    result = run("convert", src, "-o", src)
+    assert result.returncode == 2 and "overwrite the input" in result.stderr
+    assert digest(src) == before
+
+
+def test_formats_json() -> None:
+    result = run("formats", "--json")
+    names = {r["name"] for r in json.loads(result.stdout)}
+    assert {"rnnx", "torch", "onnx", "cudnn", "jax", "keras"} <= names
