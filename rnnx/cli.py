@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -139,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"rnnx {args.command}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader of our stdout (e.g. `| head`) left; exit quietly as Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print(f"rnnx {args.command}: interrupted; no output was left behind", file=sys.stderr)
         return 130

@@ -24,6 +24,8 @@ DIR_UNI, DIR_BI = 0, 1
 LINEAR_INPUT = 0
 DATA_FLOAT = 0
 DEFAULT_MATH = 0
+# FMA only: no TF32 tensor-core conversion of float32 (cuDNN's default allows it on Ampere and later).
+FMA_MATH = 3
 ALGO_STANDARD = 0
 PADDED_IO_ENABLED = 1
 
@@ -79,7 +81,7 @@ class CudnnParam:
 class CudnnRNN:
     """A cuDNN RNN descriptor for a spec (float32), with a handle; free with close()."""
 
-    def __init__(self, spec: RNNSpec, lib: ctypes.CDLL | None = None) -> None:
+    def __init__(self, spec: RNNSpec, lib: ctypes.CDLL | None = None, math_type: int = FMA_MATH) -> None:
         check_expressible(spec)
         self.spec = spec
         self.lib = lib = lib or load_libcudnn()
@@ -101,7 +103,7 @@ class CudnnRNN:
             LINEAR_INPUT,
             DATA_FLOAT,
             DATA_FLOAT,
-            DEFAULT_MATH,
+            math_type,
             ctypes.c_int32(spec.input_size),
             ctypes.c_int32(spec.hidden_size),
             ctypes.c_int32(spec.output_size),

@@ -63,3 +63,18 @@ def test_cudnn_forward_matches_reference(spec: RNNSpec, ragged: bool) -> None:
             got["h_n"] = final.cpu().numpy()
         rows = parity.compare("torch-cudnn", got, parity.reference_outputs(weights, inputs), T, B)
         assert all(r.passed for r in rows), rows
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=str)
+@pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
+def test_rnnx_blob_in_cudnnRNNForward_matches_reference(spec: RNNSpec, ragged: bool) -> None:
+    """rnnx's own blob, handed to cuDNN directly (no torch RNN code involved)."""
+    from rnnx.engines.cudnn import CudnnRunner
+
+    weights = RNNWeights.random(spec, seed=9)
+    runner = CudnnRunner(weights)
+    try:
+        report = parity.check("cudnn", runner, weights, shapes=[(1, 1), (13, 4), (64, 9)], ragged=ragged)
+    finally:
+        runner.close()
+    assert report, str(report)
