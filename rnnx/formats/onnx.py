@@ -40,35 +40,40 @@ DEFAULT_ACTIVATIONS = {
 def _check_expressible(spec: RNNSpec) -> None:
     if spec.proj_size:
         raise RNNXError(
-            f"spec {spec}: ONNX LSTM nodes have no projection; an ONNX model of it needs the projection "
-            "lowered into a Loop, which the onnx weight format does not do"
+            f"spec {spec}: ONNX LSTM nodes have no projection; use `rnnx convert --to onnx`, which lowers "
+            "the projection into a Scan, instead of the bare onnx weight format"
         )
+
+
+def layer_arrays(weights: RNNWeights, layer: int) -> dict[str, Any]:
+    """One layer as ONNX node inputs and attributes. With a projection, also ``proj``
+    (dirs, proj, hidden): no ONNX node takes it, the graph builders lower it."""
+    spec = weights.spec
+    order = GATE_ORDER[spec.cell]
+    dirs = spec.directions
+
+    def stack(kind: str, gate_order: tuple[str, ...] = order) -> np.ndarray:
+        return np.stack([weights.stacked(layer, d, kind, gate_order) for d in dirs])
+
+    node: dict[str, Any] = {"op_type": OP_TYPES[spec.cell], "W": stack("W"), "R": stack("R")}
+    if spec.bias:
+        node["B"] = np.concatenate([stack("bW"), stack("bR")], axis=1)
+    if spec.peepholes:
+        node["P"] = stack("P", PEEPHOLE_ORDER)
+    if spec.proj_size:
+        node["proj"] = np.stack([weights.proj(layer, d) for d in dirs])
+    node["direction"] = spec.direction
+    node["hidden_size"] = spec.hidden_size
+    node["activations"] = DEFAULT_ACTIVATIONS[spec.cell] * spec.num_directions
+    if spec.cell == "gru":
+        node["linear_before_reset"] = int(spec.reset_after)
+    return node
 
 
 def to_native(weights: RNNWeights) -> list[dict[str, Any]]:
     """One dict per layer: W, R, B (with bias), P (with peepholes) and the node attributes."""
-    spec = weights.spec
-    _check_expressible(spec)
-    order = GATE_ORDER[spec.cell]
-    layers = []
-    for layer in range(spec.num_layers):
-        dirs = spec.directions
-
-        def stack(kind: str, gate_order: tuple[str, ...] = order) -> np.ndarray:
-            return np.stack([weights.stacked(layer, d, kind, gate_order) for d in dirs])
-
-        node: dict[str, Any] = {"op_type": OP_TYPES[spec.cell], "W": stack("W"), "R": stack("R")}
-        if spec.bias:
-            node["B"] = np.concatenate([stack("bW"), stack("bR")], axis=1)
-        if spec.peepholes:
-            node["P"] = stack("P", PEEPHOLE_ORDER)
-        node["direction"] = spec.direction
-        node["hidden_size"] = spec.hidden_size
-        node["activations"] = DEFAULT_ACTIVATIONS[spec.cell] * spec.num_directions
-        if spec.cell == "gru":
-            node["linear_before_reset"] = int(spec.reset_after)
-        layers.append(node)
-    return layers
+    _check_expressible(weights.spec)
+    return [layer_arrays(weights, layer) for layer in range(weights.spec.num_layers)]
 
 
 def spec_of_nodes(nodes: list[dict[str, Any]], where: str = "ONNX nodes") -> RNNSpec:
@@ -112,6 +117,7 @@ def spec_of_nodes(nodes: list[dict[str, Any]], where: str = "ONNX nodes") -> RNN
         direction=direction,
         bias=all(node.get("B") is not None for node in nodes),
         peepholes=any(node.get("P") is not None for node in nodes),
+        proj_size=int(np.asarray(first["proj"]).shape[1]) if first.get("proj") is not None else 0,
         reset_after=bool(int(first.get("linear_before_reset", 0))) if cell == "gru" else True,
     )
 
@@ -129,12 +135,13 @@ def from_native(nodes: list[dict[str, Any]], spec: RNNSpec | None = None) -> RNN
     n_gates = len(order)
     tensors: dict[str, np.ndarray] = {}
     for layer, node in enumerate(nodes):
-        arrays = {k: np.asarray(node[k]) for k in ("W", "R", "B", "P") if node.get(k) is not None}
+        arrays = {k: np.asarray(node[k]) for k in ("W", "R", "B", "P", "proj") if node.get(k) is not None}
         expected = {
             "W": (spec.num_directions, n_gates * H, spec.layer_input_size(layer)),
-            "R": (spec.num_directions, n_gates * H, H),
+            "R": (spec.num_directions, n_gates * H, spec.output_size),
             "B": (spec.num_directions, 2 * n_gates * H),
             "P": (spec.num_directions, 3 * H),
+            "proj": (spec.num_directions, spec.proj_size, H),
         }
         for key, array in arrays.items():
             if array.shape != expected[key]:
@@ -151,6 +158,8 @@ def from_native(nodes: list[dict[str, Any]], spec: RNNSpec | None = None) -> RNN
             if "P" in arrays:
                 for gate, part in split_gates(arrays["P"][d], PEEPHOLE_ORDER).items():
                     tensors[tensor_name(layer, direction, "P", gate)] = part
+            if "proj" in arrays:
+                tensors[tensor_name(layer, direction, "proj")] = arrays["proj"][d]
     return RNNWeights(spec, tensors)
 
 
@@ -162,8 +171,32 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
 
     model = load_model(path)
     groups = recurrent_groups(model)
+    if not groups and select is None:
+        stack = _read_rnnx_stack(model)
+        if stack is not None:
+            return stack
     group = choose_group(groups, select, str(path))
     return from_native(group.layer_dicts(), spec)
+
+
+def _read_rnnx_stack(model: Any) -> RNNWeights | None:
+    """A stack rnnx wrote whose layers were lowered to Scans (projection): its initializers
+    keep the per-layer node inputs under l{k}_W, l{k}_R, ..., and its metadata the spec."""
+    from onnx import numpy_helper
+
+    props = {p.key: p.value for p in model.metadata_props}
+    if "rnnx.spec" not in props:
+        return None
+    spec = RNNSpec.parse(props["rnnx.spec"])
+    inits = {i.name: i for i in model.graph.initializer}
+    layers = []
+    for k in range(spec.num_layers):
+        node: dict[str, Any] = {"op_type": OP_TYPES[spec.cell], "direction": spec.direction, "hidden_size": spec.hidden_size}
+        for key in ("W", "R", "B", "P", "proj"):
+            if f"l{k}_{key}" in inits:
+                node[key] = numpy_helper.to_array(inits[f"l{k}_{key}"])
+        layers.append(node)
+    return from_native(layers, spec)
 
 
 def groups(path: Path) -> list[str]:

@@ -1,6 +1,7 @@
 """Build a standalone, runnable ONNX model of a recurrent stack from canonical weights.
 
-One native node per layer (layout 0). Inputs: ``X`` (seq, batch, input), ``h0`` and, for
+One native node per layer (layout 0); an LSTM with a projection, which no ONNX node
+holds, becomes Scans (see :mod:`rnnx.graphs.lower`). Inputs: ``X`` (seq, batch, input), ``h0`` and, for
 LSTMs, ``c0`` (layers*directions, batch, size), and optionally ``seq_lens`` (batch,).
 Outputs: ``Y`` (seq, batch, directions*size), ``h_n`` and ``c_n``, the same as PyTorch
 and :mod:`rnnx.reference`. Batch and sequence axes are dynamic; no shape is baked in.
@@ -16,6 +17,8 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output
 from rnnx.formats import onnx as onnx_format
+from rnnx.graphs.lower import DOMAIN as LOWER_DOMAIN
+from rnnx.graphs.lower import LSTM_PROJECTED, lower_projections
 from rnnx.weights import RNNWeights
 
 DEFAULT_OPSET = 17
@@ -32,7 +35,7 @@ def build_stack_model(
     from onnx import TensorProto, helper, numpy_helper
 
     spec = weights.spec
-    layers = onnx_format.to_native(weights)
+    layers = [onnx_format.layer_arrays(weights, k) for k in range(spec.num_layers)]
     elem = helper.np_dtype_to_tensor_dtype(weights.dtype)
     D, L, H = spec.num_directions, spec.num_layers, spec.hidden_size
     is_lstm = spec.cell == "lstm"
@@ -49,7 +52,7 @@ def build_stack_model(
         nodes.append(helper.make_node("Transpose", ["X"], ["X_tbi"], perm=[1, 0, 2]))
         x = "X_tbi"
     if initial_states:
-        inputs.append(helper.make_tensor_value_info("h0", elem, [L * D, "batch", H]))
+        inputs.append(helper.make_tensor_value_info("h0", elem, [L * D, "batch", spec.output_size]))
         if is_lstm:
             inputs.append(helper.make_tensor_value_info("c0", elem, [L * D, "batch", H]))
     seq = ""
@@ -58,7 +61,7 @@ def build_stack_model(
         seq = "seq_lens"
     h_outs, c_outs = [], []
     for k, layer in enumerate(layers):
-        names = {key: const(f"l{k}_{key}", layer[key]) for key in ("W", "R", "B", "P") if key in layer}
+        names = {key: const(f"l{k}_{key}", layer[key]) for key in ("W", "R", "B", "P", "proj") if key in layer}
         h0 = c0 = ""
         if initial_states:
             starts, ends, axes = const(f"l{k}_start", [k * D]), const(f"l{k}_end", [(k + 1) * D]), const(f"l{k}_axis", [0])
@@ -70,19 +73,24 @@ def build_stack_model(
         node_inputs = [x, names["W"], names["R"], names.get("B", ""), seq, h0]
         if is_lstm:
             node_inputs += [c0, names.get("P", "")]
-        while node_inputs and not node_inputs[-1]:
-            node_inputs.pop()
-        outputs = [f"l{k}_Y", f"l{k}_Y_h"] + ([f"l{k}_Y_c"] if is_lstm else [])
+        op_type = onnx_format.OP_TYPES[spec.cell]
         attrs: dict[str, Any] = {"hidden_size": H, "direction": spec.direction}
         if spec.cell == "rnn_relu":
             attrs["activations"] = ["Relu"] * D
         if spec.cell == "gru":
             attrs["linear_before_reset"] = layer["linear_before_reset"]
-        nodes.append(helper.make_node(onnx_format.OP_TYPES[spec.cell], node_inputs, outputs, name=f"{onnx_format.OP_TYPES[spec.cell]}_l{k}", **attrs))
-        # Y is (seq, dirs, batch, hidden): move dirs next to hidden, merge them; 0 keeps a dim as is.
-        nodes.append(helper.make_node("Transpose", [f"l{k}_Y"], [f"l{k}_Y_t"], perm=[0, 2, 1, 3]))
         x = f"l{k}_out"
-        nodes.append(helper.make_node("Reshape", [f"l{k}_Y_t", const(f"l{k}_merge", np.array([0, 0, -1], np.int64))], [x]))
+        if "proj" in names:
+            # No ONNX node has a projection: a placeholder that lower_projections turns into Scans.
+            nodes.append(helper.make_node(LSTM_PROJECTED, node_inputs + [names["proj"]], [x, f"l{k}_Y_h", f"l{k}_Y_c"], name=f"LSTMProjected_l{k}", domain=LOWER_DOMAIN, **attrs))
+        else:
+            while node_inputs and not node_inputs[-1]:
+                node_inputs.pop()
+            outputs = [f"l{k}_Y", f"l{k}_Y_h"] + ([f"l{k}_Y_c"] if is_lstm else [])
+            nodes.append(helper.make_node(op_type, node_inputs, outputs, name=f"{op_type}_l{k}", **attrs))
+            # Y is (seq, dirs, batch, hidden): move dirs next to hidden, merge them; 0 keeps a dim as is.
+            nodes.append(helper.make_node("Transpose", [f"l{k}_Y"], [f"l{k}_Y_t"], perm=[0, 2, 1, 3]))
+            nodes.append(helper.make_node("Reshape", [f"l{k}_Y_t", const(f"l{k}_merge", np.array([0, 0, -1], np.int64))], [x]))
         h_outs.append(f"l{k}_Y_h")
         c_outs.append(f"l{k}_Y_c")
     if batch_first:
@@ -91,14 +99,16 @@ def build_stack_model(
         nodes.append(helper.make_node("Identity", [x], ["Y"]))
     nodes.append(helper.make_node("Concat", h_outs, ["h_n"], axis=0) if L > 1 else helper.make_node("Identity", h_outs, ["h_n"]))
     outputs = [
-        helper.make_tensor_value_info("Y", elem, [seq_ax, batch_ax, D * H]),
-        helper.make_tensor_value_info("h_n", elem, [L * D, "batch", H]),
+        helper.make_tensor_value_info("Y", elem, [seq_ax, batch_ax, D * spec.output_size]),
+        helper.make_tensor_value_info("h_n", elem, [L * D, "batch", spec.output_size]),
     ]
     if is_lstm:
         nodes.append(helper.make_node("Concat", c_outs, ["c_n"], axis=0) if L > 1 else helper.make_node("Identity", c_outs, ["c_n"]))
         outputs.append(helper.make_tensor_value_info("c_n", elem, [L * D, "batch", H]))
     graph = helper.make_graph(nodes, "rnnx_stack", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="rnnx")
+    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(LOWER_DOMAIN, 1)] if spec.proj_size else [])
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="rnnx")
+    lower_projections(model)
     helper.set_model_props(model, {"rnnx.spec": str(spec), "rnnx.batch_first": str(int(batch_first))})
     # The lowest IR version for the opset, so that older consumers (TensorRT 8.6) accept the file.
     model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))

@@ -173,10 +173,49 @@ def test_unsupported_node_attributes_are_refused() -> None:
         rnnx.from_format([{**node, "activations": ["Sigmoid", "Relu", "Tanh"]}], "onnx")
 
 
-def test_projection_is_refused_with_a_reason() -> None:
+def test_bare_onnx_weights_refuse_a_projection() -> None:
     weights = RNNWeights.random(RNNSpec.parse("lstm,input=2,hidden=4,proj=2"))
     with pytest.raises(RNNXError, match="no projection"):
         rnnx.to_format(weights, "onnx")
+
+
+PROJ_SPECS = [
+    RNNSpec.parse(s)
+    for s in (
+        "lstm,input=3,hidden=5,proj=2",
+        "lstm,input=4,hidden=6,layers=2,bidirectional,proj=3",
+        "lstm,input=3,hidden=4,layers=2,reverse,proj=2,no_bias,peepholes",
+    )
+]
+
+
+@pytest.mark.parametrize("spec", PROJ_SPECS, ids=str)
+@pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
+def test_projection_lowered_to_scan_matches_reference(spec: RNNSpec, ragged: bool, tmp_path) -> None:
+    weights = RNNWeights.random(spec, seed=12, scale=0.8)
+    model = build_stack_model(weights, sequence_lens=ragged)
+    ops = {n.op_type for n in model.graph.node}
+    assert "Scan" in ops and "LSTM" not in ops and not any(n.domain for n in model.graph.node)
+    assert sum(n.op_type == "Scan" for n in model.graph.node) == spec.num_layers * spec.num_directions
+    report = parity.check("onnxruntime", OnnxRuntimeRunner(model), weights, shapes=SHAPES, ragged=ragged)
+    assert report, str(report)
+    path = tmp_path / "proj.onnx"
+    rnnx.save(weights, path)
+    assert rnnx.load(path).equal(weights)
+
+
+def test_projection_lowering_matches_torch() -> None:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    module = torch.nn.LSTM(5, 8, num_layers=2, bidirectional=True, proj_size=3).eval()
+    weights = rnnx.from_format(module.state_dict(), "torch")
+    runner = OnnxRuntimeRunner(build_stack_model(weights))
+    inputs = parity.random_inputs(weights, 12, 4, seed=1)
+    with torch.no_grad():
+        y, (h, c) = module(torch.from_numpy(inputs["X"]), (torch.from_numpy(inputs["h0"]), torch.from_numpy(inputs["c0"])))
+    got = runner(inputs)
+    for name, want in (("Y", y), ("h_n", h), ("c_n", c)):
+        np.testing.assert_allclose(got[name], want.numpy(), atol=3e-5, err_msg=name)
 
 
 def test_several_stacks_need_select(tmp_path) -> None:
