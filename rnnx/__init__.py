@@ -1,6 +1,6 @@
 """rnnx: recurrent networks out of their frameworks and into deployment, with proven parity."""
 
-from rnnx.api import from_format, groups, load, save, to_format
+from rnnx.api import export, from_format, groups, load, save, to_format
 from rnnx.errors import ParityError, RNNXError
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
@@ -13,6 +13,7 @@ __all__ = [
     "RNNWeights",
     "RNNXError",
     "__version__",
+    "export",
     "from_format",
     "groups",
     "load",

@@ -55,3 +55,13 @@ def groups(path: str | Path, format: str | None = None) -> list[str]:
     path = require_file(Path(path))
     fmt = formats.get(format) if format else formats.detect(path)
     return fmt.groups(path) if fmt.groups else [""]
+
+
+def export(model: Any, example_inputs: Any, path: str | Path, **options: Any) -> Any:
+    """Export a PyTorch model to ONNX with native LSTM/GRU/RNN nodes, checked in ONNX Runtime.
+
+    Returns an :class:`rnnx.exporters.torch_export.ExportReport`; see that module for options.
+    """
+    from rnnx.exporters.torch_export import export as _export
+
+    return _export(model, example_inputs, path, **options)

@@ -1,0 +1,328 @@
+"""``rnnx.export``: a PyTorch model to ONNX with native recurrent nodes, checked.
+
+The route: copy the model, put it in eval mode, swap each nn.LSTM / GRU / RNN for a
+:class:`~rnnx.exporters.modules.NativeRecurrence` (one custom op per layer), let
+torch.onnx's default (dynamo) exporter do the rest of the model with rnnx's translations,
+lower what ONNX has no node for (projections), then check: onnx.checker, shape
+inference, and ONNX Runtime against the original module on fresh seeded inputs at a
+sequence length and a batch size different from the example's.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import io
+import logging
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnx import parity
+from rnnx.errors import RNNXError
+from rnnx.fileio import atomic_output
+
+DEFAULT_OPSET = 17
+EXTERNAL_DATA_BYTES = 1_800_000_000  # below protobuf's 2 GiB limit, with room for the graph
+SEQ, BATCH = "seq", "batch"
+
+
+@dataclass
+class ExportReport:
+    path: str
+    opset: int
+    op_types: dict[str, int]
+    recurrences: list[dict[str, Any]]
+    lowered: list[str] = field(default_factory=list)
+    unrolled_cells: list[str] = field(default_factory=list)
+    external_data: bool = False
+    check: parity.ParityReport | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.check is None or bool(self.check)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "opset": self.opset,
+            "op_types": self.op_types,
+            "recurrences": self.recurrences,
+            "lowered": self.lowered,
+            "unrolled_cells": self.unrolled_cells,
+            "external_data": self.external_data,
+            "check": None if self.check is None else {"passed": bool(self.check), "rows": self.check.to_json()},
+            "notes": self.notes,
+        }
+
+    def __str__(self) -> str:
+        ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.op_types.items()))
+        lines = [f"wrote {self.path} (opset {self.opset}{', external data' if self.external_data else ''})", f"nodes: {ops}"]
+        for r in self.recurrences:
+            lines.append(f"  {r['module']}: {r['spec']} -> {r['onnx']}")
+        lines += [f"note: {n}" for n in self.notes]
+        if self.check is not None:
+            lines.append(str(self.check))
+        return "\n".join(lines)
+
+
+class _Root:
+    """Wraps a bare recurrent module so that swapping has a parent to write into."""
+
+    @staticmethod
+    def wrap(module: Any) -> Any:
+        from torch import nn
+
+        class Root(nn.Module):
+            def __init__(self, inner: nn.Module) -> None:
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, input: Any, hx: Any = None) -> Any:
+                return self.inner(input, hx)
+
+        return Root(module)
+
+
+def _as_tuple(example_inputs: Any) -> tuple[Any, ...]:
+    return tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+
+
+def infer_dynamic_axes(example: Sequence[Any], modules: Sequence[Any]) -> list[dict[int, str]]:
+    """Which dims of each input are the sequence and the batch, from the recurrent modules."""
+    import torch
+
+    batch_first = bool(modules and modules[0].batch_first)
+    state_leads = {m.num_layers * (2 if m.bidirectional else 1) for m in modules}
+    state_sizes = {m.hidden_size for m in modules} | {getattr(m, "proj_size", 0) for m in modules}
+    axes: list[dict[int, str]] = []
+    for i, x in enumerate(example):
+        if not isinstance(x, torch.Tensor):
+            axes.append({})
+        elif x.dim() == 3 and i > 0 and x.shape[0] in state_leads and x.shape[2] in state_sizes:
+            axes.append({1: BATCH})
+        elif x.dim() >= 2:
+            axes.append({0: BATCH, 1: SEQ} if batch_first else {0: SEQ, 1: BATCH})
+        elif x.dim() == 1 and not x.is_floating_point():
+            axes.append({0: BATCH})
+        else:
+            axes.append({})
+    return axes
+
+
+def _fresh_inputs(example: Sequence[Any], axes: Sequence[dict[int, str]], sizes: dict[str, int], seed: int) -> tuple[Any, ...]:
+    import torch
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for x, ax in zip(example, axes):
+        if not isinstance(x, torch.Tensor):
+            out.append(x)
+            continue
+        shape = [sizes[ax[d]] if d in ax else s for d, s in enumerate(x.shape)]
+        if x.is_floating_point():
+            out.append(torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(x.dtype))
+        elif x.dim() == 1 and ax.get(0) == BATCH:  # sequence lengths: sorted, the longest fills T
+            lens = np.sort(rng.integers(1, sizes[SEQ] + 1, size=shape[0]))[::-1].copy()
+            lens[0] = sizes[SEQ]
+            out.append(torch.from_numpy(lens).to(x.dtype))
+        elif x.dtype == torch.bool:
+            out.append(torch.from_numpy(rng.random(shape) < 0.5))
+        else:
+            high = int(x.max().item()) + 1 if x.numel() else 2
+            out.append(torch.from_numpy(rng.integers(0, max(high, 1), size=shape)).to(x.dtype))
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """torch.onnx prints progress and warnings of its own; keep stdout clean for --json."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript", "torch._dynamo", "torch.fx")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    for line in text.splitlines():
+        if line.strip() and not line.startswith(("Failed to", "-", "#")):
+            return line.strip()[:300]
+    return type(exc).__name__
+
+
+def export(
+    model: Any,
+    example_inputs: Any,
+    path: str | Path,
+    *,
+    opset: int = DEFAULT_OPSET,
+    dynamic_axes: Sequence[dict[int, str]] | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    check: bool = True,
+    seed: int = 0,
+) -> ExportReport:
+    """Export ``model`` to ``path`` with native LSTM/GRU/RNN nodes and check it."""
+    import onnx
+    import torch
+
+    from rnnx.exporters import ops
+    from rnnx.exporters.modules import RECURRENT_MODULES, cell_modules, packed_sequences_as_lengths, swap_recurrent_modules
+    from rnnx.graphs.lower import lower_projections
+
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    path = Path(path)
+    args = _as_tuple(example_inputs)
+    example, structure = tree_flatten(args)  # (x, (h0, c0)) -> [x, h0, c0]
+    work = copy.deepcopy(model).eval()
+    if type(work) in RECURRENT_MODULES:
+        work = _Root.wrap(work)
+    originals = [m for m in model.modules() if type(m) in RECURRENT_MODULES]
+    swapped = swap_recurrent_modules(work)
+    axes = list(dynamic_axes) if dynamic_axes is not None else infer_dynamic_axes(example, originals)
+    if len(axes) != len(example):
+        raise RNNXError(f"dynamic axes: expected one entry per input ({len(example)}), found {len(axes)}")
+    dims = {SEQ: torch.export.Dim(SEQ), BATCH: torch.export.Dim(BATCH)}
+    for i, (x, ax) in enumerate(zip(example, axes)):
+        for d, role in ax.items():
+            if role not in dims:
+                raise RNNXError(f"dynamic axes of input {i}: expected 'seq' or 'batch', found {role!r}")
+            if isinstance(x, torch.Tensor) and x.shape[d] < 2:
+                raise RNNXError(
+                    f"input {i}: its {role} axis (dim {d}) is {x.shape[d]} in the example; torch.export fixes size-1 axes, "
+                    "so give an example with 2 or more"
+                )
+    dynamic_shapes = tree_unflatten([{d: dims[role] for d, role in ax.items()} or None for ax in axes], structure)
+    try:
+        with _quiet(), packed_sequences_as_lengths():
+            program = torch.onnx.export(
+                work, args, dynamic_shapes=tuple(dynamic_shapes), custom_translation_table=ops.TRANSLATIONS,
+                opset_version=opset, input_names=list(input_names) if input_names else None,
+                output_names=list(output_names) if output_names else None, verbose=False,
+            )
+    except Exception as exc:  # torch.export / torch.onnx raise many types; the first line tells what failed
+        raise RNNXError(f"torch.onnx could not export the model: {_first_line(exc)}; run with --debug for the full trace") from exc
+    proto = program.model_proto
+    if not output_names:
+        bare = type(model) in RECURRENT_MODULES
+        defaults = ["Y", "h_n", "c_n"] if bare else [f"output_{i}" for i in range(len(proto.graph.output))]
+        rename_outputs(proto, defaults[: len(proto.graph.output)])
+    lowered = lower_projections(proto)
+    _drop_opset18_split_attribute(proto)
+    proto.ir_version = min(proto.ir_version, onnx.helper.find_min_ir_version_for(list(proto.opset_import)))
+    onnx.checker.check_model(proto)
+    proto = onnx.shape_inference.infer_shapes(proto)
+    size = sum(t.ByteSize() for t in proto.graph.initializer)
+    external = size > EXTERNAL_DATA_BYTES
+    with atomic_output(path) as tmp:
+        if external:
+            onnx.save(proto, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data")
+        else:
+            onnx.save(proto, str(tmp))
+    op_types = collections.Counter(n.op_type for n in proto.graph.node)
+    report = ExportReport(
+        path=str(path),
+        opset=next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+        op_types=dict(op_types),
+        recurrences=[
+            {"module": name, "spec": str(native.spec), "onnx": "Scan (projection lowered)" if native.spec.proj_size else f"{native.spec.num_layers} x {ops_name(native.spec)}"}
+            for name, native in swapped
+        ],
+        lowered=lowered.lowered,
+        unrolled_cells=cell_modules(model),
+        external_data=external,
+    )
+    if lowered:
+        report.notes.append(f"ONNX has no LSTM projection: {len(lowered.lowered)} layer(s) lowered to Scans with the input product hoisted")
+    if report.unrolled_cells:
+        report.notes.append(f"cells called step by step were traced unrolled: {', '.join(report.unrolled_cells)}")
+    if check:
+        report.check = check_export(model, example, structure, axes, path, seed=seed)
+    return report
+
+
+def _drop_opset18_split_attribute(proto: Any) -> None:
+    """torch.onnx builds at opset 18 and converts down; the conversion keeps Split's
+    ``num_outputs`` (new in 18), which opset 17 rejects. Without it, opset 17 splits into
+    as many equal parts as the node has outputs: the same thing for even splits, and the
+    self-check catches any other."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 18)
+    if opset >= 18:
+        return
+    for node in proto.graph.node:
+        if node.op_type == "Split":
+            keep = [a for a in node.attribute if a.name != "num_outputs"]
+            del node.attribute[:]
+            node.attribute.extend(keep)
+
+
+def rename_outputs(proto: Any, names: Sequence[str]) -> None:
+    """Give the graph's outputs readable names (torch.onnx calls them after the last op)."""
+    mapping = {o.name: new for o, new in zip(proto.graph.output, names) if o.name != new}
+    if not mapping:
+        return
+    for node in proto.graph.node:
+        for i, name in enumerate(node.output):
+            if name in mapping:
+                node.output[i] = mapping[name]
+        for i, name in enumerate(node.input):
+            if name in mapping:
+                node.input[i] = mapping[name]
+    for vi in list(proto.graph.output) + list(proto.graph.value_info):
+        if vi.name in mapping:
+            vi.name = mapping[vi.name]
+
+
+def ops_name(spec: Any) -> str:
+    return {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}[spec.cell]
+
+
+def check_export(model: Any, example: Sequence[Any], structure: Any, axes: Sequence[dict[int, str]], path: Path, seed: int = 0) -> parity.ParityReport:
+    """ONNX Runtime against the original module at two shapes unlike the example's."""
+    from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+
+    runner = OnnxRuntimeRunner(path)
+    base = {SEQ: 0, BATCH: 0}
+    for x, ax in zip(example, axes):
+        for d, role in ax.items():
+            base[role] = max(base[role], int(x.shape[d]))
+    report = parity.ParityReport()
+    was_training = model.training
+    model.eval()
+    try:
+        _compare_at_new_shapes(model, example, structure, axes, runner, base, seed, report)
+    finally:
+        model.train(was_training)
+    return report
+
+
+def _compare_at_new_shapes(
+    model: Any, example: Sequence[Any], structure: Any, axes: Sequence[dict[int, str]], runner: Any, base: dict[str, int], seed: int, report: parity.ParityReport
+) -> None:
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    for k, (dt, db) in enumerate(((6, 4), (17, 1))):
+        sizes = {SEQ: max(base[SEQ], 1) + dt, BATCH: max(base[BATCH], 1) + db}
+        inputs = _fresh_inputs(example, axes, sizes, seed + k)
+        with torch.no_grad():
+            want, _ = tree_flatten(model(*tree_unflatten(list(inputs), structure)))
+        feed = {name: x.numpy() for name, x in zip(runner.input_names, [i for i in inputs if isinstance(i, torch.Tensor)])}
+        got = runner(feed)
+        want_arrays = {name: w.detach().numpy().astype(np.float64) for name, w in zip(runner.output_names, want)}
+        report.rows += parity.compare("onnxruntime", got, want_arrays, sizes[SEQ], sizes[BATCH])

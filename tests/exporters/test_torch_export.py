@@ -1,0 +1,93 @@
+"""rnnx.export against the torch modules it exports: ONNX Runtime at new shapes, op types asserted."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnx
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rnnx  # noqa: E402
+from rnnx import RNNXError  # noqa: E402
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner  # noqa: E402
+from tests.exporters.models import CASES, Case, SteppedCell  # noqa: E402
+
+UNROLLED_OPS = {"Sigmoid", "Tanh", "Gemm"}  # what a decomposed cell leaves in the main graph
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_export_is_native_dynamic_and_matches_torch(case: Case, tmp_path) -> None:
+    torch.manual_seed(0)
+    model = case.make()
+    path = tmp_path / f"{case.name}.onnx"
+    report = rnnx.export(model, case.example(), path)
+    assert report.passed, str(report)
+    # The self-check ran at two (seq, batch) pairs, both unlike the example's.
+    shapes = {(r.seq_len, r.batch) for r in report.check.rows}
+    assert len(shapes) == 2 and all(r.passed for r in report.check.rows)
+    proto = onnx.load(str(path))
+    ops = collections.Counter(n.op_type for n in proto.graph.node)
+    assert ops[case.native] >= 1, ops
+    assert not UNROLLED_OPS & set(ops), f"unrolled cell ops in the main graph: {ops}"
+    assert proto.opset_import[0].version == 17
+    # Independently of the report: run ONNX Runtime here at yet another shape.
+    _check_again(model, case, path, seq=9, batch=5)
+
+
+def _check_again(model, case: Case, path, seq: int, batch: int) -> None:
+    from torch.utils._pytree import tree_flatten
+
+    example = case.example()
+    gen = torch.Generator().manual_seed(42)
+    new = []
+    for x in example:
+        if x.is_floating_point():
+            shape = list(x.shape)
+            if x.dim() == 3 and x.shape[0] in (2, 4) and x is not example[0]:
+                shape[1] = batch
+            elif getattr(model, "batch_first", False) or case.name == "packed-sequence":
+                shape[0], shape[1] = batch, seq
+            else:
+                shape[0], shape[1] = seq, batch
+            new.append(torch.randn(*shape, generator=gen))
+        else:
+            lens = torch.sort(torch.randint(1, seq + 1, (batch,), generator=gen), descending=True).values
+            lens[0] = seq
+            new.append(lens)
+    model.eval()
+    with torch.no_grad():
+        want, _ = tree_flatten(model(*new))
+    runner = OnnxRuntimeRunner(path)
+    got = runner(dict(zip(runner.input_names, [x.numpy() for x in new])))
+    for name, w in zip(runner.output_names, want):
+        np.testing.assert_allclose(got[name], w.numpy(), atol=3e-5, err_msg=name)
+
+
+def test_user_model_is_untouched(tmp_path) -> None:
+    case = CASES[0]
+    model = case.make().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rnnx.export(model, case.example(), tmp_path / "m.onnx")
+    assert model.training and isinstance(model.rnn, torch.nn.LSTM)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("opset", [17, 18, 20])
+def test_opset_choice(tmp_path, opset: int) -> None:
+    report = rnnx.export(torch.nn.GRU(3, 4), (torch.randn(4, 2, 3),), tmp_path / "g.onnx", opset=opset)
+    assert report.opset == opset and report.passed
+
+
+def test_size_one_example_axes_are_refused(tmp_path) -> None:
+    with pytest.raises(RNNXError, match="batch axis .* is 1 in the example"):
+        rnnx.export(torch.nn.GRU(3, 4), (torch.randn(4, 1, 3),), tmp_path / "g.onnx")
+    assert not (tmp_path / "g.onnx").exists()
+
+
+def test_stepped_cells_are_reported_as_unrolled(tmp_path) -> None:
+    report = rnnx.export(SteppedCell(), (torch.randn(5, 3, 4),), tmp_path / "c.onnx", dynamic_axes=[{1: "batch"}])
+    assert report.unrolled_cells == ["cell"]
+    assert any("unrolled" in n for n in report.notes)
