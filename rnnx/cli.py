@@ -29,6 +29,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         opset=args.opset,
         batch_first=args.batch_first,
         seq_lens=args.seq_lens,
+        states=not args.no_states,
         check=not args.no_check,
     )
     if args.json:
@@ -43,6 +44,27 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     if result.report is not None and not result.report:
         worst = result.report.worst()
         raise ParityError(f"parity check failed: {worst.backend} {worst.output} max abs error {worst.max_abs:.3e} > atol {worst.atol:g}")  # type: ignore[union-attr]
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from rnnx.exporters.loading import load_checkpoint, load_model, parse_input
+    from rnnx.exporters.torch_export import export
+
+    model, example = load_model(args.model)
+    if args.checkpoint:
+        load_checkpoint(model, args.checkpoint)
+    if args.input:
+        example = tuple(parse_input(text) for text in args.input)
+    if example is None:
+        raise RNNXError("export: no example inputs; pass --input SHAPE for each model input or define example_inputs beside the model")
+    if not args.json:
+        print(f"exporting {args.model} (tracing, translating, checking)...", file=sys.stderr)
+    report = export(model, example, args.output, opset=args.opset, check=not args.no_check, seed=args.seed)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    if not report.passed:
+        worst = report.check.worst()  # type: ignore[union-attr]
+        raise ParityError(f"parity check failed: {worst.output} max abs error {worst.max_abs:.3e} > atol {worst.atol:g}")  # type: ignore[union-attr]
     return 0
 
 
@@ -103,9 +125,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opset", type=int, metavar="N", help="ONNX opset for --to onnx (default 17, what TensorRT 8.6 parses)")
     p.add_argument("--batch-first", action="store_true", help="ONNX model takes X as (batch, seq, input)")
     p.add_argument("--seq-lens", action="store_true", help="ONNX model takes per-sequence lengths as input seq_lens")
+    p.add_argument("--no-states", action="store_true", help="ONNX model starts from zero states instead of taking h0/c0")
     p.add_argument("--no-check", action="store_true", help="skip running the written file against the reference")
     p.add_argument("--json", action="store_true", help="print a JSON report on stdout")
     p.set_defaults(func=_cmd_convert)
+
+    p = sub.add_parser("export", help="export a PyTorch model to ONNX with native LSTM/GRU/RNN nodes, checked",
+                       description="Export a PyTorch model to ONNX with native recurrent nodes (projections lowered to Scans), "
+                       "then check it in ONNX Runtime against the model at a sequence length and batch size unlike the example's.")
+    p.add_argument("model", help="file.py:NAME or package.module:NAME (a module, class or factory)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="ONNX file to write (atomically)")
+    p.add_argument("--checkpoint", type=Path, help="state_dict to load first (.pt/.pth weights-only, .safetensors)")
+    p.add_argument("--input", action="append", metavar="SPEC", help="example input, repeated in order: 5x3x6 (random float32) or 7,5,2:int64")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17, what TensorRT 8.6 parses)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the check's inputs")
+    p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime check")
+    p.add_argument("--json", action="store_true", help="print the export report as JSON on stdout")
+    p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("layout", help="print cuDNN's offset table for a spec or a weights file",
                        description="Print where each gate's matrix and bias lies in cuDNN's packed weight space.")

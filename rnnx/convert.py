@@ -43,11 +43,11 @@ class ConvertResult:
         }
 
 
-def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], batch_first: bool, seq_lens: bool) -> parity.ParityReport:
+def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], batch_first: bool, seq_lens: bool, states: bool) -> parity.ParityReport:
     if fmt_name == "onnx":
         from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 
-        return parity.check("onnxruntime", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first)
+        return parity.check("onnxruntime", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first, states=states)
     reread = api.load(path, format=fmt_name, spec=weights.spec)
     if fmt_name == "torch":
         try:
@@ -71,6 +71,7 @@ def convert(
     opset: int | None = None,
     batch_first: bool = False,
     seq_lens: bool = False,
+    states: bool = True,
     check: bool = True,
 ) -> ConvertResult:
     source, output = Path(source), Path(output)
@@ -86,13 +87,13 @@ def convert(
     if out_fmt.name == "onnx":
         from rnnx.graphs.build import DEFAULT_OPSET, build_stack_model, save_model
 
-        model = build_stack_model(weights, opset=opset or DEFAULT_OPSET, batch_first=batch_first, sequence_lens=seq_lens)
+        model = build_stack_model(weights, opset=opset or DEFAULT_OPSET, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
         save_model(model, output)
     else:
-        if opset or batch_first or seq_lens:
-            raise RNNXError(f"--opset, --batch-first and --seq-lens apply to --to onnx only, not {out_fmt.name}")
+        if opset or batch_first or seq_lens or not states:
+            raise RNNXError(f"--opset, --batch-first, --seq-lens and --no-states apply to --to onnx only, not {out_fmt.name}")
         api.save(weights, output, format=out_fmt.name)
     result = ConvertResult(str(source), src_fmt.name, str(output), out_fmt.name, str(weights.spec), weights.num_parameters(), notes=notes)
     if check:
-        result.report = _check_written(weights, output, out_fmt.name, notes, batch_first, seq_lens)
+        result.report = _check_written(weights, output, out_fmt.name, notes, batch_first, seq_lens, states)
     return result

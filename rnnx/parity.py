@@ -17,9 +17,9 @@ DEFAULT_SHAPES = ((5, 3), (11, 7))  # (seq_len, batch): two shapes, so nothing b
 
 
 def random_inputs(
-    weights: RNNWeights, seq_len: int, batch: int, seed: int = 0, ragged: bool = False, dtype: str = "float32"
+    weights: RNNWeights, seq_len: int, batch: int, seed: int = 0, ragged: bool = False, dtype: str = "float32", states: bool = True
 ) -> dict[str, np.ndarray]:
-    """X, h0, c0 (LSTM) and, with ``ragged``, seq_lens, from a seeded generator."""
+    """X, h0 and c0 (LSTM; unless ``states`` is False) and, with ``ragged``, seq_lens, from a seeded generator."""
     spec = weights.spec
     rng = np.random.default_rng(seed)
     n = spec.num_layers * spec.num_directions
@@ -29,6 +29,8 @@ def random_inputs(
     }
     if spec.cell == "lstm":
         inputs["c0"] = rng.standard_normal((n, batch, spec.hidden_size)).astype(dtype) * 0.5
+    if not states:
+        inputs = {"X": inputs["X"]}
     if ragged:
         inputs["seq_lens"] = rng.integers(1, seq_len + 1, size=batch).astype(np.int32)
     return inputs
@@ -107,11 +109,12 @@ def check(
     seed: int = 0,
     ragged: bool = False,
     batch_first: bool = False,
+    states: bool = True,
 ) -> ParityReport:
     """Run ``run`` at each (seq_len, batch) on fresh seeded inputs against the reference."""
     report = ParityReport()
     for k, (seq_len, batch) in enumerate(shapes):
-        inputs = random_inputs(weights, seq_len, batch, seed=seed + k, ragged=ragged)
+        inputs = random_inputs(weights, seq_len, batch, seed=seed + k, ragged=ragged, states=states)
         feed = dict(inputs)
         if batch_first:
             feed["X"] = inputs["X"].transpose(1, 0, 2).copy()

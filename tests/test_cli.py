@@ -130,3 +130,49 @@ def test_formats_json() -> None:
     result = run("formats", "--json")
     names = {r["name"] for r in json.loads(result.stdout)}
     assert {"rnnx", "torch", "onnx", "cudnn", "jax", "keras"} <= names
+
+
+MODEL_FILE = '''
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 16, num_layers=2, proj_size=4)
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.out(y)
+
+def build():
+    return Net()
+
+example_inputs = lambda: (torch.randn(5, 3, 8),)
+'''
+
+
+def test_export_verb(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    (tmp_path / "mymodel.py").write_text(MODEL_FILE)
+    ckpt = tmp_path / "ck.pt"
+    result = run("export", tmp_path / "mymodel.py:build", "-o", tmp_path / "m.onnx", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["check"]["passed"] and report["op_types"]["Scan"] == 2 and len(report["lowered"]) == 2
+    # With a checkpoint and explicit inputs; a wrong checkpoint is refused in one line.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mymodel", tmp_path / "mymodel.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.save(mod.Net().state_dict(), ckpt)
+    ok = run("export", f"{tmp_path / 'mymodel.py'}:Net", "--checkpoint", ckpt, "--input", "4x2x8", "-o", tmp_path / "m2.onnx")
+    assert ok.returncode == 0, ok.stderr
+    torch.save(torch.nn.GRU(3, 3).state_dict(), ckpt)
+    bad = run("export", f"{tmp_path / 'mymodel.py'}:Net", "--checkpoint", ckpt, "-o", tmp_path / "m3.onnx")
+    assert bad.returncode == 2 and "does not fit the model" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "m3.onnx").exists()
+    missing = run("export", f"{tmp_path / 'mymodel.py'}:nope", "-o", tmp_path / "m4.onnx")
+    assert missing.returncode == 2 and "has no attribute 'nope'" in missing.stderr
