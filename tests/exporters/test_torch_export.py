@@ -91,3 +91,16 @@ def test_stepped_cells_are_reported_as_unrolled(tmp_path) -> None:
     report = rnnx.export(SteppedCell(), (torch.randn(5, 3, 4),), tmp_path / "c.onnx", dynamic_axes=[{1: "batch"}])
     assert report.unrolled_cells == ["cell"]
     assert any("unrolled" in n for n in report.notes)
+
+
+def test_large_weights_go_to_external_data(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the protobuf limit weights are written as external data (limit lowered for the test)."""
+    from rnnx.exporters import torch_export
+
+    monkeypatch.setattr(torch_export, "EXTERNAL_DATA_BYTES", 1000)
+    path = tmp_path / "big.onnx"
+    report = rnnx.export(torch.nn.LSTM(16, 32), (torch.randn(4, 2, 16),), path)
+    assert report.external_data and report.passed
+    assert (tmp_path / "big.onnx.data").stat().st_size > 1000
+    assert path.stat().st_size < 10_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
