@@ -160,13 +160,49 @@ class NativeRecurrence(nn.Module):
         return y, h_n
 
 
-def swap_recurrent_modules(model: nn.Module) -> list[tuple[str, NativeRecurrence]]:
-    """Replace every nn.LSTM / GRU / RNN inside ``model`` (in place) by a NativeRecurrence."""
-    swapped = []
+def spec_of_cell(module: nn.Module) -> RNNSpec:
+    if isinstance(module, nn.LSTMCell):
+        cell = "lstm"
+    elif isinstance(module, nn.GRUCell):
+        cell = "gru"
+    else:
+        cell = "rnn_" + module.nonlinearity
+    return RNNSpec(cell=cell, input_size=module.input_size, hidden_size=module.hidden_size, bias=module.bias)
+
+
+class NativeCell(nn.Module):
+    """Replaces an nn.LSTMCell / GRUCell / RNNCell; each call exports as a one-step native node."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.spec = spec_of_cell(module)
+        state = {k: v.detach().cpu() for k, v in module.state_dict().items()}
+        arrays = layer_arrays(rnnx.from_format(state, "torch", spec=self.spec), 0)
+        device = next(module.parameters()).device
+        for key in ("W", "R", "B"):
+            self.register_buffer(key, torch.from_numpy(arrays[key].copy()).to(device) if key in arrays else None)
+
+    def forward(self, input: torch.Tensor, hx: Any = None) -> Any:
+        spec = self.spec
+        if input.dim() != 2:
+            raise RNNXError(f"{type(self).__name__}: expected a batched 2-D input, found {input.dim()}-D")
+        zeros = lambda: input.new_zeros(input.shape[0], spec.hidden_size)  # noqa: E731
+        if spec.cell == "lstm":
+            h, c = hx if hx is not None else (zeros(), zeros())
+            return torch.ops.rnnx.lstm_cell(input, h, c, self.W, self.R, self.B, spec.hidden_size)
+        h = hx if hx is not None else zeros()
+        if spec.cell == "gru":
+            return torch.ops.rnnx.gru_cell(input, h, self.W, self.R, self.B, spec.hidden_size)
+        return torch.ops.rnnx.rnn_cell(input, h, self.W, self.R, self.B, spec.hidden_size, spec.cell[4:])
+
+
+def swap_recurrent_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Replace every nn.LSTM / GRU / RNN and every Cell inside ``model`` (in place) by its stand-in."""
+    swapped: list[tuple[str, nn.Module]] = []
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
-            if type(child) in RECURRENT_MODULES:
-                native = NativeRecurrence(child)
+            if type(child) in RECURRENT_MODULES or type(child) in CELL_MODULES:
+                native = NativeRecurrence(child) if type(child) in RECURRENT_MODULES else NativeCell(child)
                 setattr(module, child_name, native)
                 swapped.append((f"{name}.{child_name}" if name else child_name, native))
     if type(model) in RECURRENT_MODULES:

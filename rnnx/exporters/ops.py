@@ -180,3 +180,79 @@ TRANSLATIONS = {
     torch.ops.rnnx.gru.default: _gru_onnx,
     torch.ops.rnnx.rnn.default: _rnn_onnx,
 }
+
+
+# --- one step of a cell: a native node over a sequence of length 1 ----------------------
+# A cell stepped in a Python loop is traced once per step; each step stays one native
+# node, and rnnx.graphs.fuse_steps joins a chain of them into one node over the sequence.
+
+
+@torch.library.custom_op("rnnx::lstm_cell", mutates_args=())
+def lstm_cell(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], hidden_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    _, y_h, y_c = _run("lstm", x.unsqueeze(0), w, r, b, None, h.unsqueeze(0), c.unsqueeze(0), None, None, "forward")
+    return y_h[0], y_c[0]
+
+
+@lstm_cell.register_fake
+def _(x, h, c, w, r, b, hidden_size):  # type: ignore[no-untyped-def]
+    return h.new_empty(h.shape), c.new_empty(c.shape)
+
+
+@torch.library.custom_op("rnnx::gru_cell", mutates_args=())
+def gru_cell(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], hidden_size: int) -> torch.Tensor:
+    _, y_h, _ = _run("gru", x.unsqueeze(0), w, r, b, None, h.unsqueeze(0), None, None, None, "forward", 1)
+    return y_h[0]
+
+
+@gru_cell.register_fake
+def _(x, h, w, r, b, hidden_size):  # type: ignore[no-untyped-def]
+    return h.new_empty(h.shape)
+
+
+@torch.library.custom_op("rnnx::rnn_cell", mutates_args=())
+def rnn_cell(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], hidden_size: int, activation: str) -> torch.Tensor:
+    _, y_h, _ = _run("rnn_" + activation, x.unsqueeze(0), w, r, b, None, h.unsqueeze(0), None, None, None, "forward")
+    return y_h[0]
+
+
+@rnn_cell.register_fake
+def _(x, h, w, r, b, hidden_size, activation):  # type: ignore[no-untyped-def]
+    return h.new_empty(h.shape)
+
+
+def _step(op: Any, x: Any) -> Any:
+    return op.Unsqueeze(x, op.Constant(value_ints=[0]))
+
+
+def _unstep(op: Any, y: Any) -> Any:
+    return op.Squeeze(y, op.Constant(value_ints=[0]))
+
+
+def _lstm_cell_onnx(x, h, c, w, r, b, hidden_size: int):  # type: ignore[no-untyped-def]
+    from onnxscript import opset17 as op
+
+    _, y_h, y_c = op.LSTM(_step(op, x), w, r, b, None, _step(op, h), _step(op, c), hidden_size=hidden_size)
+    return _unstep(op, y_h), _unstep(op, y_c)
+
+
+def _gru_cell_onnx(x, h, w, r, b, hidden_size: int):  # type: ignore[no-untyped-def]
+    from onnxscript import opset17 as op
+
+    _, y_h = op.GRU(_step(op, x), w, r, b, None, _step(op, h), hidden_size=hidden_size, linear_before_reset=1)
+    return _unstep(op, y_h)
+
+
+def _rnn_cell_onnx(x, h, w, r, b, hidden_size: int, activation: str):  # type: ignore[no-untyped-def]
+    from onnxscript import opset17 as op
+
+    _, y_h = op.RNN(_step(op, x), w, r, b, None, _step(op, h), hidden_size=hidden_size, activations=[activation.capitalize()])
+    return _unstep(op, y_h)
+
+
+TRANSLATIONS.update(
+    {
+        torch.ops.rnnx.lstm_cell.default: _lstm_cell_onnx,
+        torch.ops.rnnx.gru_cell.default: _gru_cell_onnx,
+        torch.ops.rnnx.rnn_cell.default: _rnn_cell_onnx,
+    }
+)

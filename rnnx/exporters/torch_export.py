@@ -40,6 +40,7 @@ class ExportReport:
     recurrences: list[dict[str, Any]]
     lowered: list[str] = field(default_factory=list)
     unrolled_cells: list[str] = field(default_factory=list)
+    fused: list[dict[str, Any]] = field(default_factory=list)
     external_data: bool = False
     check: parity.ParityReport | None = None
     notes: list[str] = field(default_factory=list)
@@ -56,6 +57,7 @@ class ExportReport:
             "recurrences": self.recurrences,
             "lowered": self.lowered,
             "unrolled_cells": self.unrolled_cells,
+            "fused": self.fused,
             "external_data": self.external_data,
             "check": None if self.check is None else {"passed": bool(self.check), "rows": self.check.to_json()},
             "notes": self.notes,
@@ -94,7 +96,7 @@ def _as_tuple(example_inputs: Any) -> tuple[Any, ...]:
     return tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
 
 
-def infer_dynamic_axes(example: Sequence[Any], modules: Sequence[Any]) -> list[dict[int, str]]:
+def infer_dynamic_axes(example: Sequence[Any], modules: Sequence[Any], has_cells: bool = False) -> list[dict[int, str]]:
     """Which dims of each input are the sequence and the batch, from the recurrent modules."""
     import torch
 
@@ -107,6 +109,8 @@ def infer_dynamic_axes(example: Sequence[Any], modules: Sequence[Any]) -> list[d
             axes.append({})
         elif x.dim() == 3 and i > 0 and x.shape[0] in state_leads and x.shape[2] in state_sizes:
             axes.append({1: BATCH})
+        elif x.dim() == 2 and i > 0 and has_cells and x.is_floating_point():  # a cell's (batch, hidden) state
+            axes.append({0: BATCH})
         elif x.dim() >= 2:
             axes.append({0: BATCH, 1: SEQ} if batch_first else {0: SEQ, 1: BATCH})
         elif x.dim() == 1 and not x.is_floating_point():
@@ -181,7 +185,8 @@ def export(
     import torch
 
     from rnnx.exporters import ops
-    from rnnx.exporters.modules import RECURRENT_MODULES, cell_modules, packed_sequences_as_lengths, swap_recurrent_modules
+    from rnnx.exporters.modules import CELL_MODULES, RECURRENT_MODULES, NativeCell, packed_sequences_as_lengths, swap_recurrent_modules
+    from rnnx.graphs.fuse_steps import fuse_steps
     from rnnx.graphs.lower import lower_projections
 
     from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -190,11 +195,12 @@ def export(
     args = _as_tuple(example_inputs)
     example, structure = tree_flatten(args)  # (x, (h0, c0)) -> [x, h0, c0]
     work = copy.deepcopy(model).eval()
-    if type(work) in RECURRENT_MODULES:
+    if type(work) in RECURRENT_MODULES or type(work) in CELL_MODULES:
         work = _Root.wrap(work)
     originals = [m for m in model.modules() if type(m) in RECURRENT_MODULES]
     swapped = swap_recurrent_modules(work)
-    axes = list(dynamic_axes) if dynamic_axes is not None else infer_dynamic_axes(example, originals)
+    has_cells = any(type(m) in CELL_MODULES for m in model.modules())
+    axes = list(dynamic_axes) if dynamic_axes is not None else infer_dynamic_axes(example, originals, has_cells)
     if len(axes) != len(example):
         raise RNNXError(f"dynamic axes: expected one entry per input ({len(example)}), found {len(axes)}")
     dims = {SEQ: torch.export.Dim(SEQ), BATCH: torch.export.Dim(BATCH)}
@@ -207,7 +213,11 @@ def export(
                     f"input {i}: its {role} axis (dim {d}) is {x.shape[d]} in the example; torch.export fixes size-1 axes, "
                     "so give an example with 2 or more"
                 )
-    dynamic_shapes = tree_unflatten([{d: dims[role] for d, role in ax.items()} or None for ax in axes], structure)
+    stepped = [name for name, m in swapped if isinstance(m, NativeCell)]
+    # A Python loop over time cannot be traced with a symbolic length: trace it at the
+    # example's length, and let fuse_steps make the sequence axis dynamic again.
+    traced_axes = [{d: r for d, r in ax.items() if not (stepped and r == SEQ)} for ax in axes]
+    dynamic_shapes = tree_unflatten([{d: dims[role] for d, role in ax.items()} or None for ax in traced_axes], structure)
     try:
         with _quiet(), packed_sequences_as_lengths():
             program = torch.onnx.export(
@@ -223,6 +233,7 @@ def export(
         defaults = ["Y", "h_n", "c_n"] if bare else [f"output_{i}" for i in range(len(proto.graph.output))]
         rename_outputs(proto, defaults[: len(proto.graph.output)])
     lowered = lower_projections(proto)
+    fused = fuse_steps(proto) if stepped else None
     _drop_opset18_split_attribute(proto)
     proto.ir_version = min(proto.ir_version, onnx.helper.find_min_ir_version_for(list(proto.opset_import)))
     onnx.checker.check_model(proto)
@@ -240,19 +251,24 @@ def export(
         opset=next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
         op_types=dict(op_types),
         recurrences=[
-            {"module": name, "spec": str(native.spec), "onnx": "Scan (projection lowered)" if native.spec.proj_size else f"{native.spec.num_layers} x {ops_name(native.spec)}"}
+            {"module": name, "spec": str(native.spec), "onnx": _onnx_form(native)}
             for name, native in swapped
         ],
         lowered=lowered.lowered,
-        unrolled_cells=cell_modules(model),
         external_data=external,
+        fused=[] if fused is None else fused.fused,
     )
+    seq_dynamic = not stepped or (fused is not None and bool(fused.fused) and all(f.get("dynamic_seq") for f in fused.fused))
+    if stepped and not seq_dynamic:
+        report.unrolled_cells = stepped
+        reasons = "; ".join(f"{r['node']}: {r['reason']}" for r in (fused.left_alone if fused is not None else []))
+        report.notes.append(f"cells stepped in Python stay one node per step, at the example's length only ({reasons or 'no chain found'})")
+    for f in report.fused:
+        report.notes.append(f"{f['steps']} steps of a stepped cell fused into one {f['op']} node over {f['source']}" + (", sequence length dynamic" if f.get("dynamic_seq") else ""))
     if lowered:
         report.notes.append(f"ONNX has no LSTM projection: {len(lowered.lowered)} layer(s) lowered to Scans with the input product hoisted")
-    if report.unrolled_cells:
-        report.notes.append(f"cells called step by step were traced unrolled: {', '.join(report.unrolled_cells)}")
     if check:
-        report.check = check_export(model, example, structure, axes, path, seed=seed)
+        report.check = check_export(model, example, structure, axes if seq_dynamic else traced_axes, path, seed=seed)
     return report
 
 
@@ -288,6 +304,14 @@ def rename_outputs(proto: Any, names: Sequence[str]) -> None:
             vi.name = mapping[vi.name]
 
 
+def _onnx_form(native: Any) -> str:
+    from rnnx.exporters.modules import NativeCell
+
+    if isinstance(native, NativeCell):
+        return f"one {ops_name(native.spec)} step per call"
+    return "Scan (projection lowered)" if native.spec.proj_size else f"{native.spec.num_layers} x {ops_name(native.spec)}"
+
+
 def ops_name(spec: Any) -> str:
     return {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}[spec.cell]
 
@@ -320,7 +344,7 @@ def _compare_at_new_shapes(
     from torch.utils._pytree import tree_flatten, tree_unflatten
 
     for k, (dt, db) in enumerate(((6, 4), (17, 1))):
-        sizes = {SEQ: max(base[SEQ], 1) + dt, BATCH: max(base[BATCH], 1) + db}
+        sizes = {SEQ: base[SEQ] + dt, BATCH: max(base[BATCH], 1) + db}
         inputs = _fresh_inputs(example, axes, sizes, seed + k)
         with torch.no_grad():
             want, _ = tree_flatten(model(*tree_unflatten(list(inputs), structure)))

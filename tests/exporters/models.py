@@ -71,4 +71,30 @@ CASES = [
     Case("gru-batch-first", lambda: nn.GRU(4, 5, num_layers=2, batch_first=True), lambda: (torch.randn(3, 7, 4),), "GRU"),
     Case("rnn-relu", lambda: nn.RNN(4, 5, num_layers=2, nonlinearity="relu", bidirectional=True), lambda: (torch.randn(6, 2, 4),), "RNN"),
     Case("packed-sequence", PackedEncoder, lambda: (torch.randn(3, 7, 4), torch.tensor([7, 5, 2])), "GRU"),
+    Case("lstmcell-stepped", SteppedCell, lambda: (torch.randn(7, 3, 4),), "LSTM"),
 ]
+
+
+class SteppedWithSideUse(nn.Module):
+    """A stepped GRUCell whose every intermediate h also feeds a sum: not one recurrence node."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.GRUCell(4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.new_zeros(x.shape[1], 5)
+        total = x.new_zeros(x.shape[1], 5)
+        for t in range(x.shape[0]):
+            h = self.cell(x[t], h)
+            total = total + torch.relu(h)
+        return total
+
+
+class CalledOnce(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.LSTMCell(4, 6)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> Any:
+        return self.cell(x, (h, c))

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 import rnnx  # noqa: E402
 from rnnx import RNNXError  # noqa: E402
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner  # noqa: E402
-from tests.exporters.models import CASES, Case, SteppedCell  # noqa: E402
+from tests.exporters.models import CASES, CalledOnce, Case, SteppedWithSideUse  # noqa: E402
 
 UNROLLED_OPS = {"Sigmoid", "Tanh", "Gemm"}  # what a decomposed cell leaves in the main graph
 
@@ -87,10 +87,31 @@ def test_size_one_example_axes_are_refused(tmp_path) -> None:
     assert not (tmp_path / "g.onnx").exists()
 
 
-def test_stepped_cells_are_reported_as_unrolled(tmp_path) -> None:
-    report = rnnx.export(SteppedCell(), (torch.randn(5, 3, 4),), tmp_path / "c.onnx", dynamic_axes=[{1: "batch"}])
-    assert report.unrolled_cells == ["cell"]
-    assert any("unrolled" in n for n in report.notes)
+def test_stepped_cell_fuses_into_one_node_with_dynamic_length(tmp_path) -> None:
+    case = next(c for c in CASES if c.name == "lstmcell-stepped")
+    report = rnnx.export(case.make(), case.example(), tmp_path / "c.onnx")
+    assert report.fused == [{"op": "LSTM", "steps": 7, "source": "x", "node": report.fused[0]["node"], "stack": "output_0", "dynamic_seq": True}]
+    proto = onnx.load(str(tmp_path / "c.onnx"))
+    assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "seq"
+    assert len(proto.graph.node) < 10  # torch.onnx's TorchScript exporter writes 1,803 nodes for 100 steps
+    assert {r.seq_len for r in report.check.rows} == {13, 24}
+
+
+def test_a_chain_with_side_uses_is_left_alone_with_a_reason(tmp_path) -> None:
+    report = rnnx.export(SteppedWithSideUse(), (torch.randn(5, 3, 4),), tmp_path / "s.onnx")
+    assert report.passed and not report.fused and report.unrolled_cells == ["cell"]
+    assert any("h is used outside the chain" in n for n in report.notes), report.notes
+    assert {r.seq_len for r in report.check.rows} == {5}  # the graph keeps the example's length
+    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "s.onnx")).graph.node)
+    assert ops["GRU"] == 5 and not UNROLLED_OPS & set(ops)  # one native node per step, not decomposed
+
+
+def test_a_cell_called_once_stays_a_one_step_node(tmp_path) -> None:
+    report = rnnx.export(CalledOnce(), (torch.randn(3, 4), torch.randn(3, 6), torch.randn(3, 6)), tmp_path / "o.onnx",
+                         dynamic_axes=[{0: "batch"}] * 3)
+    assert report.passed
+    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "o.onnx")).graph.node)
+    assert ops["LSTM"] == 1 and not UNROLLED_OPS & set(ops)
 
 
 def test_large_weights_go_to_external_data(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,271 @@
+"""Fuse chains of one-step native nodes (a cell stepped in a Python loop) into one node.
+
+Rules, for LSTM / GRU / RNN nodes in the main graph:
+- a *step* is a forward node without sequence_lens whose X is ``Unsqueeze(Gather(S, t, axis=0), [0])``
+  with a constant scalar ``t``;
+- step B follows step A when B's initial_h (and initial_c) is ``Unsqueeze(Squeeze(A.Y_h))``
+  (and the same for Y_c) and both use the same W, R, B and attributes;
+- a chain fuses when its steps read t = 0, 1, ..., T-1 of one S whose first dimension is
+  T, and no intermediate state is used outside the chain except by a ``Concat(axis=0)``
+  that stacks every step's ``Unsqueeze(h_t, [0])`` in order;
+- the fused node reads all of S: the stack becomes ``Squeeze(Y, [1])`` and the last
+  step's states ``Squeeze(Y_h)`` / ``Squeeze(Y_c)``; when S is a graph input read by
+  nothing else but Shape, its first dimension (and the stack's, if a graph output)
+  becomes the dynamic ``seq``.
+
+A chain that breaks a rule is left alone, and the result says which rule.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+RECURRENT = ("LSTM", "GRU", "RNN")
+
+
+@dataclass
+class FuseResult:
+    fused: list[dict[str, Any]] = field(default_factory=list)
+    left_alone: list[dict[str, str]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.fused)
+
+
+class _Graph:
+    def __init__(self, graph: Any) -> None:
+        from onnx import numpy_helper
+
+        self.graph = graph
+        self.producer = {o: n for n in graph.node for o in n.output if o}
+        self.consumers: dict[str, list[Any]] = defaultdict(list)
+        for n in graph.node:
+            for i in n.input:
+                if i:
+                    self.consumers[i].append(n)
+        self.constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+        for n in graph.node:
+            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+                self.constants[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+        self.outputs = {o.name for o in graph.output}
+
+    def prod(self, name: str, op_type: str) -> Any:
+        node = self.producer.get(name)
+        return node if node is not None and node.op_type == op_type else None
+
+    def axes(self, node: Any) -> list[int] | None:
+        if len(node.input) > 1 and node.input[1] in self.constants:
+            return [int(a) for a in np.atleast_1d(self.constants[node.input[1]])]
+        for a in node.attribute:
+            if a.name == "axes":
+                return list(a.ints)
+        return None
+
+    def attr(self, node: Any, name: str, default: Any = None) -> Any:
+        from onnx import helper
+
+        for a in node.attribute:
+            if a.name == name:
+                return helper.get_attribute_value(a)
+        return default
+
+
+def _step_source(g: _Graph, node: Any) -> tuple[str, int] | None:
+    unsq = g.prod(node.input[0], "Unsqueeze")
+    if unsq is None or g.axes(unsq) != [0]:
+        return None
+    gather = g.prod(unsq.input[0], "Gather")
+    if gather is None or g.attr(gather, "axis", 0) != 0 or gather.input[1] not in g.constants:
+        return None
+    t = g.constants[gather.input[1]]
+    return (gather.input[0], int(t)) if t.ndim == 0 else None
+
+
+def _state_from(g: _Graph, name: str) -> str | None:
+    """``Unsqueeze(Squeeze(Y_h))`` -> Y_h."""
+    unsq = g.prod(name, "Unsqueeze")
+    sq = g.prod(unsq.input[0], "Squeeze") if unsq is not None and g.axes(unsq) == [0] else None
+    return sq.input[0] if sq is not None and g.axes(sq) == [0] else None
+
+
+def _key(node: Any) -> tuple[Any, ...]:
+    attrs = tuple(sorted((a.name, str(a)) for a in node.attribute))
+    return (node.op_type, tuple(node.input[1:4]), attrs)
+
+
+def fuse_steps(model: Any) -> FuseResult:
+    """Fuse every chain of one-step nodes in ``model``'s main graph, in place."""
+    from onnx import helper
+
+    g = _Graph(model.graph)
+    result = FuseResult()
+    steps = {}
+    for node in g.graph.node:
+        if node.op_type not in RECURRENT or g.attr(node, "direction", b"forward") not in (b"forward", "forward"):
+            continue
+        if len(node.input) > 4 and node.input[4]:
+            continue
+        src = _step_source(g, node)
+        if src is not None:
+            steps[id(node)] = (node, src)
+    follows: dict[int, Any] = {}
+    has_prev: set[int] = set()
+    for node, _ in steps.values():
+        if len(node.input) <= 5 or not node.input[5]:
+            continue
+        prev_h = _state_from(g, node.input[5])
+        prev = g.producer.get(prev_h) if prev_h else None
+        if prev is not None and id(prev) in steps and _key(prev) == _key(node) and prev.output[1] == prev_h:
+            if node.op_type == "LSTM" and _state_from(g, node.input[6]) != prev.output[2]:
+                continue
+            follows[id(prev)] = node
+            has_prev.add(id(node))
+    new_nodes: list[Any] = []
+    removed: set[int] = set()
+    for node, _ in steps.values():
+        if id(node) in has_prev:
+            continue
+        chain = [node]
+        while id(chain[-1]) in follows:
+            chain.append(follows[id(chain[-1])])
+        if len(chain) < 2:
+            continue
+        plan = _plan(g, chain, steps)
+        if isinstance(plan, str):
+            result.left_alone.append({"node": chain[0].name, "reason": plan})
+            continue
+        nodes, dead, info = plan
+        new_nodes.extend(nodes)
+        removed |= dead
+        result.fused.append(info)
+    if not result:
+        return result
+    kept = [n for n in g.graph.node if id(n) not in removed]
+    del g.graph.node[:]
+    g.graph.node.extend(kept + new_nodes)
+    _remove_dead(g.graph)
+    _toposort(g.graph)
+    for info in result.fused:
+        _make_sequence_dynamic(model, info)
+    del helper
+    return result
+
+
+def _plan(g: _Graph, chain: list[Any], steps: dict[int, Any]) -> str | tuple[list[Any], set[int], dict[str, Any]]:
+    from onnx import helper
+
+    sources = [steps[id(n)][1] for n in chain]
+    S = sources[0][0]
+    T = len(chain)
+    if any(s != S for s, _ in sources) or [t for _, t in sources] != list(range(T)):
+        return f"steps read {[t for _, t in sources]} of {sorted({s for s, _ in sources})}, not 0..{T - 1} of one tensor"
+    is_lstm = chain[0].op_type == "LSTM"
+    squeezes_h = [_only_squeeze(g, n.output[1]) for n in chain]
+    last = chain[-1]
+    # The last step's c may be unused and dropped from its outputs.
+    last_c = _only_squeeze(g, last.output[2]) if is_lstm and len(last.output) > 2 and last.output[2] else None
+    squeezes_c = [_only_squeeze(g, n.output[2]) if len(n.output) > 2 else None for n in chain[:-1]] if is_lstm else []
+    if any(s is None for s in squeezes_h + squeezes_c):
+        return "a step's state is used other than through Squeeze"
+    if any(g.consumers.get(n.output[0]) for n in chain if n.output[0]):
+        return "a step's Y output is used; only its states may be"
+    chain_ids = {id(n) for n in chain}
+    stack = None
+    for k, sq in enumerate(squeezes_h):
+        for user in g.consumers.get(sq.output[0], []):
+            if user.op_type == "Unsqueeze" and g.axes(user) == [0]:
+                others = [c for c in g.consumers.get(user.output[0], []) if id(c) not in chain_ids]
+                if not others:
+                    continue  # feeds the next step only
+                if len(others) == 1 and others[0].op_type == "Concat" and (stack is None or others[0] is stack):
+                    stack = others[0]  # the outputs stacked over time
+                    continue
+            if k == T - 1:
+                continue  # the final state may go anywhere
+            return f"step {k}'s h is used outside the chain by {user.op_type} {user.name!r}"
+        if k < T - 1 and sq.output[0] in g.outputs:
+            return f"step {k}'s h is a graph output"
+    for k, sq in enumerate(squeezes_c):
+        users = g.consumers.get(sq.output[0], [])
+        if sq.output[0] in g.outputs or any(id(c) not in chain_ids for u in users for c in g.consumers.get(u.output[0], [])):
+            return f"step {k}'s c is used outside the chain"
+    if stack is not None:
+        stacked = [g.prod(i, "Unsqueeze") for i in stack.input]
+        if g.attr(stack, "axis") != 0 or [u.input[0] if u is not None else None for u in stacked] != [s.output[0] for s in squeezes_h]:
+            return "the steps' outputs are concatenated in another order or with other tensors"
+    first = chain[0]
+    prefix = f"{first.name or first.op_type}_fused"
+    ins = [S] + list(first.input[1:4]) + [""] + list(first.input[5:7] if is_lstm else first.input[5:6])
+    outs = [f"{prefix}_Y", f"{prefix}_Y_h"] + ([f"{prefix}_Y_c"] if is_lstm else [])
+    nodes = [helper.make_node(first.op_type, ins, outs, name=prefix, **{a.name: helper.get_attribute_value(a) for a in first.attribute})]
+    axis1, axis0 = f"{prefix}_axis1", f"{prefix}_axis0"
+    nodes.append(helper.make_node("Constant", [], [axis1], value=helper.make_tensor(axis1, 7, [1], [1])))
+    nodes.append(helper.make_node("Constant", [], [axis0], value=helper.make_tensor(axis0, 7, [1], [0])))
+    if stack is not None:
+        nodes.append(helper.make_node("Squeeze", [outs[0], axis1], [stack.output[0]]))
+    nodes.append(helper.make_node("Squeeze", [outs[1], axis0], [squeezes_h[-1].output[0]]))
+    if last_c is not None:
+        nodes.append(helper.make_node("Squeeze", [outs[2], axis0], [last_c.output[0]]))
+    dead = {id(n) for n in chain} | {id(squeezes_h[-1])} | ({id(last_c)} if last_c is not None else set()) | ({id(stack)} if stack is not None else set())
+    info = {"op": first.op_type, "steps": T, "source": S, "node": prefix, "stack": stack.output[0] if stack is not None else None}
+    return nodes, dead, info
+
+
+def _only_squeeze(g: _Graph, name: str) -> Any:
+    users = g.consumers.get(name, [])
+    if name in g.outputs or len(users) != 1 or users[0].op_type != "Squeeze" or g.axes(users[0]) != [0]:
+        return None
+    return users[0]
+
+
+def _remove_dead(graph: Any) -> None:
+    live = {o.name for o in graph.output}
+    for sub in graph.node:  # names used inside subgraphs count as live
+        for a in sub.attribute:
+            if a.type == a.GRAPH:
+                live |= {i for n in a.g.node for i in n.input}
+    changed = True
+    nodes = list(graph.node)
+    while changed:
+        used = live | {i for n in nodes for i in n.input}
+        keep = [n for n in nodes if any(o in used for o in n.output)]
+        changed = len(keep) != len(nodes)
+        nodes = keep
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used = {i for n in nodes for i in n.input}
+    inits = [i for i in graph.initializer if i.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
+
+
+def _toposort(graph: Any) -> None:
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    pending, ordered = list(graph.node), []
+    while pending:
+        ready = [n for n in pending if all(i in available for i in n.input)]
+        if not ready:  # outer-scope names of subgraphs etc.: keep the rest in their order
+            ordered += pending
+            break
+        for n in ready:
+            ordered.append(n)
+            available |= set(n.output)
+        pending = [n for n in pending if n not in ready]
+    del graph.node[:]
+    graph.node.extend(ordered)
+
+
+def _make_sequence_dynamic(model: Any, info: dict[str, Any]) -> None:
+    graph = model.graph
+    consumers = [n for n in graph.node if info["source"] in n.input]
+    if not all(n.op_type == "Shape" or n.name == info["node"] for n in consumers):
+        return
+    for vi in list(graph.input) + list(graph.output):
+        if vi.name in (info["source"], info["stack"]) and vi.type.tensor_type.shape.dim:
+            vi.type.tensor_type.shape.dim[0].dim_param = "seq"
+    info["dynamic_seq"] = True
+    del graph.value_info[:]
