@@ -268,7 +268,8 @@ def export(
     if lowered:
         report.notes.append(f"ONNX has no LSTM projection: {len(lowered.lowered)} layer(s) lowered to Scans with the input product hoisted")
     if check:
-        report.check = check_export(model, example, structure, axes if seq_dynamic else traced_axes, path, seed=seed)
+        fixed_seq = None if seq_dynamic else max((int(x.shape[d]) for x, ax in zip(example, axes) for d, r in ax.items() if r == SEQ), default=None)
+        report.check = check_export(model, example, structure, axes if seq_dynamic else traced_axes, path, seed=seed, fixed_seq=fixed_seq)
     return report
 
 
@@ -316,8 +317,11 @@ def ops_name(spec: Any) -> str:
     return {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}[spec.cell]
 
 
-def check_export(model: Any, example: Sequence[Any], structure: Any, axes: Sequence[dict[int, str]], path: Path, seed: int = 0) -> parity.ParityReport:
-    """ONNX Runtime against the original module at two shapes unlike the example's."""
+def check_export(
+    model: Any, example: Sequence[Any], structure: Any, axes: Sequence[dict[int, str]], path: Path, seed: int = 0, fixed_seq: int | None = None
+) -> parity.ParityReport:
+    """ONNX Runtime against the original module at two shapes unlike the example's
+    (the batch only, with ``fixed_seq``, when the graph keeps the example's length)."""
     from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 
     runner = OnnxRuntimeRunner(path)
@@ -331,20 +335,21 @@ def check_export(model: Any, example: Sequence[Any], structure: Any, axes: Seque
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
-            _compare_at_new_shapes(model, example, structure, axes, runner, base, seed, report)
+            _compare_at_new_shapes(model, example, structure, axes, runner, base, seed, report, fixed_seq)
     finally:
         model.train(was_training)
     return report
 
 
 def _compare_at_new_shapes(
-    model: Any, example: Sequence[Any], structure: Any, axes: Sequence[dict[int, str]], runner: Any, base: dict[str, int], seed: int, report: parity.ParityReport
+    model: Any, example: Sequence[Any], structure: Any, axes: Sequence[dict[int, str]], runner: Any, base: dict[str, int], seed: int,
+    report: parity.ParityReport, fixed_seq: int | None = None,
 ) -> None:
     import torch
     from torch.utils._pytree import tree_flatten, tree_unflatten
 
     for k, (dt, db) in enumerate(((6, 4), (17, 1))):
-        sizes = {SEQ: base[SEQ] + dt, BATCH: max(base[BATCH], 1) + db}
+        sizes = {SEQ: fixed_seq if fixed_seq is not None else base[SEQ] + dt, BATCH: max(base[BATCH], 1) + db}
         inputs = _fresh_inputs(example, axes, sizes, seed + k)
         with torch.no_grad():
             want, _ = tree_flatten(model(*tree_unflatten(list(inputs), structure)))
