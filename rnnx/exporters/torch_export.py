@@ -25,10 +25,8 @@ import numpy as np
 
 from rnnx import parity
 from rnnx.errors import RNNXError
-from rnnx.fileio import atomic_output
 
 DEFAULT_OPSET = 17
-EXTERNAL_DATA_BYTES = 1_800_000_000  # below protobuf's 2 GiB limit, with room for the graph
 SEQ, BATCH = "seq", "batch"
 
 
@@ -186,6 +184,7 @@ def export(
 
     from rnnx.exporters import ops
     from rnnx.exporters.modules import CELL_MODULES, RECURRENT_MODULES, NativeCell, packed_sequences_as_lengths, swap_recurrent_modules
+    from rnnx.graphs.build import save_model
     from rnnx.graphs.fuse_steps import fuse_steps
     from rnnx.graphs.lower import lower_projections
 
@@ -238,13 +237,7 @@ def export(
     proto.ir_version = min(proto.ir_version, onnx.helper.find_min_ir_version_for(list(proto.opset_import)))
     onnx.checker.check_model(proto)
     proto = onnx.shape_inference.infer_shapes(proto)
-    size = sum(t.ByteSize() for t in proto.graph.initializer)
-    external = size > EXTERNAL_DATA_BYTES
-    with atomic_output(path) as tmp:
-        if external:
-            onnx.save(proto, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data")
-        else:
-            onnx.save(proto, str(tmp))
+    external = save_model(proto, path)
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
     report = ExportReport(
         path=str(path),

@@ -119,8 +119,18 @@ def build_stack_model(
     return model
 
 
-def save_model(model: Any, path: Path) -> None:
+EXTERNAL_DATA_BYTES = 1_800_000_000  # below protobuf's 2 GiB limit, with room for the graph
+
+
+def save_model(model: Any, path: Path) -> bool:
+    """Write atomically; weights past protobuf's limit go to ``<name>.data`` beside it. Says whether they did."""
     import onnx
 
-    with atomic_output(Path(path)) as tmp:
-        onnx.save(model, str(tmp))
+    path = Path(path)
+    external = sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES
+    with atomic_output(path) as tmp:
+        if external:
+            onnx.save(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data")
+        else:
+            onnx.save(model, str(tmp))
+    return external

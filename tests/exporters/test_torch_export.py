@@ -116,9 +116,9 @@ def test_a_cell_called_once_stays_a_one_step_node(tmp_path) -> None:
 
 def test_large_weights_go_to_external_data(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the protobuf limit weights are written as external data (limit lowered for the test)."""
-    from rnnx.exporters import torch_export
+    from rnnx.graphs import build
 
-    monkeypatch.setattr(torch_export, "EXTERNAL_DATA_BYTES", 1000)
+    monkeypatch.setattr(build, "EXTERNAL_DATA_BYTES", 1000)
     path = tmp_path / "big.onnx"
     report = rnnx.export(torch.nn.LSTM(16, 32), (torch.randn(4, 2, 16),), path)
     assert report.external_data and report.passed
