@@ -68,6 +68,20 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    import copy
+
+    from rnnx.graphs.find import load_model
+    from rnnx.graphs.fuse_steps import fuse_steps
+    from rnnx.graphs.inspect import as_json, as_text, inspect_model
+
+    model = load_model(args.model)
+    reports = inspect_model(model)
+    fusable = fuse_steps(copy.deepcopy(model)).fused
+    print(json.dumps(as_json(reports, fusable), indent=2, default=str) if args.json else as_text(reports, fusable))
+    return 0
+
+
 def _cmd_layout(args: argparse.Namespace) -> int:
     from rnnx import api
     from rnnx.formats import cudnn
@@ -142,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime check")
     p.add_argument("--json", action="store_true", help="print the export report as JSON on stdout")
     p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("inspect", help="list the LSTM/GRU/RNN nodes of an ONNX model and which backends accept them",
+                       description="Find every LSTM, GRU and RNN node (subgraphs included), say what it is, where its weights come from, "
+                       "and whether ONNX Runtime, TensorRT's ONNX parser and cuDNN accept it as it is.")
+    p.add_argument("model", type=Path, help="ONNX model")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("layout", help="print cuDNN's offset table for a spec or a weights file",
                        description="Print where each gate's matrix and bias lies in cuDNN's packed weight space.")

@@ -1,0 +1,87 @@
+"""rnnx inspect: node facts, weight sources, and backend rules (ONNX Runtime's pinned by running it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import rnnx
+from rnnx import RNNSpec, RNNWeights, RNNXError
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.graphs.build import build_stack_model
+from rnnx.graphs.inspect import inspect_model
+
+
+def _single_node_model(op: str, weights: RNNWeights, **attrs) -> onnx.ModelProto:
+    (node_w,) = rnnx.to_format(weights, "onnx")
+    keys = [k for k in ("W", "R", "B") if k in node_w]
+    inits = [numpy_helper.from_array(node_w[k], k) for k in keys]
+    inputs = ["X"] + keys
+    if "P" in node_w:
+        inputs += ["", "", "", "P"]
+        inits.append(numpy_helper.from_array(node_w["P"], "P"))
+    node = helper.make_node(op, inputs, ["Y"], name="n", hidden_size=weights.spec.hidden_size, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_rnnx_stacks_are_accepted_everywhere() -> None:
+    model = build_stack_model(RNNWeights.random(RNNSpec.parse("lstm,input=3,hidden=4,layers=2,bidirectional")))
+    reports = inspect_model(model)
+    assert [r.name for r in reports] == ["LSTM_l0", "LSTM_l1"] and {r.stack for r in reports} == {"LSTM_l0"}
+    assert reports[1].input_size == 8 and reports[1].hidden_size == 4
+    assert all(not reasons for r in reports for reasons in r.backends.values())
+    assert reports[0].weight_sources == {"W": "initializer", "R": "initializer", "B": "initializer"}
+
+
+def test_layout_1_is_refused_by_onnx_runtime_as_inspect_says() -> None:
+    weights = RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"))
+    model = _single_node_model("GRU", weights, layout=1, linear_before_reset=1)
+    (report,) = inspect_model(model)
+    assert report.layout == 1 and report.backends["onnxruntime"] and report.backends["tensorrt"]
+    with pytest.raises(RNNXError):  # the rule is ONNX Runtime's own behaviour
+        OnnxRuntimeRunner(model)({"X": np.zeros((2, 5, 3), np.float32)})
+    layout0 = _single_node_model("GRU", weights, linear_before_reset=1)
+    OnnxRuntimeRunner(layout0)({"X": np.zeros((5, 2, 3), np.float32)})
+    assert not inspect_model(layout0)[0].backends["onnxruntime"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "op", "attrs", "backend", "fragment"),
+    [
+        ("gru,input=3,hidden=4,reset_before", "GRU", {}, "cudnn", "linear_before_reset=0"),
+        ("lstm,input=3,hidden=4,peepholes", "LSTM", {}, "cudnn", "peepholes"),
+        ("lstm,input=3,hidden=4", "LSTM", {"clip": 2.0}, "cudnn", "clip=2.0"),
+        ("lstm,input=3,hidden=4", "LSTM", {"input_forget": 1}, "tensorrt", "input_forget=1"),
+        ("rnn_tanh,input=3,hidden=4,bidirectional", "RNN", {"direction": "bidirectional", "activations": ["Tanh", "Relu"]}, "tensorrt", "reverse activations"),
+        ("rnn_tanh,input=3,hidden=4,reverse", "RNN", {"direction": "reverse"}, "cudnn", "reverse-only"),
+    ],
+)
+def test_backend_refusals(spec: str, op: str, attrs: dict, backend: str, fragment: str) -> None:
+    weights = RNNWeights.random(RNNSpec.parse(spec))
+    (report,) = inspect_model(_single_node_model(op, weights, **attrs))
+    assert any(fragment in reason for reason in report.backends[backend]), report.backends
+
+
+def test_cli_json_and_subgraphs(tmp_path) -> None:
+    weights = RNNWeights.random(RNNSpec.parse("rnn_relu,input=2,hidden=3"))
+    inner = _single_node_model("RNN", weights, activations=["Relu"]).graph
+    inner.input.pop()  # the subgraph reads X from the outer scope
+    cond = helper.make_node("If", ["c"], ["Y"], then_branch=inner, else_branch=inner)
+    graph = helper.make_graph([cond], "outer", [helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+                                                helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, None)])
+    path = tmp_path / "if.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    out = subprocess.run([sys.executable, "-m", "rnnx.cli", "inspect", str(path), "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    nodes = json.loads(out.stdout)["nodes"]
+    assert sorted(n["graph"] for n in nodes) == ["main/If.else_branch", "main/If.then_branch"]
+    assert nodes[0]["activations"] == ["Relu"] and not nodes[0]["backends"]["cudnn"]
