@@ -180,7 +180,12 @@ def export(
 ) -> ExportReport:
     """Export ``model`` to ``path`` with native LSTM/GRU/RNN nodes and check it."""
     import onnx
-    import torch
+
+    try:
+        import onnxscript  # noqa: F401  torch.onnx's exporter and rnnx's translations are written in it
+        import torch
+    except ImportError as exc:
+        raise RNNXError(f"rnnx export needs {exc.name}, which is not installed: pip install 'rnnx[torch]'") from None
 
     from rnnx.exporters import ops
     from rnnx.exporters.modules import CELL_MODULES, RECURRENT_MODULES, NativeCell, packed_sequences_as_lengths, swap_recurrent_modules
