@@ -82,6 +82,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fuse(args: argparse.Namespace) -> int:
+    from rnnx.graphs.fuse import fuse_file
+
+    report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    return 0
+
+
 def _cmd_layout(args: argparse.Namespace) -> int:
     from rnnx import api
     from rnnx.formats import cudnn
@@ -163,6 +171,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", type=Path, help="ONNX model")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("fuse", help="turn decomposed or unrolled LSTM cells of an ONNX model into native nodes, checked",
+                       description="Recognise LSTM cells that an exporter decomposed (MatMul/Gemm + Split + Sigmoid/Tanh + Mul/Add), make each "
+                       "a native LSTM step, join chains of steps over a sequence into one node with a dynamic length, and check the result "
+                       "against the input in ONNX Runtime. Say what was left alone and why.")
+    p.add_argument("model", type=Path, help="ONNX model (never modified)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="fused ONNX model (written atomically)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the check's inputs")
+    p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime comparison")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.set_defaults(func=_cmd_fuse)
 
     p = sub.add_parser("layout", help="print cuDNN's offset table for a spec or a weights file",
                        description="Print where each gate's matrix and bias lies in cuDNN's packed weight space.")

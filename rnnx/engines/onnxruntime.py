@@ -38,4 +38,8 @@ class OnnxRuntimeRunner:
         missing = [n for n in self.input_names if n not in feed]
         if missing:
             raise RNNXError(f"ONNX model: expected inputs {self.input_names}, missing {missing}")
-        return dict(zip(self.output_names, self.session.run(self.output_names, feed)))
+        try:
+            outputs = self.session.run(self.output_names, feed)
+        except Exception as exc:  # onnxruntime's InvalidArgument / Fail: shapes or types the model does not take
+            raise RNNXError(f"ONNX Runtime could not run the model: {' '.join(str(exc).split())[:300]}") from None
+        return dict(zip(self.output_names, outputs))

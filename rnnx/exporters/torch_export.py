@@ -191,6 +191,7 @@ def export(
     from rnnx.exporters.modules import CELL_MODULES, RECURRENT_MODULES, NativeCell, packed_sequences_as_lengths, swap_recurrent_modules
     from rnnx.graphs.build import save_model
     from rnnx.graphs.fuse_steps import fuse_steps
+    from rnnx.graphs.legalize import drop_opset18_split_attribute
     from rnnx.graphs.lower import lower_projections
 
     from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -238,7 +239,7 @@ def export(
         rename_outputs(proto, defaults[: len(proto.graph.output)])
     lowered = lower_projections(proto)
     fused = fuse_steps(proto) if stepped else None
-    _drop_opset18_split_attribute(proto)
+    drop_opset18_split_attribute(proto)
     proto.ir_version = min(proto.ir_version, onnx.helper.find_min_ir_version_for(list(proto.opset_import)))
     onnx.checker.check_model(proto)
     proto = onnx.shape_inference.infer_shapes(proto)
@@ -269,21 +270,6 @@ def export(
         fixed_seq = None if seq_dynamic else max((int(x.shape[d]) for x, ax in zip(example, axes) for d, r in ax.items() if r == SEQ), default=None)
         report.check = check_export(model, example, structure, axes if seq_dynamic else traced_axes, path, seed=seed, fixed_seq=fixed_seq)
     return report
-
-
-def _drop_opset18_split_attribute(proto: Any) -> None:
-    """torch.onnx builds at opset 18 and converts down; the conversion keeps Split's
-    ``num_outputs`` (new in 18), which opset 17 rejects. Without it, opset 17 splits into
-    as many equal parts as the node has outputs: the same thing for even splits, and the
-    self-check catches any other."""
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 18)
-    if opset >= 18:
-        return
-    for node in proto.graph.node:
-        if node.op_type == "Split":
-            keep = [a for a in node.attribute if a.name != "num_outputs"]
-            del node.attribute[:]
-            node.attribute.extend(keep)
 
 
 def rename_outputs(proto: Any, names: Sequence[str]) -> None:
