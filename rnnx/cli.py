@@ -90,6 +90,16 @@ def _cmd_fuse(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from rnnx.engines.doctor import as_text, environment, layout_check
+
+    info, check = environment(), layout_check()
+    print(json.dumps({"environment": info, "cudnn_layout": check}, indent=2, default=str) if args.json else as_text(info, check))
+    if check is not None and not check["passed"]:
+        raise ParityError("rnnx's cuDNN offset table disagrees with this GPU's cuDNN or PyTorch; do not use cuDNN blobs here")
+    return 0
+
+
 def _cmd_layout(args: argparse.Namespace) -> int:
     from rnnx import api
     from rnnx.formats import cudnn
@@ -182,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime comparison")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.set_defaults(func=_cmd_fuse)
+
+    p = sub.add_parser("doctor", help="show what is installed and check the cuDNN layout against this GPU",
+                       description="Print versions of rnnx's dependencies, ONNX Runtime providers and the GPU; where a GPU with cuDNN is present, "
+                       "check rnnx's cuDNN offset table against cudnnGetRNNWeightParams and PyTorch's flattened buffer (exit 1 on a mismatch).")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.set_defaults(func=_cmd_doctor)
 
     p = sub.add_parser("layout", help="print cuDNN's offset table for a spec or a weights file",
                        description="Print where each gate's matrix and bias lies in cuDNN's packed weight space.")
