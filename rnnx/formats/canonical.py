@@ -11,7 +11,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import read_safetensors, safetensors_metadata, write_safetensors
-from rnnx.formats.registry import Format, register
+from rnnx.formats.registry import Format, register, settle_spec
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
@@ -36,10 +36,9 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
     tensors, meta = read_safetensors(path)
     if meta.get("format") != MARKER or "spec" not in meta:
         raise RNNXError(f"{path}: expected rnnx canonical weights (metadata format=rnnx with a spec), found none")
-    stored = RNNSpec.parse(meta["spec"])
-    if spec is not None and spec != stored:
-        raise RNNXError(f"{path}: --spec {spec} disagrees with the file's own spec {stored}; drop --spec")
-    return RNNWeights(stored, tensors)
+    settled = settle_spec(path, spec, meta["spec"])
+    assert settled is not None
+    return RNNWeights(settled, tensors)
 
 
 def write(weights: RNNWeights, path: Path) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import read_safetensors, safetensors_metadata, write_safetensors
-from rnnx.formats.registry import Format, register
+from rnnx.formats.registry import Format, register, settle_spec
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights, tensor_name
 
@@ -162,10 +162,7 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
     tensors, meta = read_safetensors(path)
     if meta.get("format") != MARKER or BLOB_KEY not in tensors:
         raise RNNXError(f"{path}: expected a cuDNN blob file (metadata format={MARKER}, tensor {BLOB_KEY!r}), found neither")
-    stored = RNNSpec.parse(meta["spec"]) if "spec" in meta else None
-    if spec is not None and stored is not None and spec != stored:
-        raise RNNXError(f"{path}: --spec {spec} disagrees with the file's own spec {stored}; drop --spec")
-    spec = spec or stored
+    spec = settle_spec(path, spec, meta.get("spec"))
     if spec is None:
         raise RNNXError(f"{path}: the blob carries no spec in its metadata; pass --spec")
     if "table" in meta:

@@ -15,7 +15,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, require_file
-from rnnx.formats.registry import Format, register
+from rnnx.formats.registry import Format, register, settle_spec
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
 
@@ -87,12 +87,7 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
         raise RNNXError(f"{path}: cannot read as .npz ({exc}); the file is damaged or not numpy's format") from None
     if NPZ_KEY not in arrays:
         raise RNNXError(f"{path}: expected an array named {NPZ_KEY!r} (the flat vector), found {sorted(arrays) or 'none'}")
-    stored = str(arrays["spec"]) if "spec" in arrays else None
-    if stored is not None:
-        stored_spec = RNNSpec.parse(stored)
-        if spec is not None and spec != stored_spec:
-            raise RNNXError(f"{path}: --spec {spec} disagrees with the file's own spec {stored_spec}; drop --spec")
-        spec = stored_spec
+    spec = settle_spec(path, spec, str(arrays["spec"]) if "spec" in arrays else None)
     return from_native(arrays[NPZ_KEY], spec)
 
 

@@ -55,6 +55,14 @@ def names() -> list[str]:
     return sorted(_FORMATS)
 
 
+def settle_spec(path: Path, given: RNNSpec | None, stored: str | None) -> RNNSpec | None:
+    """The spec a file records, unless the user's --spec says otherwise: then refuse."""
+    recorded = RNNSpec.parse(stored) if stored is not None else None
+    if given is not None and recorded is not None and given != recorded:
+        raise RNNXError(f"{path}: --spec {given} disagrees with the file's own spec {recorded}; drop --spec")
+    return given or recorded
+
+
 def detect(path: Path) -> Format:
     """The one format that claims a file, from its extension and then its content."""
     suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix

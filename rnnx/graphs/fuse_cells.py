@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.formats.onnx import GATE_ORDER
-from rnnx.graphs.fuse_steps import _Graph, _remove_dead, _toposort
+from rnnx.graphs.index import GraphIndex, rewrite
 
 
 @dataclass
@@ -33,7 +33,7 @@ class CellFuseResult:
         return bool(self.fused)
 
 
-def _terms(g: _Graph, name: str, depth: int = 0) -> list[tuple[str, Any]] | None:
+def _terms(g: GraphIndex, name: str, depth: int = 0) -> list[tuple[str, Any]] | None:
     """A sum of linear terms as [("linear", (input, W_rows_by_in, node)), ("bias", vector)]."""
     node = g.producer.get(name)
     if name in g.constants:
@@ -61,12 +61,12 @@ def _terms(g: _Graph, name: str, depth: int = 0) -> list[tuple[str, Any]] | None
     return None
 
 
-def _single_consumer(g: _Graph, name: str, op_type: str) -> Any:
+def _single_consumer(g: GraphIndex, name: str, op_type: str) -> Any:
     users = g.consumers.get(name, [])
     return users[0] if len(users) == 1 and users[0].op_type == op_type and name not in g.outputs else None
 
 
-def _match(g: _Graph, split: Any) -> str | dict[str, Any]:
+def _match(g: GraphIndex, split: Any) -> str | dict[str, Any]:
     parts = list(split.output)
     acts = [_single_consumer(g, p, "Sigmoid") or _single_consumer(g, p, "Tanh") for p in parts]
     if any(a is None for a in acts):
@@ -140,7 +140,7 @@ def fuse_cells(model: Any) -> CellFuseResult:
     """Replace decomposed LSTM cells of the main graph by one-step LSTM nodes, in place."""
     from onnx import helper, numpy_helper
 
-    g = _Graph(model.graph)
+    g = GraphIndex(model.graph)
     result = CellFuseResult()
     shared: dict[tuple[bytes, ...], str] = {}
     new_nodes, removed, inits = [], set(), []
@@ -175,10 +175,5 @@ def fuse_cells(model: Any) -> CellFuseResult:
         result.fused.append(step)
     if not result:
         return result
-    kept = [n for n in g.graph.node if id(n) not in removed]
-    del g.graph.node[:]
-    g.graph.node.extend(kept + new_nodes)
-    g.graph.initializer.extend(inits)
-    _remove_dead(g.graph)
-    _toposort(g.graph)
+    rewrite(g.graph, removed, new_nodes, inits)
     return result

@@ -18,11 +18,10 @@ A chain that breaks a rule is left alone, and the result says which rule.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+from rnnx.graphs.index import GraphIndex, rewrite
 
 RECURRENT = ("LSTM", "GRU", "RNN")
 
@@ -36,45 +35,7 @@ class FuseResult:
         return bool(self.fused)
 
 
-class _Graph:
-    def __init__(self, graph: Any) -> None:
-        from onnx import numpy_helper
-
-        self.graph = graph
-        self.producer = {o: n for n in graph.node for o in n.output if o}
-        self.consumers: dict[str, list[Any]] = defaultdict(list)
-        for n in graph.node:
-            for i in n.input:
-                if i:
-                    self.consumers[i].append(n)
-        self.constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-        for n in graph.node:
-            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-                self.constants[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-        self.outputs = {o.name for o in graph.output}
-
-    def prod(self, name: str, op_type: str) -> Any:
-        node = self.producer.get(name)
-        return node if node is not None and node.op_type == op_type else None
-
-    def axes(self, node: Any) -> list[int] | None:
-        if len(node.input) > 1 and node.input[1] in self.constants:
-            return [int(a) for a in np.atleast_1d(self.constants[node.input[1]])]
-        for a in node.attribute:
-            if a.name == "axes":
-                return list(a.ints)
-        return None
-
-    def attr(self, node: Any, name: str, default: Any = None) -> Any:
-        from onnx import helper
-
-        for a in node.attribute:
-            if a.name == name:
-                return helper.get_attribute_value(a)
-        return default
-
-
-def _step_source(g: _Graph, node: Any) -> tuple[str, int] | None:
+def _step_source(g: GraphIndex, node: Any) -> tuple[str, int] | None:
     unsq = g.prod(node.input[0], "Unsqueeze")
     if unsq is None or g.axes(unsq) != [0]:
         return None
@@ -85,7 +46,7 @@ def _step_source(g: _Graph, node: Any) -> tuple[str, int] | None:
     return (gather.input[0], int(t)) if t.ndim == 0 else None
 
 
-def _state_from(g: _Graph, name: str) -> str | None:
+def _state_from(g: GraphIndex, name: str) -> str | None:
     """``Unsqueeze(Squeeze(Y_h))`` -> Y_h."""
     unsq = g.prod(name, "Unsqueeze")
     sq = g.prod(unsq.input[0], "Squeeze") if unsq is not None and g.axes(unsq) == [0] else None
@@ -99,9 +60,7 @@ def _key(node: Any) -> tuple[Any, ...]:
 
 def fuse_steps(model: Any) -> FuseResult:
     """Fuse every chain of one-step nodes in ``model``'s main graph, in place."""
-    from onnx import helper
-
-    g = _Graph(model.graph)
+    g = GraphIndex(model.graph)
     result = FuseResult()
     steps = {}
     for node in g.graph.node:
@@ -144,19 +103,14 @@ def fuse_steps(model: Any) -> FuseResult:
         result.fused.append(info)
     if not result:
         return result
-    kept = [n for n in g.graph.node if id(n) not in removed]
-    del g.graph.node[:]
-    g.graph.node.extend(kept + new_nodes)
-    _remove_dead(g.graph)
-    _toposort(g.graph)
+    rewrite(g.graph, removed, new_nodes)
     for info in result.fused:
         _make_sequence_dynamic(model, info)
-    del helper
     return result
 
 
-def _plan(g: _Graph, chain: list[Any], steps: dict[int, Any]) -> str | tuple[list[Any], set[int], dict[str, Any]]:
-    from onnx import helper
+def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple[list[Any], set[int], dict[str, Any]]:
+    from onnx import TensorProto, helper
 
     sources = [steps[id(n)][1] for n in chain]
     S = sources[0][0]
@@ -203,8 +157,8 @@ def _plan(g: _Graph, chain: list[Any], steps: dict[int, Any]) -> str | tuple[lis
     outs = [f"{prefix}_Y", f"{prefix}_Y_h"] + ([f"{prefix}_Y_c"] if is_lstm else [])
     nodes = [helper.make_node(first.op_type, ins, outs, name=prefix, **{a.name: helper.get_attribute_value(a) for a in first.attribute})]
     axis1, axis0 = f"{prefix}_axis1", f"{prefix}_axis0"
-    nodes.append(helper.make_node("Constant", [], [axis1], value=helper.make_tensor(axis1, 7, [1], [1])))
-    nodes.append(helper.make_node("Constant", [], [axis0], value=helper.make_tensor(axis0, 7, [1], [0])))
+    nodes.append(helper.make_node("Constant", [], [axis1], value=helper.make_tensor(axis1, TensorProto.INT64, [1], [1])))
+    nodes.append(helper.make_node("Constant", [], [axis0], value=helper.make_tensor(axis0, TensorProto.INT64, [1], [0])))
     if stack is not None:
         nodes.append(helper.make_node("Squeeze", [outs[0], axis1], [stack.output[0]]))
     nodes.append(helper.make_node("Squeeze", [outs[1], axis0], [squeezes_h[-1].output[0]]))
@@ -215,48 +169,11 @@ def _plan(g: _Graph, chain: list[Any], steps: dict[int, Any]) -> str | tuple[lis
     return nodes, dead, info
 
 
-def _only_squeeze(g: _Graph, name: str) -> Any:
+def _only_squeeze(g: GraphIndex, name: str) -> Any:
     users = g.consumers.get(name, [])
     if name in g.outputs or len(users) != 1 or users[0].op_type != "Squeeze" or g.axes(users[0]) != [0]:
         return None
     return users[0]
-
-
-def _remove_dead(graph: Any) -> None:
-    live = {o.name for o in graph.output}
-    for sub in graph.node:  # names used inside subgraphs count as live
-        for a in sub.attribute:
-            if a.type == a.GRAPH:
-                live |= {i for n in a.g.node for i in n.input}
-    changed = True
-    nodes = list(graph.node)
-    while changed:
-        used = live | {i for n in nodes for i in n.input}
-        keep = [n for n in nodes if any(o in used for o in n.output)]
-        changed = len(keep) != len(nodes)
-        nodes = keep
-    del graph.node[:]
-    graph.node.extend(nodes)
-    used = {i for n in nodes for i in n.input}
-    inits = [i for i in graph.initializer if i.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(inits)
-
-
-def _toposort(graph: Any) -> None:
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
-    pending, ordered = list(graph.node), []
-    while pending:
-        ready = [n for n in pending if all(i in available for i in n.input)]
-        if not ready:  # outer-scope names of subgraphs etc.: keep the rest in their order
-            ordered += pending
-            break
-        for n in ready:
-            ordered.append(n)
-            available |= set(n.output)
-        pending = [n for n in pending if n not in ready]
-    del graph.node[:]
-    graph.node.extend(ordered)
 
 
 def _make_sequence_dynamic(model: Any, info: dict[str, Any]) -> None:
