@@ -1,7 +1,7 @@
-"""Recognise LSTM cells that an exporter decomposed into elementwise ops; make each a native
-one-step LSTM node (which :mod:`rnnx.graphs.fuse_steps` then joins over time).
+"""Recognise LSTM and GRU cells that an exporter decomposed into elementwise ops; make each a
+native one-step node (which :mod:`rnnx.graphs.fuse_steps` then joins over time).
 
-Rules, per candidate (a ``Split`` into 4 equal parts along the last axis):
+LSTM rules, per candidate (a ``Split`` into 4 equal parts along the last axis):
 - the Split's input is a sum of linear terms and constant biases: ``Gemm(t, W, b)``
   (alpha = beta = 1, transA = 0), ``MatMul(t, W)``, with W and b constants; exactly two
   distinct tensors are multiplied, one by a (4H, H) matrix (the state h) and one by a
@@ -10,6 +10,13 @@ Rules, per candidate (a ``Split`` into 4 equal parts along the last axis):
   (the candidate g) and three through Sigmoid; ``c' = f*c + i*g`` and ``h' = o*tanh(c')``
   name i (multiplied with g), f (with the old c) and o (with tanh c');
 - nothing inside the cell is used outside it, except h' and c'.
+
+GRU rules, per candidate (a ``Tanh`` whose input is ``Add(a, Mul(b, r))``), as PyTorch's
+GRUCell decomposes (reset after the recurrent product, ONNX ``linear_before_reset=1``):
+- ``a`` and ``b`` are parts of two 3-way Splits, of a constant linear map of x (plus bias)
+  and of h (plus bias); r = Sigmoid(x part + h part) at one position, z at the other;
+- ``h' = (h - n) * z + n``; nothing else inside the cell is used outside it.
+
 A candidate that breaks a rule is left alone and the result says which rule.
 """
 
@@ -136,6 +143,94 @@ def _match(g: GraphIndex, split: Any) -> str | dict[str, Any]:
     }
 
 
+def _linear_of(g: GraphIndex, name: str) -> tuple[str, np.ndarray, np.ndarray | None] | None:
+    """(input, W rows-by-input, bias) of a constant linear map feeding ``name``."""
+    terms = _terms(g, name)
+    if terms is None:
+        return None
+    linear = [t for kind, t in terms if kind == "linear"]
+    biases = [np.asarray(t, dtype=np.float64) for kind, t in terms if kind == "bias"]
+    if len(linear) != 1:
+        return None
+    return linear[0][0], linear[0][1], (np.sum(biases, axis=0) if biases else None)
+
+
+def _split_part(g: GraphIndex, name: str) -> tuple[Any, int] | None:
+    node = g.producer.get(name)
+    if node is None or node.op_type != "Split" or len(node.output) != 3:
+        return None
+    return node, list(node.output).index(name)
+
+
+def _match_gru(g: GraphIndex, tanh: Any) -> str | dict[str, Any]:
+    add_n = g.prod(tanh.input[0], "Add")
+    if add_n is None:
+        return "not a GRU candidate"
+    for a, m in (add_n.input, reversed(add_n.input)):
+        mul = g.prod(m, "Mul")
+        if mul is not None and _split_part(g, a) is not None:
+            break
+    else:
+        return "not a GRU candidate"
+    sx, k_n = _split_part(g, a)  # type: ignore[misc]
+    parts = [(_split_part(g, i), g.prod(i, "Sigmoid")) for i in mul.input]
+    hn = next((p for p, _ in parts if p is not None), None)
+    r_sig = next((s for _, s in parts if s is not None), None)
+    if hn is None or r_sig is None or hn[1] != k_n:
+        return "the candidate's recurrent part is not r * (h part)"
+    sh = hn[0]
+
+    def gate(sig: Any) -> int | None:
+        add = g.prod(sig.input[0], "Add")
+        if add is None:
+            return None
+        found = [_split_part(g, i) for i in add.input]
+        if any(f is None for f in found) or {id(f[0]) for f in found} != {id(sx), id(sh)} or found[0][1] != found[1][1]:  # type: ignore[index]
+            return None
+        return found[0][1]  # type: ignore[index]
+
+    k_r = gate(r_sig)
+    z_sigs = [u for p in sh.output for add in g.consumers.get(p, []) if add.op_type == "Add" for u in g.consumers.get(add.output[0], []) if u.op_type == "Sigmoid" and u is not r_sig]
+    if k_r is None or len(z_sigs) != 1 or gate(z_sigs[0]) is None:
+        return "r and z are not sigmoids of (x part + h part)"
+    z_sig, k_z = z_sigs[0], gate(z_sigs[0])
+    lin_x, lin_h = _linear_of(g, sx.input[0]), _linear_of(g, sh.input[0])
+    if lin_x is None or lin_h is None:
+        return "the gates' inputs are not constant linear maps"
+    h_prev = lin_h[0]
+    n = tanh.output[0]
+    def same_h(name: str) -> bool:  # exporters may repeat a constant initial state under two names
+        if name == h_prev:
+            return True
+        a, b = g.constants.get(name), g.constants.get(h_prev)
+        return a is not None and b is not None and a.shape == b.shape and bool(np.array_equal(a, b))
+
+    sub = next((u for u in g.consumers.get(n, []) if u.op_type == "Sub" and u.input[1] == n and same_h(u.input[0])), None)
+    mul_z = _single_consumer(g, sub.output[0], "Mul") if sub is not None else None
+    out = _single_consumer(g, mul_z.output[0], "Add") if mul_z is not None else None
+    if mul_z is None or z_sig.output[0] not in mul_z.input or out is None or n not in out.input:
+        return "h' is not (h - n) * z + n"
+    H = lin_h[1].shape[1]
+    if lin_h[1].shape[0] != 3 * H or lin_x[1].shape[0] != 3 * H:
+        return "the linear maps are not 3*hidden wide"
+    inner = [sx, sh, tanh, add_n, mul, r_sig, z_sig, sub, mul_z, out, g.producer[r_sig.input[0]], g.producer[z_sig.input[0]], g.producer[sx.input[0]], g.producer[sh.input[0]]]
+    inner_ids = {id(x) for x in inner}
+    for name in {o for x in inner for o in x.output} - {out.output[0]}:
+        if name in g.outputs or any(id(u) not in inner_ids for u in g.consumers.get(name, [])):
+            return f"{name} is used outside the cell"
+    roles = {"z": k_z, "r": k_r, "n": k_n}
+    rows = np.concatenate([np.arange(roles[gt] * H, (roles[gt] + 1) * H) for gt in GATE_ORDER["gru"]])
+    zeros = np.zeros(3 * H)
+    bx = lin_x[2] if lin_x[2] is not None else zeros
+    bh = lin_h[2] if lin_h[2] is not None else zeros
+    W = lin_x[1]
+    return {
+        "x": lin_x[0], "h": h_prev, "h_new": out.output[0], "H": H,
+        "W": W[rows], "R": lin_h[1][rows], "B": np.concatenate([bx[rows], bh[rows]]).astype(W.dtype),
+        "remove": [out], "weights_key": (b"gru", W.tobytes(), lin_h[1].tobytes(), bx.tobytes(), bh.tobytes()),
+    }
+
+
 def fuse_cells(model: Any) -> CellFuseResult:
     """Replace decomposed LSTM cells of the main graph by one-step LSTM nodes, in place."""
     from onnx import helper, numpy_helper
@@ -144,33 +239,39 @@ def fuse_cells(model: Any) -> CellFuseResult:
     result = CellFuseResult()
     shared: dict[tuple[bytes, ...], str] = {}
     new_nodes, removed, inits = [], set(), []
-    for split in list(g.graph.node):
-        if split.op_type != "Split" or len(split.output) != 4 or g.attr(split, "axis", 0) not in (1, -1):
+    for anchor in list(g.graph.node):
+        if anchor.op_type == "Split" and len(anchor.output) == 4 and g.attr(anchor, "axis", 0) in (1, -1):
+            match = _match(g, anchor)
+        elif anchor.op_type == "Tanh":
+            match = _match_gru(g, anchor)
+            if match == "not a GRU candidate":
+                continue
+        else:
             continue
-        match = _match(g, split)
         if isinstance(match, str):
-            result.left_alone.append({"node": split.name or split.output[0], "reason": match})
+            result.left_alone.append({"node": anchor.name or anchor.output[0], "reason": match})
             continue
+        op = "LSTM" if "c" in match else "GRU"
         prefix = shared.get(match["weights_key"])
         if prefix is None:  # steps of one cell share one set of weights, so fuse_steps can chain them
-            prefix = f"lstm_cell{len(shared)}"
+            prefix = f"{op.lower()}_cell{len(shared)}"
             shared[match["weights_key"]] = prefix
             for key in ("W", "R", "B"):
                 inits.append(numpy_helper.from_array(match[key][None], f"{prefix}_{key}"))
             inits.append(numpy_helper.from_array(np.array([0], np.int64), f"{prefix}_axis0"))
-        step = f"{split.name or split.output[0]}_step"
+        step = f"{anchor.name or anchor.output[0]}_step"
         ax = f"{prefix}_axis0"
-        new_nodes += [
-            helper.make_node("Unsqueeze", [match["x"], ax], [f"{step}_x"]),
-            helper.make_node("Unsqueeze", [match["h"], ax], [f"{step}_h"]),
-            helper.make_node("Unsqueeze", [match["c"], ax], [f"{step}_c"]),
-            helper.make_node(
-                "LSTM", [f"{step}_x", f"{prefix}_W", f"{prefix}_R", f"{prefix}_B", "", f"{step}_h", f"{step}_c"],
-                ["", f"{step}_Y_h", f"{step}_Y_c"], name=step, hidden_size=match["H"],
-            ),
-            helper.make_node("Squeeze", [f"{step}_Y_h", ax], [match["h_new"]]),
-            helper.make_node("Squeeze", [f"{step}_Y_c", ax], [match["c_new"]]),
-        ]
+        ins = [f"{step}_x", f"{prefix}_W", f"{prefix}_R", f"{prefix}_B", "", f"{step}_h"]
+        new_nodes += [helper.make_node("Unsqueeze", [match["x"], ax], [f"{step}_x"]), helper.make_node("Unsqueeze", [match["h"], ax], [f"{step}_h"])]
+        if op == "LSTM":
+            new_nodes += [
+                helper.make_node("Unsqueeze", [match["c"], ax], [f"{step}_c"]),
+                helper.make_node("LSTM", ins + [f"{step}_c"], ["", f"{step}_Y_h", f"{step}_Y_c"], name=step, hidden_size=match["H"]),
+                helper.make_node("Squeeze", [f"{step}_Y_c", ax], [match["c_new"]]),
+            ]
+        else:
+            new_nodes.append(helper.make_node("GRU", ins, ["", f"{step}_Y_h"], name=step, hidden_size=match["H"], linear_before_reset=1))
+        new_nodes.append(helper.make_node("Squeeze", [f"{step}_Y_h", ax], [match["h_new"]]))
         removed |= {id(n) for n in match["remove"]}
         result.fused.append(step)
     if not result:

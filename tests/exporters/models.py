@@ -57,6 +57,20 @@ class SteppedCell(nn.Module):
         return torch.stack(ys)
 
 
+class SteppedGRU(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.GRUCell(4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.new_zeros(x.shape[1], 5)
+        ys = []
+        for t in range(x.shape[0]):
+            h = self.cell(x[t], h)
+            ys.append(h)
+        return torch.stack(ys)
+
+
 @dataclass(frozen=True)
 class Case:
     name: str

@@ -19,7 +19,7 @@ from rnnx.graphs.fuse import fuse_file
 from rnnx.graphs.fuse_cells import fuse_cells
 
 torch = pytest.importorskip("torch")
-from tests.exporters.models import CalledOnce, SteppedCell  # noqa: E402
+from tests.exporters.models import CalledOnce, SteppedCell, SteppedGRU  # noqa: E402
 
 
 def _export(model, args, path, dynamo: bool) -> None:
@@ -30,9 +30,10 @@ def _export(model, args, path, dynamo: bool) -> None:
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
 @pytest.mark.parametrize("steps", [3, 8])
-def test_unrolled_lstmcell_becomes_one_node_with_dynamic_length(tmp_path, dynamo: bool, steps: int) -> None:
+@pytest.mark.parametrize(("make", "op"), [(SteppedCell, "LSTM"), (SteppedGRU, "GRU")], ids=["lstmcell", "grucell"])
+def test_unrolled_cell_becomes_one_node_with_dynamic_length(tmp_path, dynamo: bool, steps: int, make, op: str) -> None:
     torch.manual_seed(steps)
-    model = SteppedCell()
+    model = make()
     src, out = tmp_path / "unrolled.onnx", tmp_path / "fused.onnx"
     _export(model, (torch.randn(steps, 3, 4),), src, dynamo)
     before = hashlib.sha256(src.read_bytes()).hexdigest()
@@ -41,7 +42,7 @@ def test_unrolled_lstmcell_becomes_one_node_with_dynamic_length(tmp_path, dynamo
     assert len(report.cells) == steps and report.chains[0]["steps"] == steps and report.chains[0]["dynamic_seq"]
     assert report.check
     ops = collections.Counter(n.op_type for n in onnx.load(str(out)).graph.node)
-    assert ops["LSTM"] == 1 and not {"Sigmoid", "Tanh", "Gemm", "MatMul", "Split"} & set(ops)
+    assert ops[op] == 1 and not {"Sigmoid", "Tanh", "Gemm", "MatMul", "Split", "Sub"} & set(ops)
     # The fused graph takes other lengths (the export fixed the batch); the torch module is the judge.
     runner = OnnxRuntimeRunner(out)
     for T, B in ((steps + 5, 3), (1, 3)):
