@@ -100,6 +100,22 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lower(args: argparse.Namespace) -> int:
+    from rnnx.graphs.lower_file import lower_file
+
+    result = lower_file(args.model, args.output, select=args.select, check=not args.no_check, seed=args.seed)
+    report = result.pop("_report")
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"lowered {len(result['lowered'])} node(s) to hoisted-input Scans: {', '.join(result['lowered']) or '-'}; written to {result['output']}")
+        for item in result["left_alone"]:
+            print(f"left alone: {item['node']}: {item['reason']}")
+        if report is not None:
+            print(report)
+    return 0
+
+
 def _cmd_layout(args: argparse.Namespace) -> int:
     from rnnx import api
     from rnnx.formats import cudnn
@@ -198,6 +214,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "check rnnx's cuDNN offset table against cudnnGetRNNWeightParams and PyTorch's flattened buffer (exit 1 on a mismatch).")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.set_defaults(func=_cmd_doctor)
+
+    p = sub.add_parser("lower", help="rewrite LSTM/GRU/RNN nodes as Scans with the input product hoisted (TensorRT form), checked",
+                       description="Rewrite native recurrent nodes (or the one given by --select) into one hoisted input MatMul (cuDNN gate "
+                       "order) plus a Scan holding only the recurrent product, as TensorRT builds from; check against the input in ONNX Runtime.")
+    p.add_argument("model", type=Path, help="ONNX model (never modified)")
+    p.add_argument("-o", "--output", type=Path, required=True, help="lowered ONNX model (written atomically)")
+    p.add_argument("--select", metavar="NODE", help="lower only this node")
+    p.add_argument("--seed", type=int, default=0, help="seed of the check's inputs")
+    p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime comparison")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.set_defaults(func=_cmd_lower)
 
     p = sub.add_parser("layout", help="print cuDNN's offset table for a spec or a weights file",
                        description="Print where each gate's matrix and bias lies in cuDNN's packed weight space.")

@@ -1,18 +1,23 @@
-"""Lower LSTMs that no ONNX node can hold (projection, and peepholes on request) into Scans.
+"""Lower recurrent nodes into Scans: for what no ONNX node holds (an LSTM projection) and
+for TensorRT, whose parser builds every recurrence as a loop anyway.
 
-Rules:
-- a ``rnnx.lower::LSTMProjected`` node (inputs as ONNX LSTM's: X, W, R, B, seq_lens,
-  h0, c0, P, then ``proj`` (dirs, proj, hidden); outputs Y (seq, batch, dirs*proj),
-  Y_h (dirs, batch, proj), Y_c (dirs, batch, hidden)) becomes, per direction, one input
-  product over all steps (hoisted out of the loop) and one Scan whose body holds only
-  the recurrent product, the gates and the projection;
-- ragged batches are masked inside the body: past a sequence's end its state stays and
-  its output is zero, and the reverse direction starts at each sequence's own end;
-- nothing else in the graph changes; the rnnx.lower domain import is dropped when no such
-  node remains.
+Rules, per lowered node and direction:
+- the input product of every step is one MatMul over the whole sequence, hoisted out of
+  the loop, against the gate-stacked input matrix in cuDNN's gate order (LSTM i,f,g,o;
+  GRU r,z,n), with every bias that can be folded in;
+- the Scan body holds only the recurrent product, the gates, the state update and, for a
+  projected LSTM, the projection; peepholes, GRU reset modes and RNN activations as the
+  node says;
+- ragged batches are masked inside the body: past a sequence's end its state stays and its
+  output is zero, and the reverse direction starts at each sequence's own end;
+- outputs keep the node's contract: Y (seq, dirs, batch, size), Y_h, Y_c; the
+  ``rnnx.lower::LSTMProjected`` placeholder (what rnnx's builders emit for a projected
+  LSTM) returns Y already merged to (seq, batch, dirs*proj);
+- weights must be constants (initializers or Constant nodes); other nodes are left alone,
+  with the reason.
 
-Built with onnx.helper: the pass creates a fresh subgraph and rewires one node's
-outputs, which needs no IR beyond the protobuf.
+Built with onnx.helper on the protobuf: each rewrite creates fresh subgraphs and rewires
+one node's outputs.
 """
 
 from __future__ import annotations
@@ -22,178 +27,258 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.errors import RNNXError
+from rnnx.formats.cudnn import LIN_LAYER_IDS
+from rnnx.weights import RNNWeights
+
 DOMAIN = "rnnx.lower"
 LSTM_PROJECTED = "LSTMProjected"
 INPUTS = ("X", "W", "R", "B", "seq_lens", "h0", "c0", "P", "proj")
+RECURRENT = ("LSTM", "GRU", "RNN")
 
 
 @dataclass
 class LowerResult:
     lowered: list[str] = field(default_factory=list)
+    left_alone: list[dict[str, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.lowered)
 
 
-def _scan_body(prefix: str, elem: int, peepholes: bool) -> Any:
-    """One step: gates from the hoisted input product plus R @ h, then c, h and the projection."""
+def _order(cell: str) -> list[str]:
+    """cuDNN's gate order (its linLayerID order for the input matrices)."""
+    ids = LIN_LAYER_IDS[cell]["W"]
+    return sorted(ids, key=ids.__getitem__)
+
+
+class _Builder:
+    """Collects nodes and constants under one name prefix."""
+
+    def __init__(self, prefix: str, elem: int) -> None:
+        from onnx import helper
+
+        self.helper, self.prefix, self.elem, self.nodes = helper, prefix, elem, []
+        self.np_dtype = helper.tensor_dtype_to_np_dtype(elem)
+
+    def const(self, name: str, value: Any, dtype: Any = None) -> str:
+        from onnx import numpy_helper
+
+        array = np.asarray(value, dtype=dtype if dtype is not None else self.np_dtype)
+        self.nodes.append(self.helper.make_node("Constant", [], [self.prefix + name], value=numpy_helper.from_array(array, self.prefix + name)))
+        return self.prefix + name
+
+    def op(self, op_type: str, inputs: list[str], output: str, **attrs: Any) -> str:
+        self.nodes.append(self.helper.make_node(op_type, inputs, [self.prefix + output], **attrs))
+        return self.prefix + output
+
+
+def _body(weights: RNNWeights, layer: int, direction: str, p: str, elem: int) -> tuple[Any, list[Any]]:
+    """The Scan body of one direction, and the constants it reads from the outer scope."""
     from onnx import TensorProto, helper
 
-    n = lambda s: f"{prefix}{s}"  # noqa: E731
-    nodes = [
-        helper.make_node("MatMul", [n("h"), n("Rt")], [n("hr")]),
-        helper.make_node("Add", [n("xw_t"), n("hr")], [n("gates")]),
-        helper.make_node("Split", [n("gates")], [n("pi"), n("po"), n("pf"), n("pc")], axis=1),
-    ]
-    pi, pf = n("pi"), n("pf")
-    if peepholes:
-        nodes += [
-            helper.make_node("Mul", [n("c"), n("Pi")], [n("ci")]),
-            helper.make_node("Add", [n("pi"), n("ci")], [n("pi2")]),
-            helper.make_node("Mul", [n("c"), n("Pf")], [n("cf")]),
-            helper.make_node("Add", [n("pf"), n("cf")], [n("pf2")]),
-        ]
-        pi, pf = n("pi2"), n("pf2")
-    nodes += [
-        helper.make_node("Sigmoid", [pi], [n("i")]),
-        helper.make_node("Sigmoid", [pf], [n("f")]),
-        helper.make_node("Tanh", [n("pc")], [n("g")]),
-        helper.make_node("Mul", [n("f"), n("c")], [n("fc")]),
-        helper.make_node("Mul", [n("i"), n("g")], [n("ig")]),
-        helper.make_node("Add", [n("fc"), n("ig")], [n("c_new")]),
-    ]
-    po = n("po")
-    if peepholes:
-        nodes += [helper.make_node("Mul", [n("c_new"), n("Po")], [n("co")]), helper.make_node("Add", [n("po"), n("co")], [n("po2")])]
-        po = n("po2")
-    nodes += [
-        helper.make_node("Sigmoid", [po], [n("o")]),
-        helper.make_node("Tanh", [n("c_new")], [n("tc")]),
-        helper.make_node("Mul", [n("o"), n("tc")], [n("h_full")]),
-        helper.make_node("MatMul", [n("h_full"), n("Pt")], [n("h_new")]),
-        helper.make_node("Where", [n("m_t"), n("h_new"), n("h")], [n("h_out")]),
-        helper.make_node("Where", [n("m_t"), n("c_new"), n("c")], [n("c_out")]),
-        helper.make_node("Cast", [n("m_t")], [n("m_f")], to=elem),
-        helper.make_node("Mul", [n("h_new"), n("m_f")], [n("y_t")]),
-    ]
-    vi = helper.make_tensor_value_info
-    return helper.make_graph(
-        nodes,
-        f"{prefix}step",
-        [vi(n("h"), elem, None), vi(n("c"), elem, None), vi(n("xw_t"), elem, None), vi(n("m_t"), TensorProto.BOOL, None)],
-        [vi(n("h_out"), elem, None), vi(n("c_out"), elem, None), vi(n("y_t"), elem, None)],
-    )
+    spec = weights.spec
+    order, H = _order(spec.cell), spec.hidden_size
+    b = _Builder(p, elem)
+    outer: list[Any] = []
 
+    def outer_const(name: str, value: np.ndarray) -> str:
+        from onnx import numpy_helper
 
-def _lower_node(node: Any, elem: int) -> list[Any]:
-    from onnx import TensorProto, helper, numpy_helper
-
-    ins = dict(zip(INPUTS, list(node.input) + [""] * (len(INPUTS) - len(node.input))))
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    direction = attrs.get("direction", b"forward")
-    direction = direction.decode() if isinstance(direction, bytes) else direction
-    dirs = ["forward", "reverse"] if direction == "bidirectional" else [direction]
-    H = int(attrs["hidden_size"])
-    p = f"{node.name or 'lstm_projected'}__"
-    out: list[Any] = []
-    const_nodes: list[Any] = []
-
-    def const(name: str, value: np.ndarray) -> str:
-        const_nodes.append(helper.make_node("Constant", [], [p + name], value=numpy_helper.from_array(np.asarray(value), p + name)))
+        outer.append(helper.make_node("Constant", [], [p + name], value=numpy_helper.from_array(np.ascontiguousarray(value.astype(b.np_dtype)), p + name)))
         return p + name
 
-    def mk(op: str, inputs: list[str], output: str, **kw: Any) -> str:
-        out.append(helper.make_node(op, inputs, [p + output], **kw))
-        return p + output
-
-    shape = mk("Shape", [ins["X"]], "shape")
-    T = mk("Slice", [shape, const("i0", [0]), const("i1", [1])], "T")
-    B = mk("Slice", [shape, const("i1b", [1]), const("i2", [2])], "B")
-    # mask (T, B, 1): step t counts for sequence b when t < seq_lens[b].
-    steps = mk("Range", [const("zero", np.array(0, np.int64)), mk("Squeeze", [T, const("ax0", [0])], "T_scalar"), const("one", np.array(1, np.int64))], "steps")
-    if ins["seq_lens"]:
-        lens = mk("Cast", [ins["seq_lens"]], "lens", to=TensorProto.INT64)
+    h, xw, m = p + "h", p + "xw_t", p + "m_t"
+    state_in = [h]
+    if spec.cell == "lstm":
+        c = p + "c"
+        state_in.append(c)
+        Rt = outer_const("Rt", weights.stacked(layer, direction, "R", order).T)
+        pre = b.op("Add", [xw, b.op("MatMul", [h, Rt], "hr")], "pre")
+        parts = [p + f"pre_{g}" for g in order]
+        b.nodes.append(helper.make_node("Split", [pre], parts, axis=1))
+        gate = dict(zip(order, parts))
+        if spec.peepholes:
+            for g in ("i", "f"):
+                gate[g] = b.op("Add", [gate[g], b.op("Mul", [c, outer_const(f"P{g}", weights.get(layer, direction, "P", g))], f"pc_{g}")], f"pre2_{g}")
+        i, f = b.op("Sigmoid", [gate["i"]], "i"), b.op("Sigmoid", [gate["f"]], "f")
+        c_new = b.op("Add", [b.op("Mul", [f, c], "fc"), b.op("Mul", [i, b.op("Tanh", [gate["g"]], "g")], "ig")], "c_new")
+        if spec.peepholes:
+            gate["o"] = b.op("Add", [gate["o"], b.op("Mul", [c_new, outer_const("Po", weights.get(layer, direction, "P", "o"))], "pc_o")], "pre2_o")
+        h_new = b.op("Mul", [b.op("Sigmoid", [gate["o"]], "o"), b.op("Tanh", [c_new], "tc")], "h_full")
+        if spec.proj_size:
+            h_new = b.op("MatMul", [h_new, outer_const("Pt", weights.proj(layer, direction).T)], "h_proj")
+        updates = [(h_new, h), (c_new, c)]
+    elif spec.cell == "gru":
+        Rt_rz = outer_const("Rt_rz", weights.stacked(layer, direction, "R", ["r", "z"]).T)
+        Rt_n = outer_const("Rt_n", weights.get(layer, direction, "R", "n").T)
+        bR_n = outer_const("bR_n", weights.get(layer, direction, "bR", "n") if spec.bias else np.zeros(H))
+        xr, xz, xn = p + "x_r", p + "x_z", p + "x_n"
+        b.nodes.append(helper.make_node("Split", [xw], [xr, xz, xn], axis=1))
+        hr, hz = p + "h_r", p + "h_z"
+        b.nodes.append(helper.make_node("Split", [b.op("MatMul", [h, Rt_rz], "hrz")], [hr, hz], axis=1))
+        r = b.op("Sigmoid", [b.op("Add", [xr, hr], "pre_r")], "r")
+        z = b.op("Sigmoid", [b.op("Add", [xz, hz], "pre_z")], "z")
+        if spec.reset_after:
+            hn = b.op("Mul", [r, b.op("Add", [b.op("MatMul", [h, Rt_n], "hn0"), bR_n], "hn1")], "hn")
+        else:
+            hn = b.op("Add", [b.op("MatMul", [b.op("Mul", [r, h], "rh"), Rt_n], "hn0"), bR_n], "hn")
+        n = b.op("Tanh", [b.op("Add", [xn, hn], "pre_n")], "n")
+        h_new = b.op("Add", [n, b.op("Mul", [z, b.op("Sub", [h, n], "h_minus_n")], "zd")], "h_new")  # (1-z)*n + z*h
+        updates = [(h_new, h)]
     else:
-        lens = mk("Expand", [T, B], "lens")
-    mask = mk("Less", [mk("Unsqueeze", [steps, const("ax1", [1])], "steps_col"), mk("Unsqueeze", [lens, const("ax0b", [0])], "lens_row")], "mask2")
-    mask = mk("Unsqueeze", [mask, const("ax2", [2])], "mask")
-    ys, hs, cs = [], [], []
-    for d, dname in enumerate(dirs):
-        q = f"d{d}_"
-        idx = const(q + "idx", np.array(d, np.int64))
-        take = lambda name, src: mk("Gather", [src, idx], q + name, axis=0)  # noqa: E731
-        W, R, proj = take("W", ins["W"]), take("R", ins["R"]), take("proj", ins["proj"])
-        xw = mk("MatMul", [ins["X"], mk("Transpose", [W], q + "Wt", perm=[1, 0])], q + "xw0")
-        if ins["B"]:
-            b = take("B", ins["B"])
-            wb = mk("Slice", [b, const(q + "s0", [0]), const(q + "s1", [4 * H])], q + "Wb")
-            rb = mk("Slice", [b, const(q + "s2", [4 * H]), const(q + "s3", [8 * H])], q + "Rb")
-            xw = mk("Add", [xw, mk("Add", [wb, rb], q + "bsum")], q + "xw")
-        body_prefix = f"{p}{q}"
-        # The body refers to these outer-scope values by name.
-        out.append(helper.make_node("Transpose", [R], [body_prefix + "Rt"], perm=[1, 0]))
-        out.append(helper.make_node("Transpose", [proj], [body_prefix + "Pt"], perm=[1, 0]))
-        peepholes = bool(ins["P"])
-        if peepholes:
-            pvec = take("P", ins["P"])
-            for k, gate in enumerate(("Pi", "Po", "Pf")):
-                out.append(helper.make_node("Slice", [pvec, const(q + f"p{k}a", [k * H]), const(q + f"p{k}b", [(k + 1) * H])], [body_prefix + gate]))
-        def zeros(name: str, size: str) -> str:
-            dims = mk("Concat", [B, size], q + name + "_shape", axis=0)
-            return mk("ConstantOfShape", [dims], q + name, value=numpy_helper.from_array(np.zeros(1, _np_dtype(elem))))
-
-        proj_size = mk("Slice", [mk("Shape", [proj], q + "proj_shape"), const(q + "ps0", [0]), const(q + "ps1", [1])], q + "proj_size")
-        h0 = take("h0", ins["h0"]) if ins["h0"] else zeros("h0_zero", proj_size)
-        c0 = take("c0", ins["c0"]) if ins["c0"] else zeros("c0_zero", const(q + "hidden", [H]))
-        rev = 1 if dname == "reverse" else 0
-        scan_outs = [p + q + "h_last", p + q + "c_last", p + q + "y"]
-        out.append(
-            helper.make_node(
-                "Scan",
-                [h0, c0, xw, mask],
-                scan_outs,
-                num_scan_inputs=2,
-                scan_input_directions=[rev, rev],
-                scan_output_directions=[rev],
-                body=_scan_body(body_prefix, elem, peepholes),
-            )
-        )
-        ys.append(scan_outs[2])
-        hs.append(mk("Unsqueeze", [scan_outs[0], const(q + "u0", [0])], q + "h_n"))
-        cs.append(mk("Unsqueeze", [scan_outs[1], const(q + "u1", [0])], q + "c_n"))
-    names = list(node.output) + [""] * (3 - len(node.output))
-    for target, parts, axis in ((names[0], ys, 2), (names[1], hs, 0), (names[2], cs, 0)):
-        if target:
-            out.append(helper.make_node("Concat", parts, [target], axis=axis) if len(parts) > 1 else helper.make_node("Identity", parts, [target]))
-    return const_nodes + out
+        Rt = outer_const("Rt", weights.stacked(layer, direction, "R", ["h"]).T)
+        pre = b.op("Add", [xw, b.op("MatMul", [h, Rt], "hr")], "pre")
+        h_new = b.op("Tanh" if spec.cell == "rnn_tanh" else "Relu", [pre], "h_new")
+        updates = [(h_new, h)]
+    outs = [b.op("Where", [m, new, old], f"{old[len(p):]}_out") for new, old in updates]
+    outs.append(b.op("Mul", [updates[0][0], b.op("Cast", [m], "m_f", to=elem)], "y_t"))
+    vi = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        b.nodes,
+        p + "step",
+        [vi(s, elem, None) for s in state_in] + [vi(xw, elem, None), vi(m, TensorProto.BOOL, None)],
+        [vi(o, elem, None) for o in outs],
+    )
+    return graph, outer
 
 
-def _np_dtype(elem: int) -> np.dtype:
-    from onnx import helper
+def _hoisted_bias(weights: RNNWeights, layer: int, direction: str) -> np.ndarray:
+    """Biases added to the hoisted input product: everything except a GRU's recurrent n bias."""
+    spec = weights.spec
+    order = _order(spec.cell)
+    if not spec.bias:
+        return np.zeros(len(order) * spec.hidden_size)
+    parts = []
+    for g in order:
+        bias = weights.get(layer, direction, "bW", g).astype(np.float64)
+        if not (spec.cell == "gru" and g == "n"):
+            bias = bias + weights.get(layer, direction, "bR", g)
+        parts.append(bias)
+    return np.concatenate(parts)
 
-    return helper.tensor_dtype_to_np_dtype(elem)
 
-
-def lower_projections(model: Any) -> LowerResult:
-    """Replace every LSTMProjected node of the main graph, in place."""
+def lower_layer(weights: RNNWeights, layer: int, names: dict[str, str], outputs: list[str], prefix: str, elem: int, merged_y: bool) -> list[Any]:
+    """Nodes computing one layer (all its directions) as Scans; ``names`` maps X, seq_lens,
+    h0, c0 to tensor names ('' when absent); ``outputs`` are Y, Y_h, Y_c ('' when unused)."""
     from onnx import TensorProto
 
-    result = LowerResult()
+    spec = weights.spec
+    order = _order(spec.cell)
+    b = _Builder(prefix, elem)
+    shape = b.op("Shape", [names["X"]], "shape")
+    T = b.op("Slice", [shape, b.const("i0", [0], np.int64), b.const("i1", [1], np.int64)], "T")
+    B = b.op("Slice", [shape, b.const("i1b", [1], np.int64), b.const("i2", [2], np.int64)], "B")
+    steps = b.op("Range", [b.const("zero", 0, np.int64), b.op("Squeeze", [T, b.const("ax0", [0], np.int64)], "T_scalar"), b.const("one", 1, np.int64)], "steps")
+    lens = b.op("Cast", [names["seq_lens"]], "lens", to=TensorProto.INT64) if names.get("seq_lens") else b.op("Expand", [T, B], "lens")
+    mask = b.op("Less", [b.op("Unsqueeze", [steps, b.const("ax1", [1], np.int64)], "steps_col"), b.op("Unsqueeze", [lens, b.const("ax0b", [0], np.int64)], "lens_row")], "mask2")
+    mask = b.op("Unsqueeze", [mask, b.const("ax2", [2], np.int64)], "mask")
+    ys, hs, cs = [], [], []
+    for d, direction in enumerate(spec.directions):
+        q = f"d{d}_"
+        W = weights.stacked(layer, direction, "W", order)
+        xw = b.op("Add", [b.op("MatMul", [names["X"], b.const(q + "Wt", W.T)], q + "xw0"), b.const(q + "bias", _hoisted_bias(weights, layer, direction))], q + "xw")
+
+        def initial(key: str, size: int, name: str) -> str:
+            if names.get(key):
+                return b.op("Gather", [names[key], b.const(q + key + "_idx", d, np.int64)], q + name, axis=0)
+            dims = b.op("Concat", [B, b.const(q + name + "_size", [size], np.int64)], q + name + "_shape", axis=0)
+            from onnx import numpy_helper
+
+            return b.op("ConstantOfShape", [dims], q + name, value=numpy_helper.from_array(np.zeros(1, b.np_dtype)))
+
+        states = [initial("h0", spec.output_size, "h_init")]
+        if spec.cell == "lstm":
+            states.append(initial("c0", spec.hidden_size, "c_init"))
+        body, outer = _body(weights, layer, direction, prefix + q, elem)
+        b.nodes.extend(outer)
+        rev = 1 if direction == "reverse" else 0
+        scan_outs = [prefix + q + n for n in ("h_last", "c_last")[: len(states)]] + [prefix + q + "y"]
+        b.nodes.append(
+            b.helper.make_node("Scan", states + [xw, mask], scan_outs, num_scan_inputs=2, scan_input_directions=[rev, rev], scan_output_directions=[rev], body=body)
+        )
+        ys.append(scan_outs[-1])
+        hs.append(b.op("Unsqueeze", [scan_outs[0], b.const(q + "u0", [0], np.int64)], q + "h_n"))
+        if spec.cell == "lstm":
+            cs.append(b.op("Unsqueeze", [scan_outs[1], b.const(q + "u1", [0], np.int64)], q + "c_n"))
+    if not merged_y:  # the node's own Y layout: (seq, dirs, batch, size)
+        ys = [b.op("Unsqueeze", [y, b.const(f"uy{d}", [1], np.int64)], f"y{d}_4d") for d, y in enumerate(ys)]
+    for target, parts, axis in zip(outputs, (ys, hs, cs), (2 if merged_y else 1, 0, 0)):
+        if target:
+            b.nodes.append(b.helper.make_node("Concat", parts, [target], axis=axis) if len(parts) > 1 else b.helper.make_node("Identity", parts, [target]))
+    return b.nodes
+
+
+def _node_weights(node: Any, constants: dict[str, np.ndarray]) -> RNNWeights:
+    from onnx import helper
+
+    from rnnx.formats import onnx as onnx_format
+
+    ins = dict(zip(INPUTS, list(node.input) + [""] * len(INPUTS)))
+    missing = [k for k in ("W", "R") if ins[k] not in constants] + [k for k in ("B", "P", "proj") if ins[k] and ins[k] not in constants]
+    if missing:
+        raise RNNXError(f"node {node.name!r}: {missing[0]} is not a constant; only nodes with stored weights can be lowered")
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
+    if "activations" in attrs:
+        attrs["activations"] = [a.decode() if isinstance(a, bytes) else a for a in attrs["activations"]]
+    op_type = "LSTM" if node.op_type == LSTM_PROJECTED else node.op_type
+    layer = {"op_type": op_type, **attrs, **{k: constants[ins[k]] for k in ("W", "R", "B", "P", "proj") if ins[k]}}
+    return onnx_format.from_native([layer])
+
+
+def _lower_graph(model: Any, want: Any) -> LowerResult:
+    from onnx import TensorProto
+
+    from rnnx.graphs.index import GraphIndex
+
     graph = model.graph
+    index = GraphIndex(graph)
     types = {vi.name: vi.type.tensor_type.elem_type for vi in list(graph.input) + list(graph.value_info) + list(graph.output)}
-    types.update({init.name: init.data_type for init in graph.initializer})
+    types.update({i.name: i.data_type for i in graph.initializer})
+    result = LowerResult()
     new_nodes = []
     for node in graph.node:
-        if node.domain == DOMAIN and node.op_type == LSTM_PROJECTED:
-            elem = types.get(node.input[1]) or types.get(node.input[0]) or TensorProto.FLOAT
-            new_nodes.extend(_lower_node(node, elem))
-            result.lowered.append(node.name or LSTM_PROJECTED)
-        else:
+        if not want(node):
             new_nodes.append(node)
+            continue
+        try:
+            weights = _node_weights(node, index.constants)
+        except RNNXError as exc:
+            if node.op_type == LSTM_PROJECTED:
+                raise
+            result.left_alone.append({"node": node.name, "reason": str(exc)})
+            new_nodes.append(node)
+            continue
+        ins = dict(zip(INPUTS, list(node.input) + [""] * len(INPUTS)))
+        elem = types.get(ins["W"]) or TensorProto.FLOAT
+        outputs = list(node.output) + [""] * (3 - len(node.output))
+        names = {k: ins[k] for k in ("X", "seq_lens", "h0", "c0")}
+        new_nodes.extend(lower_layer(weights, 0, names, outputs, f"{node.name or node.op_type}__", elem, merged_y=node.op_type == LSTM_PROJECTED))
+        result.lowered.append(node.name or node.op_type)
     if result:
         del graph.node[:]
         graph.node.extend(new_nodes)
         keep = [o for o in model.opset_import if o.domain != DOMAIN]
         del model.opset_import[:]
         model.opset_import.extend(keep)
+    return result
+
+
+def lower_projections(model: Any) -> LowerResult:
+    """Replace every ``rnnx.lower::LSTMProjected`` placeholder of the main graph, in place."""
+    return _lower_graph(model, lambda n: n.domain == DOMAIN and n.op_type == LSTM_PROJECTED)
+
+
+def lower_recurrences(model: Any, select: str | None = None) -> LowerResult:
+    """The TensorRT-oriented form: every native LSTM/GRU/RNN node (or the one named
+    ``select``) of the main graph becomes hoisted-input Scans, in place."""
+    def want(n: Any) -> bool:
+        if n.domain == DOMAIN and n.op_type == LSTM_PROJECTED:
+            return True
+        return n.domain in ("", "ai.onnx") and n.op_type in RECURRENT and (select is None or n.name == select)
+
+    result = _lower_graph(model, want)
+    if select is not None and select not in result.lowered and not result.left_alone:
+        raise RNNXError(f"no LSTM, GRU or RNN node named {select!r} in the main graph")
     return result

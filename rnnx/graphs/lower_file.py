@@ -1,0 +1,38 @@
+"""``rnnx lower``: a model's recurrent nodes as hoisted-input Scans (the TensorRT-oriented
+form), checked against the input in ONNX Runtime before anything is written."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from rnnx import parity
+from rnnx.errors import ParityError, RNNXError
+from rnnx.graphs.compare import compare_models
+from rnnx.graphs.find import load_model
+from rnnx.graphs.lower import lower_recurrences
+
+
+def lower_file(source: Path, output: Path, select: str | None = None, check: bool = True, seed: int = 0) -> dict[str, Any]:
+    from rnnx.graphs.build import save_model
+
+    source, output = Path(source), Path(output)
+    if source.resolve() == output.resolve():
+        raise RNNXError(f"{output}: the output would overwrite the input; choose another -o path")
+    original = load_model(source)
+    model = copy.deepcopy(original)
+    result = lower_recurrences(model, select)
+    report: parity.ParityReport | None = None
+    if check and result:
+        report = compare_models(original, model, seed)
+        if not report:
+            raise ParityError(f"the lowered model differs from {source} in ONNX Runtime; nothing was written:\n{report}")
+    save_model(model, output)
+    return {
+        "output": str(output),
+        "lowered": result.lowered,
+        "left_alone": result.left_alone,
+        "check": None if report is None else {"passed": bool(report), "rows": report.to_json()},
+        "_report": report,
+    }
