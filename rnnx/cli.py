@@ -116,6 +116,29 @@ def _cmd_lower(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build(args: argparse.Namespace) -> int:
+    from rnnx.engines.tensorrt import BuildOptions, Profile, build_engine, build_from_weights
+
+    options = BuildOptions(
+        precision=args.precision,
+        profiles=[Profile.parse(p) for p in args.profile or []],
+        workspace_bytes=args.workspace * (1 << 20) if args.workspace else None,
+        timing_cache=args.timing_cache,
+        optimization_level=args.opt_level,
+        dla_core=args.dla_core,
+        hardware_compatible=args.hardware_compatible,
+        version_compatible=args.version_compatible,
+    )
+    if args.from_weights:
+        from rnnx import api
+
+        meta = build_from_weights(api.load(args.input, format=args.from_format, select=args.select, spec=args.spec), args.output, options)
+    else:
+        meta = build_engine(args.input, args.output, options)
+    print(json.dumps(meta, indent=2) if args.json else f"wrote {args.output} (TensorRT {meta['tensorrt']}, {meta['precision']}, {meta['gpu']['name']})")
+    return 0
+
+
 def _cmd_layout(args: argparse.Namespace) -> int:
     from rnnx import api
     from rnnx.formats import cudnn
@@ -225,6 +248,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime comparison")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.set_defaults(func=_cmd_lower)
+
+    p = sub.add_parser("build", help="build a TensorRT engine from ONNX (or, with --from-weights, from a weights file)",
+                       description="Build a TensorRT engine through TensorRT's ONNX parser and write a metadata file beside it. With --from-weights, "
+                       "the weights become rnnx's lowered ONNX stack (hoisted input product, recurrent product in a loop) first.")
+    p.add_argument("input", type=Path, help="ONNX model, or a weights file with --from-weights")
+    p.add_argument("-o", "--output", type=Path, required=True, help="engine file (metadata goes to ENGINE.json)")
+    p.add_argument("--from-weights", action="store_true", help="INPUT is a weights file in any rnnx format")
+    p.add_argument("--from", dest="from_format", metavar="FORMAT", help="format of the weights file")
+    p.add_argument("--select", metavar="GROUP", help="recurrent group of the weights file")
+    p.add_argument("--spec", metavar="SPEC", help="spec for weights that do not describe themselves")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "fp16", "bf16", "int8"], help="default fp32")
+    p.add_argument("--profile", action="append", metavar="NAME:MIN,OPT,MAX[;...]", help="optimization profile, e.g. X:1x1x8,50x8x8,200x32x8;h0:...")
+    p.add_argument("--workspace", type=int, metavar="MiB", help="workspace memory limit")
+    p.add_argument("--timing-cache", type=Path, metavar="FILE", help="timing cache to read and update")
+    p.add_argument("--opt-level", type=int, choices=range(6), metavar="0-5", help="builder optimization level (TensorRT 8.6+)")
+    p.add_argument("--dla-core", type=int, metavar="N", help="build for this DLA core, with GPU fallback")
+    p.add_argument("--hardware-compatible", action="store_true", help="engine runs on Ampere and later GPUs (TensorRT 8.6+)")
+    p.add_argument("--version-compatible", action="store_true", help="engine runs on later TensorRT versions (TensorRT 8.6+)")
+    p.add_argument("--json", action="store_true", help="print the engine's metadata as JSON")
+    p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("layout", help="print cuDNN's offset table for a spec or a weights file",
                        description="Print where each gate's matrix and bias lies in cuDNN's packed weight space.")

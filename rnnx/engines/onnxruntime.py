@@ -29,6 +29,8 @@ class OnnxRuntimeRunner:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
+    precision = "as the model's tensors"
+
     @property
     def device(self) -> str:
         return "cuda" if "CUDAExecutionProvider" in self.session.get_providers() else "cpu"

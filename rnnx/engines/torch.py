@@ -36,7 +36,10 @@ def build_module(weights: RNNWeights, batch_first: bool = False) -> Any:
 class TorchRunner:
     """Runs the module with X, h0, c0 (and seq_lens as a packed sequence) like the ONNX stack."""
 
+    device = "cpu"
+
     def __init__(self, weights: RNNWeights, batch_first: bool = False) -> None:
+        self.precision = "fp64" if weights.dtype == np.float64 else "fp32"
         self.spec = weights.spec
         self.batch_first = batch_first
         self.module = build_module(weights, batch_first)
