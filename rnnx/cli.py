@@ -139,6 +139,44 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise RNNXError(f"{what}: expected comma-separated integers like 1,17,256, found {text!r}") from None
+    if not values or min(values) < 1:
+        raise RNNXError(f"{what}: expected positive integers, found {text!r}")
+    return values
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from rnnx.verify import verify
+
+    tolerances = {}
+    for item in args.tol or []:
+        backend, _, values = item.partition("=")
+        try:
+            atol, rtol = (float(v) for v in values.split(","))
+        except ValueError:
+            raise RNNXError(f"--tol {item!r}: expected BACKEND=ATOL,RTOL like ort=1e-4,1e-3") from None
+        tolerances[backend] = (atol, rtol)
+    report = verify(
+        args.against, args.model, backends=[b.strip() for b in args.backends.split(",") if b.strip()],
+        seq_lens=_ints(args.seq_lens, "--seq-lens"), batches=_ints(args.batch, "--batch"), dtypes=[d.strip() for d in args.dtype.split(",")],
+        tolerances=tolerances, seed=args.seed, select=args.select, spec=args.spec,
+    )
+    if args.report:
+        report.dump(args.report)
+    if args.html:
+        from rnnx.verify.plots import write_html
+
+        write_html(report, args.html)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    if not report.passed:
+        raise ParityError("parity check failed" + ("; see the diagnosis above" if report.diagnosis and not args.json else ""))
+    return 0
+
+
 def _cmd_layout(args: argparse.Namespace) -> int:
     from rnnx import api
     from rnnx.formats import cudnn
@@ -268,6 +306,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version-compatible", action="store_true", help="engine runs on later TensorRT versions (TensorRT 8.6+)")
     p.add_argument("--json", action="store_true", help="print the engine's metadata as JSON")
     p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("verify", help="run every available backend against the float64 reference and the source framework",
+                       description="Run the model and the source's own framework on the same seeded inputs at several lengths and batches; report "
+                       "errors per output and per time step against the float64 reference, diagnose layout mistakes. Exit 0 pass, 1 parity failure, 2 bad input.")
+    p.add_argument("model", nargs="?", type=Path, help="ONNX model (or TensorRT engine) of the recurrent stack")
+    p.add_argument("--against", type=Path, required=True, metavar="SOURCE", help="the weights it was made from, in any rnnx format")
+    p.add_argument("--select", metavar="GROUP", help="recurrent group of SOURCE")
+    p.add_argument("--spec", metavar="SPEC", help="spec for a SOURCE that does not describe itself")
+    p.add_argument("--backends", default="ort,torch,cudnn,trt,reference", help="comma-separated, from ort,trt,cudnn,torch,reference (default all; unavailable ones are listed as skipped)")
+    p.add_argument("--seq-lens", default="1,17,64", help="sequence lengths (default 1,17,64)")
+    p.add_argument("--batch", default="1,8", help="batch sizes (default 1,8)")
+    p.add_argument("--dtype", default="fp32", help="input dtypes, e.g. fp32,fp16 (default fp32)")
+    p.add_argument("--tol", action="append", metavar="BACKEND=ATOL,RTOL", help="override a backend's tolerance")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs")
+    p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
+    p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML page with plots here")
+    p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("layout", help="print cuDNN's offset table for a spec or a weights file",
                        description="Print where each gate's matrix and bias lies in cuDNN's packed weight space.")

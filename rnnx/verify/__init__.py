@@ -1,0 +1,7 @@
+"""``rnnx verify``: every available backend on the same seeded inputs, against the float64
+reference and the source framework, per output and per time step, with a diagnosis when
+they disagree."""
+
+from rnnx.verify.run import BackendResult, VerifyReport, verify
+
+__all__ = ["BackendResult", "VerifyReport", "verify"]

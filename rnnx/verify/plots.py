@@ -1,0 +1,81 @@
+"""Plots of a verify report (matplotlib, no display) and a self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+from rnnx.errors import RNNXError
+from rnnx.verify.run import VerifyReport
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RNNXError("plots need matplotlib: pip install 'rnnx[plots]'") from None
+    return plt
+
+
+def error_over_time(report: VerifyReport) -> Any:
+    """Max abs error of Y against the reference at each step, per backend, at the longest run."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    rows = [r for r in report.rows if r.output == "Y" and r.against == "reference" and r.per_step]
+    longest = max((r.seq_len for r in rows), default=0)
+    for backend in dict.fromkeys(r.backend for r in rows):
+        candidates = [r for r in rows if r.backend == backend and r.seq_len == longest]
+        worst = max(candidates, key=lambda r: r.max_abs)
+        ax.semilogy(range(len(worst.per_step)), [max(e, 1e-12) for e in worst.per_step], label=f"{backend} (B={worst.batch}, {worst.dtype})")
+        ax.axhline(worst.atol, color="grey", linewidth=0.5, linestyle=":")
+    ax.set_xlabel("time step")
+    ax.set_ylabel("max |error| vs float64 reference")
+    ax.set_title(f"Error along the sequence: {report.spec}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def diagnosis_heatmap(report: VerifyReport, backend: str) -> Any:
+    """Error of each layout hypothesis against the backend's output, per time step: the row
+    that goes dark is the mistake that reproduces what the backend computed."""
+    import numpy as np
+
+    plt = _pyplot()
+    entry = next(d for d in report.diagnosis if d["backend"] == backend)
+    hyps = entry["hypotheses"][:12]
+    data = np.array([[max(e, 1e-12) for e in h["per_step"]] for h in hyps])
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(hyps) + 1.5))
+    image = ax.imshow(np.log10(data), aspect="auto", cmap="viridis")
+    ax.set_yticks(range(len(hyps)), [h["name"] for h in hyps], fontsize=7)
+    ax.set_xlabel("time step")
+    ax.set_title(f"{backend}: log10 error of each layout hypothesis")
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    return fig
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    _pyplot().close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def write_html(report: VerifyReport, path: Path) -> None:
+    from rnnx.fileio import atomic_output
+
+    figures = [("Error along the sequence", _png(error_over_time(report)))]
+    for d in report.diagnosis:
+        figures.append((f"Diagnosis: {d['backend']}", _png(diagnosis_heatmap(report, d["backend"]))))
+    body = [f"<h1>rnnx verify: {'PASS' if report.passed else 'FAIL'}</h1>", f"<pre>{html.escape(str(report))}</pre>"]
+    body += [f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>" for title, data in figures]
+    page = "<!doctype html><meta charset='utf-8'><title>rnnx verify</title><body style='font-family:sans-serif'>" + "".join(body) + "</body>"
+    with atomic_output(path) as tmp:
+        tmp.write_text(page)

@@ -1,0 +1,106 @@
+"""rnnx verify: exit statuses, skipped backends, per-step errors, and a planted layout bug named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import rnnx
+from rnnx import RNNSpec, RNNWeights
+from rnnx.graphs.build import build_stack_model
+from rnnx.verify import verify
+from rnnx.weights import tensor_name
+
+
+def _cli(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rnnx.cli", "verify", *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture()
+def stack(tmp_path: Path) -> tuple[Path, Path, RNNWeights]:
+    weights = RNNWeights.random(RNNSpec.parse("lstm,input=4,hidden=5,layers=2,bidirectional"), seed=3, scale=0.9)
+    source, model = tmp_path / "w.safetensors", tmp_path / "m.onnx"
+    rnnx.save(weights, source)
+    onnx.save(build_stack_model(weights, sequence_lens=True), str(model))
+    return source, model, weights
+
+
+def _forum_packed(weights: RNNWeights) -> RNNWeights:
+    """The widely copied mistake: gates packed i,f,o,g where i,f,g,o belongs."""
+    swap = {"g": "o", "o": "g"}
+    tensors = {}
+    for name in weights:
+        parts = name.split(".")
+        if len(parts) == 4 and parts[2] in ("W", "R", "bW", "bR") and parts[3] in swap:
+            parts[3] = swap[parts[3]]
+        tensors[name] = weights[".".join(parts)]
+    return RNNWeights(weights.spec, tensors)
+
+
+def test_pass_exits_0_and_lists_skipped_backends(stack, tmp_path: Path) -> None:
+    source, model, _ = stack
+    out = _cli(model, "--against", source, "--seq-lens", "1,9", "--batch", "2,3", "--json", "--html", tmp_path / "r.html")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    status = {b["name"]: b for b in report["backends"]}
+    assert status["ort"]["status"] == "ran" and status["reference"]["status"] == "ran"
+    assert status["trt"]["status"] == "skipped" and "engine" in status["trt"]["reason"]
+    y_rows = [r for r in report["rows"] if r["output"] == "Y" and r["backend"] == "ort" and r["against"] == "reference"]
+    assert {(r["seq_len"], r["batch"]) for r in y_rows} == {(1, 2), (1, 3), (9, 2), (9, 3)}
+    assert all(len(r["per_step"]) == r["seq_len"] for r in y_rows)
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("data:image/png;base64,") == 1 and "PASS" in page
+
+
+def test_planted_gate_order_bug_is_named(stack, tmp_path: Path) -> None:
+    source, _, weights = stack
+    bad_model = tmp_path / "bad.onnx"
+    onnx.save(build_stack_model(_forum_packed(weights), sequence_lens=True), str(bad_model))
+    report = verify(source, bad_model, backends=["ort", "reference"], seq_lens=(12,), batches=(3,))
+    assert not report.passed
+    (diag,) = report.diagnosis
+    assert diag["matches"] == ["gates read in order i,f,o,g instead of i,f,g,o"]
+    out = _cli(bad_model, "--against", source, "--backends", "ort", "--seq-lens", "12", "--batch", "3", "--html", tmp_path / "bad.html")
+    assert out.returncode == 1
+    assert "gates read in order i,f,o,g instead of i,f,g,o" in out.stdout
+    assert (tmp_path / "bad.html").read_text().count("data:image/png;base64,") == 2
+
+
+def test_swapped_gru_biases_are_named(tmp_path: Path) -> None:
+    weights = RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=5, scale=1.0)
+    swapped = RNNWeights(weights.spec, {k: weights[k.replace(".bW.", ".bX.").replace(".bR.", ".bW.").replace(".bX.", ".bR.")] for k in weights})
+    source, model = tmp_path / "w.safetensors", tmp_path / "m.onnx"
+    rnnx.save(weights, source)
+    onnx.save(build_stack_model(swapped), str(model))
+    report = verify(source, model, backends=["ort"], seq_lens=(8,), batches=(2,))
+    assert "input and recurrent biases swapped" in report.diagnosis[0]["matches"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [(("--seq-lens", "0"), "positive integers"), (("--backends", "ort,gpu9"), "unknown backend 'gpu9'"), (("--tol", "ort=abc"), "BACKEND=ATOL,RTOL")],
+)
+def test_bad_usage_exits_2(stack, args: tuple[str, ...], fragment: str) -> None:
+    source, model, _ = stack
+    out = _cli(model, "--against", source, *args)
+    assert out.returncode == 2 and fragment in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_model_of_another_network_is_a_usage_error(stack, tmp_path: Path) -> None:
+    source, _, _ = stack
+    other = tmp_path / "other.onnx"
+    onnx.save(build_stack_model(RNNWeights.random(RNNSpec.parse("gru,input=4,hidden=3"))), str(other))
+    out = _cli(other, "--against", source, "--backends", "ort")
+    assert out.returncode == 2, out.stderr
+
+
+def test_tensor_names_used_by_the_planted_bug_exist(stack) -> None:
+    _, _, weights = stack
+    assert tensor_name(1, "reverse", "W", "o") in weights.tensors
+    np.testing.assert_array_equal(_forum_packed(weights)["l0.forward.W.g"], weights["l0.forward.W.o"])
