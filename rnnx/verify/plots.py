@@ -13,10 +13,7 @@ from rnnx.verify.run import VerifyReport
 
 
 def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
+    try:  # no backend is forced: headless machines get Agg by themselves, notebooks keep inline
         import matplotlib.pyplot as plt
     except ImportError:
         raise RNNXError("plots need matplotlib: pip install 'rnnx[plots]'") from None
