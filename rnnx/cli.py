@@ -31,6 +31,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         seq_lens=args.seq_lens,
         states=not args.no_states,
         check=not args.no_check,
+        nonfinite=args.nonfinite,
     )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -236,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-lens", action="store_true", help="ONNX model takes per-sequence lengths as input seq_lens")
     p.add_argument("--no-states", action="store_true", help="ONNX model starts from zero states instead of taking h0/c0")
     p.add_argument("--no-check", action="store_true", help="skip running the written file against the reference")
+    p.add_argument("--nonfinite", choices=["error", "warn"], default="error", help="NaN/Inf weights: refuse (default) or convert with a warning, unchecked")
     p.add_argument("--json", action="store_true", help="print a JSON report on stdout")
     p.set_defaults(func=_cmd_convert)
 

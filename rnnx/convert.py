@@ -73,6 +73,7 @@ def convert(
     seq_lens: bool = False,
     states: bool = True,
     check: bool = True,
+    nonfinite: str = "error",
 ) -> ConvertResult:
     source, output = Path(source), Path(output)
     if source.resolve() == output.resolve():
@@ -82,8 +83,11 @@ def convert(
     out_fmt = formats.get(to_format) if to_format else formats.detect(output)
     notes = []
     bad = weights.nonfinite()
+    if bad and nonfinite == "error":
+        raise RNNXError(f"{source}: tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); fix the checkpoint or pass --nonfinite warn")
     if bad:
-        raise RNNXError(f"{source}: tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); fix the checkpoint")
+        notes.append(f"tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); converted anyway (--nonfinite warn)")
+        check = False
     if out_fmt.name == "onnx":
         from rnnx.graphs.build import DEFAULT_OPSET, build_stack_model, save_model
 

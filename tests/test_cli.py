@@ -176,3 +176,38 @@ def test_export_verb(tmp_path: Path) -> None:
     assert not (tmp_path / "m3.onnx").exists()
     missing = run("export", f"{tmp_path / 'mymodel.py'}:nope", "-o", tmp_path / "m4.onnx")
     assert missing.returncode == 2 and "has no attribute 'nope'" in missing.stderr
+
+
+def test_nonfinite_warn_converts_and_says_so(tmp_path: Path) -> None:
+    weights = RNNWeights.random(RNNSpec.parse("gru,input=2,hidden=3"))
+    weights["l0.forward.W.n"][0, 0] = np.inf
+    src = tmp_path / "inf.safetensors"
+    rnnx.save(weights, src)
+    result = run("convert", src, "-o", tmp_path / "x.onnx", "--nonfinite", "warn")
+    assert result.returncode == 0 and "holds NaN or Inf" in result.stdout and (tmp_path / "x.onnx").exists()
+
+
+def test_a_killed_conversion_leaves_no_output(tmp_path: Path) -> None:
+    """SIGKILL while the output is being written: the final name never appears."""
+    import signal
+    import time
+
+    src = tmp_path / "big.safetensors"
+    rnnx.save(RNNWeights.random(RNNSpec.parse("lstm,input=1024,hidden=1024,layers=3,bidirectional")), src)
+    out = tmp_path / "big.onnx"
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-m", "rnnx.cli", "convert", str(src), "-o", str(out), "--no-check"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        seen_part = False
+        while proc.poll() is None:
+            if list(tmp_path.glob(".big.onnx.*.part")):
+                seen_part = True
+                time.sleep(0.05)  # let it write a little
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                break
+            time.sleep(0.001)
+        if seen_part:
+            break
+        out.unlink(missing_ok=True)
+    assert seen_part, "the conversion finished before it could be killed"
+    assert not out.exists()

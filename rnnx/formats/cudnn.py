@@ -166,7 +166,10 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
     if spec is None:
         raise RNNXError(f"{path}: the blob carries no spec in its metadata; pass --spec")
     if "table" in meta:
-        stored_table = json.loads(meta["table"])
+        try:
+            stored_table = json.loads(meta["table"])
+        except json.JSONDecodeError:
+            raise RNNXError(f"{path}: the blob's offset table in its metadata is not valid JSON; the file is damaged") from None
         ours = [[e.offset, list(e.shape)] for e in offset_table(spec)]
         if stored_table != ours:
             raise RNNXError(f"{path}: the blob's offset table differs from rnnx's for spec {spec}; it was written by another layout")

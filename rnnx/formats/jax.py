@@ -83,7 +83,7 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
-    except (ValueError, OSError, EOFError) as exc:
+    except Exception as exc:  # noqa: BLE001  only numpy/zipfile parsing runs here: any failure means a damaged file
         raise RNNXError(f"{path}: cannot read as .npz ({exc}); the file is damaged or not numpy's format") from None
     if NPZ_KEY not in arrays:
         raise RNNXError(f"{path}: expected an array named {NPZ_KEY!r} (the flat vector), found {sorted(arrays) or 'none'}")

@@ -134,7 +134,7 @@ def _h5_bytes(path: Path) -> tuple[bytes, dict[str, Any] | None]:
             with zipfile.ZipFile(path) as archive:
                 config = json.loads(archive.read("config.json"))
                 return archive.read("model.weights.h5"), config
-        except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except Exception as exc:  # noqa: BLE001  zipfile/json parsing only: any failure means a damaged archive
             raise RNNXError(f"{path}: not a readable .keras archive ({exc}); expected config.json and model.weights.h5 inside") from None
     return path.read_bytes(), None
 
@@ -197,8 +197,10 @@ def _find_groups(path: Path) -> dict[str, tuple[list[np.ndarray], RNNSpec | None
                     continue
                 spec = _spec_from_config(cls, inner, arrays, bidirectional) if cfg else None
                 found[cfg.get("config", {}).get("name", name)] = (arrays, spec, name)
-    except OSError as exc:
-        raise RNNXError(f"{path}: cannot read the weights as HDF5 ({exc}); the file is damaged or not Keras 3") from None
+    except RNNXError:
+        raise
+    except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
+        raise RNNXError(f"{path}: cannot read the weights as HDF5 ({' '.join(str(exc).split())[:160]}); the file is damaged or not Keras 3") from None
     return found
 
 

@@ -80,6 +80,10 @@ def spec_of_nodes(nodes: list[dict[str, Any]], where: str = "ONNX nodes") -> RNN
     """The spec a chain of node dicts (layer order) describes; checks they fit together."""
     if not nodes:
         raise RNNXError(f"{where}: expected at least one LSTM/GRU/RNN node, found none")
+    for i, node in enumerate(nodes):
+        missing = [k for k in ("W", "R") if node.get(k) is None]
+        if missing:
+            raise RNNXError(f"{where}: layer {i} has no {missing[0]} tensor; expected W and R for every LSTM/GRU/RNN node")
     first = nodes[0]
     op = first.get("op_type")
     if op not in ("LSTM", "GRU", "RNN"):
@@ -182,7 +186,7 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
 def _read_rnnx_stack(model: Any) -> RNNWeights | None:
     """A stack rnnx wrote whose layers were lowered to Scans (projection): its initializers
     keep the per-layer node inputs under l{k}_W, l{k}_R, ..., and its metadata the spec."""
-    from onnx import numpy_helper
+    from rnnx.graphs.find import to_array
 
     props = {p.key: p.value for p in model.metadata_props}
     if "rnnx.spec" not in props:
@@ -194,7 +198,7 @@ def _read_rnnx_stack(model: Any) -> RNNWeights | None:
         node: dict[str, Any] = {"op_type": OP_TYPES[spec.cell], "direction": spec.direction, "hidden_size": spec.hidden_size}
         for key in ("W", "R", "B", "P", "proj"):
             if f"l{k}_{key}" in inits:
-                node[key] = numpy_helper.to_array(inits[f"l{k}_{key}"])
+                node[key] = to_array(inits[f"l{k}_{key}"])
         layers.append(node)
     return from_native(layers, spec)
 

@@ -96,6 +96,9 @@ def find_groups(state: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 def _infer_spec(group: Mapping[str, np.ndarray], name: str) -> RNNSpec:
     cell_style = "weight_ih" in group
     sfx0 = "" if cell_style else "_l0"
+    for key in (f"weight_ih{sfx0}", f"weight_hh{sfx0}"):
+        if key not in group:
+            raise RNNXError(f"group {name!r}: expected {key}, found only {sorted(group)}; pass --spec if the layer numbering is unusual")
     w_ih, w_hh = group[f"weight_ih{sfx0}"], group[f"weight_hh{sfx0}"]
     w_hr = group.get(f"weight_hr{sfx0}")
     hidden = w_hr.shape[1] if w_hr is not None else w_hh.shape[1]

@@ -26,14 +26,57 @@ PASSTHROUGH = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flat
 WEIGHT_INPUTS = {"W": 1, "R": 2, "B": 3, "P": 7}
 
 
+def _tensors(graph: Any) -> Iterator[Any]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == attr.TENSOR:
+                yield attr.t
+            yield from attr.tensors
+            if attr.type == attr.GRAPH:
+                yield from _tensors(attr.g)
+            for g in attr.graphs:
+                yield from _tensors(g)
+
+
+def _check_external_data(model: Any, path: Path) -> None:
+    """External data must lie inside the model's folder and within its file's size."""
+    from onnx import TensorProto
+
+    base = path.parent.resolve()
+    for tensor in _tensors(model.graph):
+        if tensor.data_location != TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        target = (base / location).resolve()
+        if not location or Path(location).is_absolute() or base not in target.parents:
+            raise RNNXError(f"{path}: tensor {tensor.name!r} keeps its data at {location!r}, outside the model's folder; rnnx refuses to read it")
+        if not target.is_file():
+            raise RNNXError(f"{path}: tensor {tensor.name!r} keeps its data in {location!r}, which does not exist beside the model")
+        try:
+            offset, length = int(info.get("offset", 0)), int(info.get("length", target.stat().st_size))
+        except ValueError:
+            raise RNNXError(f"{path}: tensor {tensor.name!r} has a non-numeric external-data offset or length") from None
+        if offset < 0 or length < 0 or offset + length > target.stat().st_size:
+            raise RNNXError(f"{path}: tensor {tensor.name!r} claims bytes {offset}..{offset + length} of {location!r}, which has {target.stat().st_size}")
+
+
 def load_model(path: Path) -> Any:
     import onnx
+    from onnx import external_data_helper
 
     path = require_file(Path(path))
     try:
-        return onnx.load(str(path))
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf's DecodeError and friends: the file is not a model
         raise RNNXError(f"{path}: cannot parse as an ONNX model ({type(exc).__name__}); the file is damaged or not ONNX") from None
+    _check_external_data(model, path)
+    try:
+        external_data_helper.load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError) as exc:
+        raise RNNXError(f"{path}: cannot read its external data ({exc})") from None
+    return model
 
 
 @dataclass
@@ -80,23 +123,43 @@ def _subgraphs(graph: Any, path: str) -> Iterator[tuple[Any, str]]:
                 yield from _subgraphs(g, f"{path}/{node.name or node.op_type}.{attr.name}[{i}]")
 
 
+def node_attributes(node: Any) -> dict[str, Any]:
+    """A node's attributes as Python values, strings decoded (undecodable bytes replaced)."""
+    from onnx import helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attrs = {k: (v.decode(errors="replace") if isinstance(v, bytes) else v) for k, v in attrs.items()}
+    if "activations" in attrs:
+        attrs["activations"] = [a.decode(errors="replace") if isinstance(a, bytes) else a for a in attrs["activations"]]
+    return attrs
+
+
+def to_array(tensor: Any) -> np.ndarray:
+    """A TensorProto's data, refused in one line when its stored bytes do not fit its shape."""
+    from onnx import numpy_helper
+
+    try:
+        return numpy_helper.to_array(tensor)
+    except (ValueError, TypeError, KeyError) as exc:  # KeyError: an unknown data type
+        raise RNNXError(f"tensor {tensor.name!r}: its stored data does not fit its shape {list(tensor.dims)} ({exc}); the file is damaged") from None
+
+
 def _constants(graph: Any, outer: dict[str, tuple[np.ndarray, str]]) -> dict[str, tuple[np.ndarray, str]]:
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     known = dict(outer)
     for init in graph.initializer:
-        known[init.name] = (numpy_helper.to_array(init), "initializer")
+        known[init.name] = (to_array(init), "initializer")
     for node in graph.node:
         if node.op_type == "Constant" and node.output:
             for attr in node.attribute:
                 if attr.name == "value":
-                    known[node.output[0]] = (numpy_helper.to_array(helper.get_attribute_value(attr)), "Constant")
+                    known[node.output[0]] = (to_array(helper.get_attribute_value(attr)), "Constant")
     return known
 
 
 def recurrent_nodes(model: Any) -> list[RecurrentNode]:
     """Every recurrent node of the model, subgraphs included, with its stored weights."""
-    from onnx import helper
 
     found = []
     known: dict[str, tuple[np.ndarray, str]] = {}
@@ -106,10 +169,7 @@ def recurrent_nodes(model: Any) -> list[RecurrentNode]:
         for node in graph.node:
             if node.op_type not in RECURRENT_OPS:
                 continue
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
-            if "activations" in attrs:
-                attrs["activations"] = [a.decode() if isinstance(a, bytes) else a for a in attrs["activations"]]
+            attrs = node_attributes(node)
             tensors: dict[str, np.ndarray | None] = {}
             sources: dict[str, str] = {}
             for key, index in WEIGHT_INPUTS.items():

@@ -17,7 +17,7 @@ class GraphIndex:
     """Producers, consumers and constants of one graph, looked up by tensor name."""
 
     def __init__(self, graph: Any) -> None:
-        from onnx import numpy_helper
+        from rnnx.graphs.find import to_array
 
         self.graph = graph
         self.producer = {o: n for n in graph.node for o in n.output if o}
@@ -26,10 +26,10 @@ class GraphIndex:
             for i in n.input:
                 if i:
                     self.consumers[i].append(n)
-        self.constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+        self.constants = {i.name: to_array(i) for i in graph.initializer}
         for n in graph.node:
             if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-                self.constants[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+                self.constants[n.output[0]] = to_array(n.attribute[0].t)
         self.outputs = {o.name for o in graph.output}
 
     def prod(self, name: str, op_type: str) -> Any:

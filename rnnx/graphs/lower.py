@@ -210,18 +210,14 @@ def lower_layer(weights: RNNWeights, layer: int, names: dict[str, str], outputs:
 
 
 def _node_weights(node: Any, constants: dict[str, np.ndarray]) -> RNNWeights:
-    from onnx import helper
-
     from rnnx.formats import onnx as onnx_format
+    from rnnx.graphs.find import node_attributes
 
     ins = dict(zip(INPUTS, list(node.input) + [""] * len(INPUTS)))
     missing = [k for k in ("W", "R") if ins[k] not in constants] + [k for k in ("B", "P", "proj") if ins[k] and ins[k] not in constants]
     if missing:
         raise RNNXError(f"node {node.name!r}: {missing[0]} is not a constant; only nodes with stored weights can be lowered")
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
-    if "activations" in attrs:
-        attrs["activations"] = [a.decode() if isinstance(a, bytes) else a for a in attrs["activations"]]
+    attrs = node_attributes(node)
     op_type = "LSTM" if node.op_type == LSTM_PROJECTED else node.op_type
     layer = {"op_type": op_type, **attrs, **{k: constants[ins[k]] for k in ("W", "R", "B", "P", "proj") if ins[k]}}
     return onnx_format.from_native([layer])
