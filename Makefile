@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-slow test-gpu clean
+.PHONY: demo test test-slow test-gpu bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ test-slow: $(VENV)/.test-installed
 test-gpu:
 	PYTHONPATH=. $(PYTHON) -m pytest -q -p no:cacheprovider tests/gpu
 	PYTHONPATH=. $(PYTHON) -m rnnx.engines.cudnn_check
+
+# Benchmarks (not part of the test run): writes benchmarks/results.{json,md} and the README table.
+bench: $(VENV)/.test-installed
+	$(BIN)/python benchmarks/run.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

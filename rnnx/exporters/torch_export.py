@@ -27,6 +27,9 @@ from rnnx import parity
 from rnnx.errors import RNNXError
 
 DEFAULT_OPSET = 17
+# torch.onnx builds at 18 or later; rnnx converts down itself with onnx's converter, since
+# torch.onnx's own down-conversion fails in a process that ran its TorchScript exporter before.
+TORCH_ONNX_MIN_OPSET = 18
 SEQ, BATCH = "seq", "batch"
 
 
@@ -227,12 +230,14 @@ def export(
         with _quiet(), packed_sequences_as_lengths():
             program = torch.onnx.export(
                 work, args, dynamic_shapes=tuple(dynamic_shapes), custom_translation_table=ops.TRANSLATIONS,
-                opset_version=opset, input_names=list(input_names) if input_names else None,
+                opset_version=max(opset, TORCH_ONNX_MIN_OPSET), input_names=list(input_names) if input_names else None,
                 output_names=list(output_names) if output_names else None, verbose=False,
             )
     except Exception as exc:  # torch.export / torch.onnx raise many types; the first line tells what failed
         raise RNNXError(f"torch.onnx could not export the model: {_first_line(exc)}; run with --debug for the full trace") from exc
     proto = program.model_proto
+    if opset < TORCH_ONNX_MIN_OPSET:
+        proto = _convert_down(proto, opset)
     if not output_names:
         bare = type(model) in RECURRENT_MODULES
         defaults = ["Y", "h_n", "c_n"] if bare else [f"output_{i}" for i in range(len(proto.graph.output))]
@@ -270,6 +275,16 @@ def export(
         fixed_seq = None if seq_dynamic else max((int(x.shape[d]) for x, ax in zip(example, axes) for d, r in ax.items() if r == SEQ), default=None)
         report.check = check_export(model, example, structure, axes if seq_dynamic else traced_axes, path, seed=seed, fixed_seq=fixed_seq)
     return report
+
+
+def _convert_down(proto: Any, opset: int) -> Any:
+    import onnx
+
+    try:
+        converted = onnx.version_converter.convert_version(proto, opset)
+    except Exception as exc:  # onnx's converter raises RuntimeError/ConvertError for ops it cannot map
+        raise RNNXError(f"the exported model cannot be converted to opset {opset} ({str(exc).splitlines()[0][:200]}); try --opset 18") from None
+    return converted  # Split's opset-18 attribute survives; drop_opset18_split_attribute removes it
 
 
 def rename_outputs(proto: Any, names: Sequence[str]) -> None:

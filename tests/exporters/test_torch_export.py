@@ -75,7 +75,7 @@ def test_user_model_is_untouched(tmp_path) -> None:
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
-@pytest.mark.parametrize("opset", [17, 18, 20])
+@pytest.mark.parametrize("opset", [14, 17, 18, 20])
 def test_opset_choice(tmp_path, opset: int) -> None:
     report = rnnx.export(torch.nn.GRU(3, 4), (torch.randn(4, 2, 3),), tmp_path / "g.onnx", opset=opset)
     assert report.opset == opset and report.passed
@@ -125,3 +125,14 @@ def test_large_weights_go_to_external_data(tmp_path, monkeypatch: pytest.MonkeyP
     assert (tmp_path / "big.onnx.data").stat().st_size > 1000
     assert path.stat().st_size < 10_000
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
+
+
+def test_export_after_a_torchscript_export_in_the_same_process(tmp_path) -> None:
+    """torch.onnx's own down-conversion fails once its TorchScript exporter has run; rnnx's does not."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.nn.LSTM(8, 16).eval(), (torch.randn(5, 2, 8),), str(tmp_path / "ts.onnx"), dynamo=False, opset_version=17)
+    report = rnnx.export(torch.nn.LSTM(8, 16, num_layers=2, bidirectional=True), (torch.randn(5, 3, 8),), tmp_path / "m.onnx")
+    assert report.passed and report.opset == 17

@@ -1,0 +1,267 @@
+"""rnnx's benchmarks: ratios measured side by side in one process, interleaved, medians.
+
+Run: make bench   (writes benchmarks/results.json and benchmarks/results.md, and the table
+between the markers in README.md). Not part of the test run. Sections:
+1. an LSTMCell stepped over time: rnnx's fused export vs torch.onnx's unrolled one vs torch
+2. bigger stacks in ONNX Runtime: rnnx vs torch.onnx vs torch eager
+3. cuDNN pack/unpack of ~1.5 GB of weights vs a plain copy, with peak memory
+4. rnnx.export with its self-check vs torch.onnx.export alone
+5. on a GPU: the cuDNN runner vs torch's cuDNN path (where a GPU is visible)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+warnings.simplefilter("ignore")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import rnnx  # noqa: E402
+from rnnx import RNNSpec, RNNWeights  # noqa: E402
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner  # noqa: E402
+from rnnx.exporters.torch_export import _quiet  # noqa: E402
+from rnnx.formats import cudnn  # noqa: E402
+
+BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
+
+
+def interleaved(candidates: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds per call; one call of each candidate per round, rounds repeated."""
+    times: dict[str, list[float]] = {k: [] for k in candidates}
+    for fn in candidates.values():
+        fn()  # warm up
+    for _ in range(repeats):
+        for name, fn in candidates.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+class SteppedCell(torch.nn.Module):
+    def __init__(self, i: int, h: int) -> None:
+        super().__init__()
+        self.cell, self.h = torch.nn.LSTMCell(i, h), h
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.new_zeros(x.shape[1], self.h)
+        c = x.new_zeros(x.shape[1], self.h)
+        ys = []
+        for t in range(x.shape[0]):
+            h, c = self.cell(x[t], (h, c))
+            ys.append(h)
+        return torch.stack(ys)
+
+
+def _ts_export(model: torch.nn.Module, example: tuple, path: Path, dynamic: dict | None = None) -> None:
+    names = [f"in{i}" for i in range(len(example))]
+    with _quiet():
+        torch.onnx.export(model, example, str(path), dynamo=False, opset_version=17, input_names=names, dynamic_axes=dynamic)
+
+
+def stepped_cell(tmp: Path, repeats: int) -> dict:
+    torch.manual_seed(0)
+    model = SteppedCell(64, 256).eval()
+    torch.set_num_threads(1)
+    out: dict = {"setup": "LSTMCell(64, 256) stepped over T, B=1, ONNX Runtime and torch on 1 thread"}
+    x100 = torch.randn(100, 1, 64)
+    rnnx.export(model, (torch.randn(100, 2, 64),), tmp / "fused.onnx", check=False)
+    _ts_export(model, (x100,), tmp / "unrolled.onnx")
+    import onnx
+
+    out["nodes"] = {"rnnx": len(onnx.load(str(tmp / "fused.onnx")).graph.node), "torch.onnx": len(onnx.load(str(tmp / "unrolled.onnx")).graph.node)}
+    fused, unrolled = OnnxRuntimeRunner(tmp / "fused.onnx", threads=1), OnnxRuntimeRunner(tmp / "unrolled.onnx", threads=1)
+    for T in (10, 100, 1000):
+        x = torch.randn(T, 1, 64)
+        cands: dict[str, Callable[[], object]] = {"rnnx (ORT)": lambda: fused({fused.input_names[0]: x.numpy()})}
+        try:
+            unrolled({"in0": x.numpy()})
+            cands["torch.onnx unrolled (ORT)"] = lambda: unrolled({"in0": x.numpy()})
+        except rnnx.RNNXError:
+            out[f"T={T} unrolled"] = f"does not run at T={T} (traced at T=100)"
+        with torch.no_grad():
+            cands["torch eager"] = lambda: model(x)
+            t = interleaved(cands, repeats)
+        out[f"T={T}"] = {k: round(v * 1e3, 3) for k, v in t.items()}
+        if "torch.onnx unrolled (ORT)" in t:
+            out[f"T={T} ratio rnnx/unrolled"] = round(t["rnnx (ORT)"] / t["torch.onnx unrolled (ORT)"], 3)
+        out[f"T={T} ratio rnnx/torch"] = round(t["rnnx (ORT)"] / t["torch eager"], 3)
+    torch.set_num_threads(os.cpu_count() or 1)
+    return out
+
+
+def stacks(tmp: Path, repeats: int) -> dict:
+    torch.manual_seed(0)
+    models = {
+        "LSTM 2x bidirectional H=512": torch.nn.LSTM(256, 512, num_layers=2, bidirectional=True),
+        "GRU 2 layers H=512": torch.nn.GRU(256, 512, num_layers=2),
+        "LSTM H=512 proj=128": torch.nn.LSTM(256, 512, proj_size=128),
+    }
+    out = {}
+    x = torch.randn(100, 8, 256)
+    for name, m in models.items():
+        m.eval()
+        rnnx.export(m, (torch.randn(50, 4, 256),), tmp / "r.onnx", check=False)
+        r = OnnxRuntimeRunner(tmp / "r.onnx")
+        cands: dict[str, Callable[[], object]] = {"rnnx (ORT)": lambda: r({r.input_names[0]: x.numpy()})}
+        try:
+            _ts_export(m, (x,), tmp / "t.onnx", {"in0": {0: "T", 1: "B"}})
+            t_run = OnnxRuntimeRunner(tmp / "t.onnx")
+            cands["torch.onnx (ORT)"] = lambda: t_run({"in0": x.numpy()})
+        except Exception as exc:  # noqa: BLE001  recorded, not hidden
+            out[f"{name} torch.onnx"] = f"export fails: {str(exc).splitlines()[0][:80]}"
+        with torch.no_grad():
+            cands["torch eager"] = lambda: m(x)
+            t = interleaved(cands, repeats)
+        out[name] = {k: round(v * 1e3, 2) for k, v in t.items()}
+    out["setup"] = "T=100, B=8, input 256, ONNX Runtime CPU with default threads"
+    return out
+
+
+def pack_unpack(repeats: int) -> dict:
+    spec = RNNSpec.parse("lstm,input=2048,hidden=2048,layers=4,bidirectional")
+    weights = RNNWeights.random(spec, seed=0, scale=0.01)
+    nbytes = sum(v.nbytes for v in weights.tensors.values())
+    flat = np.concatenate([v.reshape(-1) for v in weights.tensors.values()])
+    t = interleaved({"pack": lambda: cudnn.to_native(weights), "copy": lambda: flat.copy()}, repeats)
+    blob = cudnn.to_native(weights)
+    t_unpack = interleaved({"unpack": lambda: cudnn.from_native(blob, spec)}, repeats)["unpack"]
+    del blob
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    packed = cudnn.to_native(weights)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    unpacked = cudnn.from_native(packed, spec)
+    peak_unpack = tracemalloc.get_traced_memory()[1] - base - packed.nbytes
+    tracemalloc.stop()
+    del unpacked, packed, flat
+    return {
+        "setup": f"{spec}: {nbytes / 2**30:.2f} GiB of float32",
+        "pack GB/s": round(nbytes / t["pack"] / 1e9, 2),
+        "copy GB/s": round(nbytes / t["copy"] / 1e9, 2),
+        "ratio pack/copy throughput": round(t["copy"] / t["pack"], 3),
+        "unpack ms": round(t_unpack * 1e3, 2),
+        "peak memory during pack / weights": round((peak + nbytes) / nbytes, 3),
+        "extra memory during unpack / weights": round(max(peak_unpack, 0) / nbytes, 4),
+    }
+
+
+def export_time(tmp: Path, repeats: int) -> dict:
+    torch.manual_seed(0)
+    m = torch.nn.LSTM(256, 512, num_layers=2, bidirectional=True).eval()
+    ex = (torch.randn(20, 4, 256),)
+    dims = ({0: torch.export.Dim("seq"), 1: torch.export.Dim("batch")},)
+
+    def plain() -> None:
+        with _quiet():
+            torch.onnx.export(m, ex, str(tmp / "p.onnx"), dynamic_shapes=dims, opset_version=17)
+
+    t = interleaved({"rnnx.export + self-check": lambda: rnnx.export(m, ex, tmp / "e.onnx"), "torch.onnx.export": plain}, repeats)
+    return {"setup": "2-layer bidirectional LSTM H=512", **{k: round(v, 2) for k, v in t.items()}, "ratio": round(t["rnnx.export + self-check"] / t["torch.onnx.export"], 3)}
+
+
+def gpu(repeats: int) -> dict:
+    if not torch.cuda.is_available():
+        return {"skipped": "no CUDA GPU visible"}
+    from rnnx.engines.cudnn import CudnnRunner
+    from rnnx.engines.torch import build_module
+
+    out = {"gpu": torch.cuda.get_device_name(0)}
+    spec = RNNSpec.parse("lstm,input=256,hidden=512,layers=2,bidirectional")
+    weights = RNNWeights.random(spec, seed=0)
+    module = build_module(weights).cuda()
+    runner = CudnnRunner(weights)
+    for B in (1, 8):
+        for T in (50, 200):
+            x = np.random.default_rng(0).standard_normal((T, B, 256)).astype(np.float32)
+            xt = torch.from_numpy(x).cuda()
+
+            def torch_run() -> None:
+                with torch.no_grad():
+                    module(xt)
+                torch.cuda.synchronize()
+
+            t = interleaved({"cuDNN runner (incl. host copies)": lambda: runner({"X": x}), "torch cuDNN": torch_run}, repeats)
+            out[f"B={B} T={T}"] = {k: round(v * 1e3, 3) for k, v in t.items()}
+    out["TensorRT"] = "not measured: TensorRT is not installed on the machines available"
+    return out
+
+
+def markdown(results: dict) -> str:
+    s = results["stepped_cell"]
+    p = results["pack_unpack"]
+    e = results["export"]
+    lines = [
+        f"Measured by `make bench` on {results['machine']} (medians of interleaved runs).",
+        "",
+        "| benchmark | figure | goal |",
+        "|---|---|---|",
+        f"| LSTMCell stepped, T=100: rnnx / torch.onnx unrolled latency (ORT, 1 thread) | {s['T=100 ratio rnnx/unrolled']}x | <= 0.65x {'(met)' if s['T=100 ratio rnnx/unrolled'] <= 0.65 else '(MISSED)'} |",
+        f"| LSTMCell stepped, T=100: rnnx (ORT) / torch eager | {s['T=100 ratio rnnx/torch']}x | <= 1.0x {'(met)' if s['T=100 ratio rnnx/torch'] <= 1.0 else '(MISSED)'} |",
+        f"| LSTMCell stepped, T=10 / T=1000: rnnx / torch eager | {s['T=10 ratio rnnx/torch']}x / {s['T=1000 ratio rnnx/torch']}x | unrolled: {s.get('T=10 unrolled', 'runs')} |",
+        f"| nodes in the graph (T=100) | rnnx {s['nodes']['rnnx']}, torch.onnx {s['nodes']['torch.onnx']} | |",
+        f"| cuDNN pack throughput / plain copy ({p['setup']}) | {p['ratio pack/copy throughput']}x | >= 0.5x {'(met)' if p['ratio pack/copy throughput'] >= 0.5 else '(MISSED)'} |",
+        f"| peak memory while packing / weights | {p['peak memory during pack / weights']}x | <= 2.2x {'(met)' if p['peak memory during pack / weights'] <= 2.2 else '(MISSED)'} |",
+        f"| rnnx.export with self-check / torch.onnx.export ({e['setup']}) | {e['ratio']}x | <= 1.5x {'(met)' if e['ratio'] <= 1.5 else '(MISSED)'} |",
+    ]
+    for name, row in results["stacks"].items():
+        if isinstance(row, dict):
+            lines.append(f"| {name}, {results['stacks']['setup']} | " + ", ".join(f"{k} {v} ms" for k, v in row.items()) + " | |")
+        elif name != "setup":
+            lines.append(f"| {name} | {row} | |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--only", nargs="*", default=None, help="sections to run: stepped_cell stacks pack_unpack export gpu")
+    args = parser.parse_args()
+    import platform
+
+    results: dict = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        sections = {
+            "stepped_cell": lambda: stepped_cell(Path(tmp), args.repeats),
+            "stacks": lambda: stacks(Path(tmp), max(args.repeats // 3, 3)),
+            "pack_unpack": lambda: pack_unpack(max(args.repeats // 3, 3)),
+            "export": lambda: export_time(Path(tmp), 3),
+            "gpu": lambda: gpu(args.repeats),
+        }
+        for name, fn in sections.items():
+            if args.only is None or name in args.only:
+                print(f"== {name}", flush=True)
+                results[name] = fn()
+                print(json.dumps(results[name], indent=2), flush=True)
+    if args.only is not None:
+        return
+    here = Path(__file__).parent
+    (here / "results.json").write_text(json.dumps(results, indent=2))
+    table = markdown(results)
+    (here / "results.md").write_text(table + "\n")
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        readme.write_text(f"{head}{BEGIN}\n{table}\n{END}{rest.split(END, 1)[1]}")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
