@@ -96,7 +96,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     info, check = environment(), layout_check()
     print(json.dumps({"environment": info, "cudnn_layout": check}, indent=2, default=str) if args.json else as_text(info, check))
-    if check is not None and not check["passed"]:
+    if check["passed"] is False:
         raise ParityError("rnnx's cuDNN offset table disagrees with this GPU's cuDNN or PyTorch; do not use cuDNN blobs here")
     return 0
 

@@ -4,6 +4,7 @@ offset table agrees with cuDNN itself and with PyTorch's flattened buffer."""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import platform
 from typing import Any
 
@@ -35,30 +36,65 @@ def environment() -> dict[str, Any]:
     return info
 
 
-def layout_check(specs: list[str] | None = None) -> dict[str, Any] | None:
-    """None without a GPU; else per spec whether cuDNN and PyTorch agree with rnnx's table."""
+def _runner_vs_torch(spec: Any) -> float:
+    """Max abs difference between rnnx's blob run by cuDNN directly and PyTorch's CUDA module."""
+    import numpy as np
+    import torch
+
+    from rnnx.engines.cudnn import CudnnRunner
+    from rnnx.engines.torch import build_module
+    from rnnx.parity import random_inputs
+    from rnnx.weights import RNNWeights
+
+    weights = RNNWeights.random(spec, seed=0)
+    inputs = random_inputs(weights, 17, 4, seed=1)
+    runner = CudnnRunner(weights)
+    try:
+        ours = runner(inputs)
+    finally:
+        runner.close()
+    module = build_module(weights).cuda()
+    state = torch.from_numpy(inputs["h0"]).cuda()
+    if spec.cell == "lstm":
+        state = (state, torch.from_numpy(inputs["c0"]).cuda())
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        y, _ = module(torch.from_numpy(inputs["X"]).cuda(), state)
+    return float(np.abs(ours["Y"] - y.cpu().numpy()).max())
+
+
+def layout_check(specs: list[str] | None = None) -> dict[str, Any]:
+    """Per spec: identical, different (with the first differing entry), or not checked (and why)."""
     from rnnx.engines import cudnn_check
     from rnnx.spec import RNNSpec
 
-    info = environment()
-    if not info["gpu"]:
-        return None
+    texts = specs or list(cudnn_check.DEFAULT_SPECS)
+    if not environment()["gpu"]:
+        return {"specs": {t: {"verdict": "not checked", "why": "no CUDA GPU visible to torch"} for t in texts}, "passed": None}
     rows = {}
-    for text in specs or list(cudnn_check.DEFAULT_SPECS):
+    for text in texts:
         spec = RNNSpec.parse(text)
-        rows[str(spec)] = {"cudnnGetRNNWeightParams": cudnn_check.against_cudnn(spec)["passed"], "torch_buffer": cudnn_check.against_torch(spec)["passed"]}
-    return {"specs": rows, "passed": all(all(r.values()) for r in rows.values())}
+        params, buffer = cudnn_check.against_cudnn(spec), cudnn_check.against_torch(spec)
+        runner_err = _runner_vs_torch(spec)
+        row: dict[str, Any] = {"cudnnGetRNNWeightParams": params["passed"], "torch_buffer": buffer["passed"], "cudnn_runner_vs_torch_max_abs": runner_err}
+        same = params["passed"] and buffer["passed"] and runner_err < 1e-4
+        row["verdict"] = "identical" if same else "different"
+        if params["mismatches"]:
+            row["first_difference"] = params["mismatches"][0]
+        rows[str(spec)] = row
+    return {"specs": rows, "passed": all(r["verdict"] == "identical" for r in rows.values())}
 
 
-def as_text(info: dict[str, Any], check: dict[str, Any] | None) -> str:
+def as_text(info: dict[str, Any], check: dict[str, Any]) -> str:
     lines = [f"{k:<22} {v if v is not None else 'not installed'}" for k, v in info.items() if k not in ("gpu", "onnxruntime_providers")]
     lines.append(f"{'onnxruntime providers':<22} {', '.join(info.get('onnxruntime_providers') or []) or '-'}")
     gpu = info.get("gpu")
     lines.append(f"{'gpu':<22} {gpu['name'] + ' (sm ' + gpu['compute_capability'] + ', CUDA ' + str(gpu['cuda']) + ')' if gpu else 'none visible to torch'}")
-    if check is None:
-        lines.append("cuDNN layout check: skipped (needs a CUDA GPU and a CUDA build of torch)")
-    else:
-        for spec, row in check["specs"].items():
-            verdict = "ok" if all(row.values()) else "MISMATCH " + ", ".join(k for k, v in row.items() if not v)
-            lines.append(f"cuDNN layout {spec}: {verdict}")
+    for spec, row in check["specs"].items():
+        if row["verdict"] == "not checked":
+            detail = row["why"]
+        elif row["verdict"] == "identical":
+            detail = f"offsets = cudnnGetRNNWeightParams, blob = torch's buffer, cuDNN runner vs torch {row['cudnn_runner_vs_torch_max_abs']:.1e}"
+        else:
+            detail = json.dumps({k: v for k, v in row.items() if k != "verdict"}, default=str)
+        lines.append(f"cuDNN layout {spec}: {row['verdict']} ({detail})")
     return "\n".join(lines)
