@@ -83,19 +83,25 @@ def test_mutated_files_fail_cleanly(tmp_path: Path, budget: int, request: pytest
         mutated = tmp_path / f"m{k}{''.join(source.suffixes)}"
         mutated.write_bytes(_mutate(source.read_bytes(), rng))
         before = mutated.read_bytes()
+        # convert for every file; and the verb that reads this kind of file besides
         out = tmp_path / f"out{k}.safetensors"
-        stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-            code = main(["convert", str(mutated), "-o", str(out), *extra])
-        outcomes[code] = outcomes.get(code, 0) + 1
-        assert mutated.read_bytes() == before, "the input was modified"
-        if code == 2:
-            lines = stderr.getvalue().strip().splitlines()
-            assert len(lines) == 1 and "Traceback" not in stderr.getvalue(), (source.name, stderr.getvalue())
-            assert not out.exists(), "a failed conversion left an output"
-        else:
-            assert code in (0, 1), code
-        assert not [p for p in tmp_path.glob(".out*")], "a temporary file was left behind"
+        second = (["inspect", str(mutated)], ["fuse", str(mutated), "-o", str(tmp_path / f"out{k}.onnx")], ["lower", str(mutated), "-o", str(tmp_path / f"out{k}.onnx")])[k % 3] \
+            if source.suffix == ".onnx" else ["layout", str(mutated), *extra]
+        for argv in (["convert", str(mutated), "-o", str(out), *extra], second):
+            written = Path(argv[argv.index("-o") + 1]) if "-o" in argv else None
+            stderr = io.StringIO()
+            with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+                code = main(argv)
+            outcomes[code] = outcomes.get(code, 0) + 1
+            assert mutated.read_bytes() == before, "the input was modified"
+            if code == 2:
+                lines = stderr.getvalue().strip().splitlines()
+                assert len(lines) == 1 and "Traceback" not in stderr.getvalue(), (argv[0], source.name, stderr.getvalue())
+                assert written is None or not written.exists(), "a failed run left an output"
+            else:
+                assert code in (0, 1), code
+            assert not [p for p in tmp_path.glob(".out*")], "a temporary file was left behind"
         mutated.unlink()
         out.unlink(missing_ok=True)
-    assert sum(outcomes.values()) == budget and outcomes[2] > budget // 4, outcomes
+        (tmp_path / f"out{k}.onnx").unlink(missing_ok=True)
+    assert sum(outcomes.values()) == 2 * budget and outcomes[2] > budget // 4, outcomes

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from rnnx import parity
+from rnnx.errors import RNNXError
 
 UNKNOWN_DIM = 3  # the size fed to dynamic axes
 
@@ -23,7 +24,10 @@ def random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:
             continue
         t = vi.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else UNKNOWN_DIM for d in t.shape.dim]
-        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        except KeyError:
+            raise RNNXError(f"graph input {vi.name!r}: element type {t.elem_type} is not a tensor type rnnx can feed; the model is damaged") from None
         feeds[vi.name] = rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
     return feeds
 
