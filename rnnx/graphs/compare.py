@@ -33,12 +33,18 @@ def random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:
 
 
 def compare_models(original: Any, rewritten: Any, seed: int = 0) -> parity.ParityReport:
-    """Every output of ``rewritten`` against ``original``'s on the same seeded inputs."""
+    """Every output of ``rewritten`` against ``original``'s on the same seeded inputs; with
+    boolean inputs (an If's condition, say) once with all of them true and once false."""
     from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 
+    before, after = OnnxRuntimeRunner(original), OnnxRuntimeRunner(rewritten)
     feeds = random_feeds(original, seed)
-    want = OnnxRuntimeRunner(original)(feeds)
-    got = OnnxRuntimeRunner(rewritten)(feeds)
-    shape = next(iter(feeds.values())).shape if feeds else ()
-    seq, batch = (int(shape[0]) if len(shape) > 0 else 0), (int(shape[1]) if len(shape) > 1 else 0)
-    return parity.ParityReport(parity.compare("onnxruntime", got, {k: v.astype(np.float64) for k, v in want.items()}, seq, batch))
+    flags = [k for k, v in feeds.items() if v.dtype == np.bool_]
+    report = parity.ParityReport()
+    for value in ([True, False] if flags else [None]):
+        run = {k: (np.full_like(v, value) if k in flags else v) for k, v in feeds.items()}
+        want = before(run)
+        shape = next((v.shape for v in run.values() if v.dtype.kind == "f" and v.ndim >= 2), ())
+        seq, batch = (int(shape[0]) if len(shape) > 0 else 0), (int(shape[1]) if len(shape) > 1 else 0)
+        report.rows += parity.compare("onnxruntime", after(run), {k: v.astype(np.float64) for k, v in want.items()}, seq, batch)
+    return report

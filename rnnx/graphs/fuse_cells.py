@@ -22,13 +22,15 @@ A candidate that breaks a rule is left alone and the result says which rule.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from rnnx.formats.onnx import GATE_ORDER
-from rnnx.graphs.index import GraphIndex, rewrite
+from rnnx.graphs.index import GraphIndex, graphs, rewrite
 
 
 @dataclass
@@ -232,12 +234,20 @@ def _match_gru(g: GraphIndex, tanh: Any) -> str | dict[str, Any]:
 
 
 def fuse_cells(model: Any) -> CellFuseResult:
-    """Replace decomposed LSTM cells of the main graph by one-step LSTM nodes, in place."""
+    """Replace decomposed LSTM and GRU cells, in the main graph and in If/Loop/Scan bodies,
+    by one-step native nodes, in place."""
+    result = CellFuseResult()
+    names = itertools.count()
+    for graph, outer in list(graphs(model.graph)):
+        _fuse_cells_in(GraphIndex(graph, outer), result, names)
+    return result
+
+
+def _fuse_cells_in(g: GraphIndex, result: CellFuseResult, names: Iterator[int]) -> None:
     from onnx import helper, numpy_helper
 
-    g = GraphIndex(model.graph)
-    result = CellFuseResult()
-    shared: dict[tuple[bytes, ...], str] = {}
+    fused_before = len(result.fused)
+    shared: dict[tuple[bytes, ...], str] = {}  # steps of one cell share one set of weights, so fuse_steps can chain them
     new_nodes, removed, inits = [], set(), []
     for anchor in list(g.graph.node):
         if anchor.op_type == "Split" and len(anchor.output) == 4 and g.attr(anchor, "axis", 0) in (1, -1):
@@ -253,8 +263,8 @@ def fuse_cells(model: Any) -> CellFuseResult:
             continue
         op = "LSTM" if "c" in match else "GRU"
         prefix = shared.get(match["weights_key"])
-        if prefix is None:  # steps of one cell share one set of weights, so fuse_steps can chain them
-            prefix = f"{op.lower()}_cell{len(shared)}"
+        if prefix is None:
+            prefix = f"{op.lower()}_cell{next(names)}"
             shared[match["weights_key"]] = prefix
             for key in ("W", "R", "B"):
                 inits.append(numpy_helper.from_array(match[key][None], f"{prefix}_{key}"))
@@ -274,7 +284,5 @@ def fuse_cells(model: Any) -> CellFuseResult:
         new_nodes.append(helper.make_node("Squeeze", [f"{step}_Y_h", ax], [match["h_new"]]))
         removed |= {id(n) for n in match["remove"]}
         result.fused.append(step)
-    if not result:
-        return result
-    rewrite(g.graph, removed, new_nodes, inits)
-    return result
+    if len(result.fused) > fused_before:
+        rewrite(g.graph, removed, new_nodes, inits)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rnnx.graphs.index import GraphIndex, rewrite
+from rnnx.graphs.index import GraphIndex, graphs, rewrite
 
 RECURRENT = ("LSTM", "GRU", "RNN")
 
@@ -59,9 +59,19 @@ def _key(node: Any) -> tuple[Any, ...]:
 
 
 def fuse_steps(model: Any) -> FuseResult:
-    """Fuse every chain of one-step nodes in ``model``'s main graph, in place."""
-    g = GraphIndex(model.graph)
+    """Fuse every chain of one-step nodes, in the main graph and in If/Loop/Scan bodies, in place."""
     result = FuseResult()
+    for graph, outer in list(graphs(model.graph)):
+        before = len(result.fused)
+        _fuse_steps_in(GraphIndex(graph, outer), result)
+        if graph is model.graph:
+            for info in result.fused[before:]:
+                _make_sequence_dynamic(model, info)
+    return result
+
+
+def _fuse_steps_in(g: GraphIndex, result: FuseResult) -> None:
+    fused_before = len(result.fused)
     steps = {}
     for node in g.graph.node:
         if node.op_type not in RECURRENT or g.attr(node, "direction", b"forward") not in (b"forward", "forward"):
@@ -101,12 +111,8 @@ def fuse_steps(model: Any) -> FuseResult:
         new_nodes.extend(nodes)
         removed |= dead
         result.fused.append(info)
-    if not result:
-        return result
-    rewrite(g.graph, removed, new_nodes)
-    for info in result.fused:
-        _make_sequence_dynamic(model, info)
-    return result
+    if len(result.fused) > fused_before:
+        rewrite(g.graph, removed, new_nodes)
 
 
 def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple[list[Any], set[int], dict[str, Any]]:

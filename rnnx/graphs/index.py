@@ -7,7 +7,7 @@ this small index rather than through a separate IR.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -16,7 +16,7 @@ import numpy as np
 class GraphIndex:
     """Producers, consumers and constants of one graph, looked up by tensor name."""
 
-    def __init__(self, graph: Any) -> None:
+    def __init__(self, graph: Any, outer_constants: dict[str, np.ndarray] | None = None) -> None:
         from rnnx.graphs.find import to_array
 
         self.graph = graph
@@ -26,7 +26,8 @@ class GraphIndex:
             for i in n.input:
                 if i:
                     self.consumers[i].append(n)
-        self.constants = {i.name: to_array(i) for i in graph.initializer}
+        self.constants = dict(outer_constants or {})  # a subgraph reads its outer scope's weights
+        self.constants.update({i.name: to_array(i) for i in graph.initializer})
         for n in graph.node:
             if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
                 self.constants[n.output[0]] = to_array(n.attribute[0].t)
@@ -53,12 +54,34 @@ class GraphIndex:
         return default
 
 
-def remove_dead(graph: Any) -> None:
-    live = {o.name for o in graph.output}
-    for sub in graph.node:  # names used inside subgraphs count as live
-        for a in sub.attribute:
+def graphs(graph: Any, outer: dict[str, np.ndarray] | None = None) -> Iterator[tuple[Any, dict[str, np.ndarray]]]:
+    """The graph and every subgraph (If/Loop/Scan bodies, nested), each with the constants
+    of its enclosing scopes."""
+    from rnnx.graphs.find import to_array
+
+    yield graph, dict(outer or {})
+    scope = dict(outer or {})
+    scope.update({i.name: to_array(i) for i in graph.initializer})
+    for node in graph.node:
+        for a in node.attribute:
             if a.type == a.GRAPH:
-                live |= {i for n in a.g.node for i in n.input}
+                yield from graphs(a.g, scope)
+            for g in a.graphs:
+                yield from graphs(g, scope)
+
+
+def _names_read_below(graph: Any) -> set[str]:
+    """Every tensor name read by a node of a subgraph of ``graph``, however deep."""
+    names: set[str] = set()
+    for node in graph.node:
+        for a in node.attribute:
+            for sub in ([a.g] if a.type == a.GRAPH else []) + list(a.graphs):
+                names |= {i for n in sub.node for i in n.input} | _names_read_below(sub)
+    return names
+
+
+def remove_dead(graph: Any) -> None:
+    live = {o.name for o in graph.output} | _names_read_below(graph)  # subgraphs read outer names
     changed = True
     nodes = list(graph.node)
     while changed:
@@ -68,18 +91,20 @@ def remove_dead(graph: Any) -> None:
         nodes = keep
     del graph.node[:]
     graph.node.extend(nodes)
-    used = {i for n in nodes for i in n.input}
+    used = {i for n in nodes for i in n.input} | live
     inits = [i for i in graph.initializer if i.name in used]
     del graph.initializer[:]
     graph.initializer.extend(inits)
 
 
 def toposort(graph: Any) -> None:
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    produced = {o for n in graph.node for o in n.output}
+    outer = {i for n in graph.node for i in n.input} - produced  # inputs, initializers, outer scope
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | outer | {""}
     pending, ordered = list(graph.node), []
     while pending:
         ready = [n for n in pending if all(i in available for i in n.input)]
-        if not ready:  # outer-scope names of subgraphs etc.: keep the rest in their order
+        if not ready:  # a cycle: not a valid graph; keep the rest in their order
             ordered += pending
             break
         for n in ready:

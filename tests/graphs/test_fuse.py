@@ -108,3 +108,36 @@ def test_cli(tmp_path) -> None:
     assert json.loads(out.stdout)["check"]["passed"]
     bad = subprocess.run([sys.executable, "-m", "rnnx.cli", "fuse", str(src), "-o", str(src)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "overwrite the input" in bad.stderr
+
+
+def test_cells_inside_if_branches_are_fused(tmp_path) -> None:
+    """An unrolled LSTMCell loop moved into an If's then-branch, reading the outer input and weights."""
+    from onnx import helper
+
+    src = tmp_path / "flat.onnx"
+    torch.manual_seed(1)
+    model = SteppedCell()
+    _export(model, (torch.randn(5, 3, 4),), src, dynamo=False)
+    flat = onnx.load(str(src))
+    x_name, y_name = flat.graph.input[0].name, flat.graph.output[0].name
+    then = helper.make_graph(list(flat.graph.node), "then", [], [helper.make_tensor_value_info(y_name, TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Constant", [], ["zeros"], value=numpy_helper.from_array(np.zeros((5, 3, 6), np.float32), "zeros"))],
+                              "else", [], [helper.make_tensor_value_info("zeros", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["out"], then_branch=then, else_branch=other)], "outer",
+        [helper.make_tensor_value_info("cond", TensorProto.BOOL, []), flat.graph.input[0]],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], list(flat.graph.initializer),
+    )
+    wrapped = tmp_path / "if.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=flat.opset_import), str(wrapped))
+    report = fuse_file(wrapped, tmp_path / "fused.onnx")
+    assert len(report.cells) == 5 and report.chains[0]["steps"] == 5 and report.check
+    fused = onnx.load(str(tmp_path / "fused.onnx"))
+    branch = next(a.g for a in fused.graph.node[0].attribute if a.name == "then_branch")
+    assert collections.Counter(n.op_type for n in branch.node)["LSTM"] == 1
+    x = torch.randn(5, 3, 4)
+    with torch.no_grad():
+        want = model(x).numpy()
+    runner = OnnxRuntimeRunner(tmp_path / "fused.onnx")
+    got = runner({"cond": np.array(True), x_name: x.numpy()})["out"]
+    np.testing.assert_allclose(got, want, atol=3e-5)
