@@ -132,6 +132,7 @@ def test_cells_inside_if_branches_are_fused(tmp_path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=flat.opset_import), str(wrapped))
     report = fuse_file(wrapped, tmp_path / "fused.onnx")
     assert len(report.cells) == 5 and report.chains[0]["steps"] == 5 and report.check
+    assert len(report.check.rows) == 2  # the condition true (the fused branch) and false
     fused = onnx.load(str(tmp_path / "fused.onnx"))
     branch = next(a.g for a in fused.graph.node[0].attribute if a.name == "then_branch")
     assert collections.Counter(n.op_type for n in branch.node)["LSTM"] == 1
