@@ -262,7 +262,8 @@ def export(
         external_data=external,
         fused=[] if fused is None else fused.fused,
     )
-    seq_dynamic = not stepped or (fused is not None and bool(fused.fused) and all(f.get("dynamic_seq") for f in fused.fused))
+    has_seq = any(role == SEQ for ax in axes for role in ax.values())  # a cell called once has no sequence axis
+    seq_dynamic = not stepped or not has_seq or (fused is not None and bool(fused.fused) and all(f.get("dynamic_seq") for f in fused.fused))
     if stepped and not seq_dynamic:
         report.unrolled_cells = stepped
         reasons = "; ".join(f"{r['node']}: {r['reason']}" for r in (fused.left_alone if fused is not None else []))
