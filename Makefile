@@ -30,6 +30,8 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/rnnx convert examples/encoder.safetensors -o out/encoder.cudnn.safetensors --to cudnn
 	@echo "== and back from the ONNX file to canonical weights"
 	$(BIN)/rnnx convert out/encoder.onnx -o out/encoder.rnnx.safetensors --json > out/encoder.report.json
+	@echo "== verify the ONNX model against the checkpoint at several lengths and batches (backends not installed are listed as skipped)"
+	$(BIN)/rnnx verify out/encoder.onnx --against examples/encoder.safetensors --seq-lens 1,17,64 --batch 1,8 --report out/encoder.verify.json
 	@echo "demo passed: outputs in out/"
 
 test: $(VENV)/.test-installed
