@@ -244,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="export a PyTorch model to ONNX with native LSTM/GRU/RNN nodes, checked",
                        description="Export a PyTorch model to ONNX with native recurrent nodes (projections lowered to Scans), "
                        "then check it in ONNX Runtime against the model at a sequence length and batch size unlike the example's.")
-    p.add_argument("model", help="file.py:NAME or package.module:NAME (a module, class or factory)")
+    p.add_argument("model", help="file.py:NAME or package.module:NAME (a module, class or factory), or a TorchScript file")
     p.add_argument("-o", "--output", type=Path, required=True, help="ONNX file to write (atomically)")
     p.add_argument("--checkpoint", type=Path, help="state_dict to load first (.pt/.pth weights-only, .safetensors)")
     p.add_argument("--input", action="append", metavar="SPEC", help="example input, repeated in order: 5x3x6 (random float32) or 7,5,2:int64")

@@ -1,7 +1,7 @@
 """What ``rnnx export`` needs from the command line: the model, its weights, example inputs.
 
 A model is named as ``path/to/file.py:NAME`` or ``package.module:NAME``, where NAME is
-an nn.Module instance, a class, or a factory; calling a class or factory may return the
+an nn.Module instance, a class, or a factory, or given as a TorchScript file; calling a class or factory may return the
 module or ``(module, example_inputs)``. The module may also define ``example_inputs``
 (a tuple, or a callable returning one). That code is the user's own and runs as such;
 checkpoints, in contrast, are loaded weights-only.
@@ -21,9 +21,12 @@ _DTYPES = ("float32", "float64", "float16", "int64", "int32", "bool")
 
 
 def load_model(target: str) -> tuple[Any, Any]:
-    """(module, example_inputs or None) from ``file.py:NAME`` or ``package.module:NAME``."""
+    """(module, example_inputs or None) from ``file.py:NAME``, ``package.module:NAME`` or a
+    TorchScript file (whose example inputs come from --input)."""
     from torch import nn
 
+    if ":" not in target and Path(target).suffix.lower() in (".pt", ".pth", ".ts", ".torchscript"):
+        return _load_torchscript(Path(target)), None
     source, sep, name = target.rpartition(":")
     if not sep or not source or not name:
         raise RNNXError(f"model: expected file.py:NAME or package.module:NAME, found {target!r}")
@@ -59,6 +62,19 @@ def load_model(target: str) -> tuple[Any, Any]:
     if callable(example):
         example = example()
     return obj, example
+
+
+def _load_torchscript(path: Path) -> Any:
+    import torch
+
+    from rnnx.fileio import require_file
+
+    try:
+        return torch.jit.load(str(require_file(path)), map_location="cpu")
+    except RNNXError:
+        raise
+    except Exception as exc:  # RuntimeError for a state_dict or a damaged archive
+        raise RNNXError(f"{path}: not a TorchScript file ({str(exc).strip().splitlines()[0][:160]}); for a state_dict pass file.py:NAME and --checkpoint") from None
 
 
 def load_checkpoint(module: Any, path: Path) -> None:

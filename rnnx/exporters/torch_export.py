@@ -202,6 +202,8 @@ def export(
     path = Path(path)
     args = _as_tuple(example_inputs)
     example, structure = tree_flatten(args)  # (x, (h0, c0)) -> [x, h0, c0]
+    if isinstance(model, torch.jit.ScriptModule):
+        return _export_scripted(model, args, path, opset=opset, dynamic_axes=dynamic_axes, output_names=output_names, check=check, seed=seed)
     work = copy.deepcopy(model).eval()
     if type(work) in RECURRENT_MODULES or type(work) in CELL_MODULES:
         work = _Root.wrap(work)
@@ -275,6 +277,66 @@ def export(
     if check:
         fixed_seq = None if seq_dynamic else max((int(x.shape[d]) for x, ax in zip(example, axes) for d, r in ax.items() if r == SEQ), default=None)
         report.check = check_export(model, example, structure, axes if seq_dynamic else traced_axes, path, seed=seed, fixed_seq=fixed_seq)
+    return report
+
+
+class _ScriptedRecurrence:
+    """What infer_dynamic_axes needs to know of a recurrent submodule of a TorchScript model."""
+
+    def __init__(self, module: Any) -> None:
+        self.batch_first = bool(module.batch_first)
+        self.num_layers, self.bidirectional = int(module.num_layers), bool(module.bidirectional)
+        self.hidden_size, self.proj_size = int(module.hidden_size), int(getattr(module, "proj_size", 0))
+
+
+def _export_scripted(
+    model: Any, args: tuple[Any, ...], path: Path, *, opset: int, dynamic_axes: Sequence[dict[int, str]] | None,
+    output_names: Sequence[str] | None, check: bool, seed: int,
+) -> ExportReport:
+    """A TorchScript model cannot be re-traced or have its modules swapped: torch.onnx's
+    TorchScript exporter writes it (it emits native LSTM/GRU/RNN nodes for nn modules and
+    refuses projections), then rnnx fuses what it can and checks the result."""
+    import tempfile
+
+    import onnx
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    from rnnx.graphs.build import save_model
+    from rnnx.graphs.fuse_cells import fuse_cells
+    from rnnx.graphs.fuse_steps import fuse_steps
+
+    example, structure = tree_flatten(args)
+    modules = [_ScriptedRecurrence(m) for m in model.modules() if getattr(m, "original_name", "") in ("LSTM", "GRU", "RNN")]
+    axes = list(dynamic_axes) if dynamic_axes is not None else infer_dynamic_axes(example, modules)
+    names = [f"input_{i}" for i in range(len(example))]
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "scripted.onnx"
+        try:
+            with _quiet():
+                torch.onnx.export(model.eval(), args, str(raw), dynamo=False, opset_version=opset, input_names=names,
+                                  output_names=list(output_names) if output_names else None,
+                                  dynamic_axes={n: {d: role for d, role in ax.items()} for n, ax in zip(names, axes) if ax})
+        except Exception as exc:  # the TorchScript exporter raises many types; the first line says what failed
+            raise RNNXError(f"torch.onnx could not export the TorchScript model: {_first_line(exc)}") from exc
+        proto = onnx.load(str(raw))
+    if not output_names:
+        rename_outputs(proto, [f"output_{i}" for i in range(len(proto.graph.output))])
+    cells, chains = fuse_cells(proto), fuse_steps(proto)
+    onnx.checker.check_model(proto)
+    external = save_model(proto, path)
+    op_types = collections.Counter(n.op_type for n in proto.graph.node)
+    native = {k: v for k, v in op_types.items() if k in ("LSTM", "GRU", "RNN")}
+    report = ExportReport(
+        path=str(path), opset=opset, op_types=dict(op_types),
+        recurrences=[{"module": "(TorchScript)", "spec": "-", "onnx": ", ".join(f"{v} x {k}" for k, v in native.items()) or "none"}],
+        external_data=external, fused=chains.fused,
+    )
+    report.notes.append("a TorchScript file is exported by torch.onnx's TorchScript exporter: rnnx cannot swap its modules")
+    if cells:
+        report.notes.append(f"{len(cells.fused)} decomposed cell(s) made native, {len(chains.fused)} chain(s) fused")
+    if check:
+        report.check = check_export(model, example, structure, axes, path, seed=seed)
     return report
 
 

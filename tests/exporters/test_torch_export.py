@@ -136,3 +136,33 @@ def test_export_after_a_torchscript_export_in_the_same_process(tmp_path) -> None
         torch.onnx.export(torch.nn.LSTM(8, 16).eval(), (torch.randn(5, 2, 8),), str(tmp_path / "ts.onnx"), dynamo=False, opset_version=17)
     report = rnnx.export(torch.nn.LSTM(8, 16, num_layers=2, bidirectional=True), (torch.randn(5, 3, 8),), tmp_path / "m.onnx")
     assert report.passed and report.opset == 17
+
+
+def test_torchscript_files_export_with_native_nodes(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    class Tagger(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = torch.nn.GRU(4, 5, num_layers=2, batch_first=True)
+            self.head = torch.nn.Linear(5, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y, _ = self.rnn(x)
+            return self.head(y)
+
+    scripted = tmp_path / "tagger.ts.pt"
+    torch.jit.script(Tagger()).save(str(scripted))
+    out = subprocess.run([sys.executable, "-m", "rnnx.cli", "export", str(scripted), "--input", "3x6x4", "-o", str(tmp_path / "t.onnx"), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    report = json.loads(out.stdout)
+    assert report["op_types"]["GRU"] == 2 and report["check"]["passed"]
+    assert {(r["seq_len"], r["batch"]) for r in report["check"]["rows"]} == {(12, 7), (23, 4)}
+    state_dict = tmp_path / "sd.pt"
+    torch.save(Tagger().state_dict(), state_dict)
+    bad = subprocess.run([sys.executable, "-m", "rnnx.cli", "export", str(state_dict), "--input", "3x6x4", "-o", str(tmp_path / "u.onnx")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "not a TorchScript file" in bad.stderr
