@@ -10,6 +10,8 @@ failure and nothing is written.
 from __future__ import annotations
 
 import copy
+
+import onnx
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,10 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0) -> 
     drop_opset18_split_attribute(original)
     model = copy.deepcopy(original)
     before = len(model.graph.node)
+    try:  # shapes let the passes split weights of products over concatenated inputs
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001  shape inference is a help, not a requirement
+        pass
     cells = fuse_cells(model)
     chains = fuse_steps(model)
     report = FuseReport(str(output), before, len(model.graph.node), cells.fused, chains.fused, cells.left_alone + chains.left_alone)

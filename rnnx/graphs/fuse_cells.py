@@ -59,15 +59,28 @@ def _terms(g: GraphIndex, name: str, depth: int = 0) -> list[tuple[str, Any]] | 
             return None
         W = g.constants[node.input[1]]
         W = W if g.attr(node, "transB", 0) else W.T
-        out = [("linear", (node.input[0], W)), ("node", node)]
+        out = _linear(g, node.input[0], W) + [("node", node)]
         if len(node.input) > 2 and node.input[2]:
             if node.input[2] not in g.constants:
                 return None
             out.append(("bias", g.constants[node.input[2]]))
         return out
     if node.op_type == "MatMul" and node.input[1] in g.constants:
-        return [("linear", (node.input[0], g.constants[node.input[1]].T)), ("node", node)]
+        return _linear(g, node.input[0], g.constants[node.input[1]].T) + [("node", node)]
     return None
+
+
+def _linear(g: GraphIndex, name: str, W: np.ndarray) -> list[tuple[str, Any]]:
+    """``W @ name`` as linear terms; a product over Concat(x, h) is split into one per part
+    (TensorFlow-style cells), using the parts' sizes from shape inference."""
+    concat = g.prod(name, "Concat")
+    if concat is None or g.attr(concat, "axis") not in (1, -1):
+        return [("linear", (name, W))]
+    sizes = [g.last_dim.get(i) for i in concat.input]
+    if None in sizes or sum(sizes) != W.shape[1]:  # type: ignore[arg-type]
+        return [("linear", (name, W))]
+    bounds = np.cumsum([0, *sizes])
+    return [("linear", (i, W[:, a:b])) for i, a, b in zip(concat.input, bounds[:-1], bounds[1:])] + [("node", concat)]
 
 
 def _single_consumer(g: GraphIndex, name: str, op_type: str) -> Any:
@@ -75,8 +88,33 @@ def _single_consumer(g: GraphIndex, name: str, op_type: str) -> Any:
     return users[0] if len(users) == 1 and users[0].op_type == op_type and name not in g.outputs else None
 
 
-def _match(g: GraphIndex, split: Any) -> str | dict[str, Any]:
-    parts = list(split.output)
+def _gate_parts(g: GraphIndex, node: Any) -> tuple[str, list[str], list[Any]] | None:
+    """(gate pre-activations, its 4 parts in position order, the nodes that cut it): a Split
+    into 4 along the last axis, or 4 Slices of one tensor covering it in equal pieces."""
+    if node.op_type == "Split" and len(node.output) == 4 and g.attr(node, "axis", 0) in (1, -1):
+        return node.input[0], list(node.output), [node]
+    if node.op_type != "Slice" or len(node.input) < 4:
+        return None
+    pre = node.input[0]
+    slices = [u for u in g.consumers.get(pre, []) if u.op_type == "Slice"]
+    if len(slices) != 4 or node is not slices[0]:  # each tensor is examined once, from its first Slice
+        return None
+    ranges = []
+    for sl in slices:
+        if len(sl.input) < 4 or any(i not in g.constants for i in sl.input[1:4]):
+            return None
+        starts, ends, axes = (np.atleast_1d(g.constants[i]) for i in sl.input[1:4])
+        if len(starts) != 1 or int(axes[0]) not in (1, -1) or (len(sl.input) > 4 and sl.input[4] and int(np.atleast_1d(g.constants.get(sl.input[4], [1]))[0]) != 1):
+            return None
+        ranges.append((int(starts[0]), int(ends[0]), sl))
+    ranges.sort(key=lambda r: r[0])
+    width = ranges[0][1] - ranges[0][0]
+    if any(r[0] != k * width or r[1] != (k + 1) * width for k, r in enumerate(ranges)):
+        return None
+    return pre, [r[2].output[0] for r in ranges], [r[2] for r in ranges]
+
+
+def _match(g: GraphIndex, pre: str, parts: list[str], cutters: list[Any]) -> str | dict[str, Any]:
     acts = [_single_consumer(g, p, "Sigmoid") or _single_consumer(g, p, "Tanh") for p in parts]
     if any(a is None for a in acts):
         return "a gate is not one Sigmoid or Tanh"
@@ -111,7 +149,7 @@ def _match(g: GraphIndex, split: Any) -> str | dict[str, Any]:
     k_o = next((k for k in sig_outs.values() if k != k_f), None)
     if k_o is None or acts[k_o].output[0] not in mul_h.input:
         return "h is not o*tanh(c)"
-    terms = _terms(g, split.input[0])
+    terms = _terms(g, pre)
     if terms is None:
         return "the gates' input is not a sum of constant linear maps and biases"
     linear = [t for kind, t in terms if kind == "linear"]
@@ -129,7 +167,7 @@ def _match(g: GraphIndex, split: Any) -> str | dict[str, Any]:
     if len(hs) != 1:
         return "cannot tell the input from the state"
     (h_prev, R), ((x_t, W),) = hs[0], [t for t in linear if t is not hs[0]]
-    inner = [split, *acts, mul_ig, add_c, mul_fc, tanh_c, mul_h, *nodes]
+    inner = [*cutters, *acts, mul_ig, add_c, mul_fc, tanh_c, mul_h, *nodes]
     inner_outs = {o for n in inner for o in n.output} - {c_new, mul_h.output[0]}
     inner_ids = {id(n) for n in inner}
     for name in inner_outs:
@@ -250,8 +288,9 @@ def _fuse_cells_in(g: GraphIndex, result: CellFuseResult, names: Iterator[int]) 
     shared: dict[tuple[bytes, ...], str] = {}  # steps of one cell share one set of weights, so fuse_steps can chain them
     new_nodes, removed, inits = [], set(), []
     for anchor in list(g.graph.node):
-        if anchor.op_type == "Split" and len(anchor.output) == 4 and g.attr(anchor, "axis", 0) in (1, -1):
-            match = _match(g, anchor)
+        gates = _gate_parts(g, anchor)
+        if gates is not None:
+            match = _match(g, *gates)
         elif anchor.op_type == "Tanh":
             match = _match_gru(g, anchor)
             if match == "not a GRU candidate":

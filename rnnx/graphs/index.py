@@ -32,6 +32,13 @@ class GraphIndex:
             if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
                 self.constants[n.output[0]] = to_array(n.attribute[0].t)
         self.outputs = {o.name for o in graph.output}
+        # Static last-axis sizes where shape inference recorded them (for split weights).
+        self.last_dim = {}
+        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+            dims = vi.type.tensor_type.shape.dim
+            if dims and dims[-1].HasField("dim_value"):
+                self.last_dim[vi.name] = int(dims[-1].dim_value)
+        self.last_dim.update({k: int(v.shape[-1]) for k, v in self.constants.items() if v.ndim})
 
     def prod(self, name: str, op_type: str) -> Any:
         node = self.producer.get(name)

@@ -62,18 +62,27 @@ def test_a_cell_called_once_becomes_a_one_step_node(tmp_path, dynamo: bool) -> N
     assert ops["LSTM"] == 1 and "Sigmoid" not in ops
 
 
-def _hand_built_cell(order: str, use_outside: bool = False) -> onnx.ModelProto:
-    """One LSTM step as MatMul + bias Add, gates stacked in ``order`` (not torch's)."""
+def _hand_built_cell(order: str, use_outside: bool = False, cut: str = "split", concat: bool = False) -> onnx.ModelProto:
+    """One LSTM step as MatMul + bias Add, gates stacked in ``order`` (not torch's); cut by
+    one Split or by four Slices; with ``concat``, TensorFlow-style: one MatMul over [x, h]."""
     rng = np.random.default_rng(0)
     I, H = 3, 4
     W, R, b = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in ((I, 4 * H), (H, 4 * H), (4 * H,)))
     inits = [numpy_helper.from_array(a, n) for a, n in ((W, "W"), (R, "R"), (b, "b"))]
     act = {"i": "Sigmoid", "f": "Sigmoid", "o": "Sigmoid", "g": "Tanh"}
-    nodes = [
-        helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("MatMul", ["h", "R"], ["hr"]),
-        helper.make_node("Add", ["xw", "hr"], ["s"]), helper.make_node("Add", ["s", "b"], ["pre"]),
-        helper.make_node("Split", ["pre"], [f"p_{g}" for g in order], axis=1),
-    ]
+    if concat:
+        inits.append(numpy_helper.from_array(np.concatenate([W, R]), "WR"))
+        nodes = [helper.make_node("Concat", ["x", "h"], ["xh"], axis=1), helper.make_node("MatMul", ["xh", "WR"], ["s"])]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("MatMul", ["h", "R"], ["hr"]), helper.make_node("Add", ["xw", "hr"], ["s"])]
+    nodes.append(helper.make_node("Add", ["s", "b"], ["pre"]))
+    if cut == "split":
+        nodes.append(helper.make_node("Split", ["pre"], [f"p_{g}" for g in order], axis=1))
+    else:
+        for k, g in enumerate(order):
+            ends = [numpy_helper.from_array(np.array([v], np.int64), f"{n}_{g}") for v, n in ((k * H, "st"), ((k + 1) * H, "en"), (1, "ax"))]
+            inits += ends
+            nodes.append(helper.make_node("Slice", ["pre", f"st_{g}", f"en_{g}", f"ax_{g}"], [f"p_{g}"]))
     nodes += [helper.make_node(act[g], [f"p_{g}"], [g]) for g in order]
     nodes += [
         helper.make_node("Mul", ["c", "f"], ["fc"]), helper.make_node("Mul", ["g", "i"], ["ig"]),
@@ -86,10 +95,12 @@ def _hand_built_cell(order: str, use_outside: bool = False) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("order", ["ifgo", "ogfi", "gifo"])
-def test_gates_are_found_by_role_not_position(tmp_path, order: str) -> None:
+@pytest.mark.parametrize("order", ["ifgo", "ogfi", "gifo", "igfo"])
+@pytest.mark.parametrize("cut", ["split", "slice"])
+@pytest.mark.parametrize("concat", [False, True], ids=["two-products", "tf-concat"])
+def test_gates_are_found_by_role_not_position(tmp_path, order: str, cut: str, concat: bool) -> None:
     src = tmp_path / "cell.onnx"
-    onnx.save(_hand_built_cell(order), str(src))
+    onnx.save(_hand_built_cell(order, cut=cut, concat=concat), str(src))
     report = fuse_file(src, tmp_path / "fused.onnx")
     assert len(report.cells) == 1 and report.check and report.check.worst().max_abs < 1e-6
 
