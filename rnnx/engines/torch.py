@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.errors import RNNXError
 from rnnx.formats import torch as torch_format
 from rnnx.weights import RNNWeights
 
@@ -48,6 +49,9 @@ class TorchRunner:
         import torch
         from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+        want = np.float64 if self.precision == "fp64" else np.float32
+        if inputs["X"].dtype != want:
+            raise RNNXError(f"the torch runner holds {np.dtype(want).name} weights; found {inputs['X'].dtype} inputs")
         x = torch.from_numpy(np.ascontiguousarray(inputs["X"]))
         h0 = torch.from_numpy(inputs["h0"])
         state: Any = (h0, torch.from_numpy(inputs["c0"])) if self.spec.cell == "lstm" else h0

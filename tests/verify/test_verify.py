@@ -104,3 +104,11 @@ def test_tensor_names_used_by_the_planted_bug_exist(stack) -> None:
     _, _, weights = stack
     assert tensor_name(1, "reverse", "W", "o") in weights.tensors
     np.testing.assert_array_equal(_forum_packed(weights)["l0.forward.W.g"], weights["l0.forward.W.o"])
+
+
+def test_a_dtype_a_backend_cannot_take_is_listed_as_skipped(stack) -> None:
+    source, model, _ = stack
+    report = verify(source, model, backends=["ort", "torch", "reference"], seq_lens=(3,), batches=(2,), dtypes=("fp32", "fp16"))
+    skipped = {b.name: b.reason for b in report.backends if b.status == "skipped"}
+    assert "ort (fp16)" in skipped and "torch (fp16)" in skipped and report.passed
+    assert {r.dtype for r in report.rows} == {"fp32"}
