@@ -85,3 +85,23 @@ def test_cli_json_and_subgraphs(tmp_path) -> None:
     nodes = json.loads(out.stdout)["nodes"]
     assert sorted(n["graph"] for n in nodes) == ["main/If.else_branch", "main/If.then_branch"]
     assert nodes[0]["activations"] == ["Relu"] and not nodes[0]["backends"]["cudnn"]
+
+
+def test_inspect_json_field_by_field(tmp_path) -> None:
+    weights = RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4,bidirectional,reset_before"))
+    path = tmp_path / "g.onnx"
+    onnx.save(_single_node_model("GRU", weights, direction="bidirectional", linear_before_reset=0, clip=5.0), str(path))
+    out = subprocess.run([sys.executable, "-m", "rnnx.cli", "inspect", str(path), "--json"], capture_output=True, text=True, timeout=120)
+    (node,) = json.loads(out.stdout)["nodes"]
+    assert node == {
+        "name": "n", "graph": "main", "op_type": "GRU", "stack": "n", "input_size": 3, "hidden_size": 4,
+        "direction": "bidirectional", "activations": [], "clip": 5.0, "layout": 0, "linear_before_reset": 0,
+        "input_forget": 0, "peepholes": False, "sequence_lens": False,
+        "weight_sources": {"W": "initializer", "R": "initializer", "B": "initializer"},
+        "backends": {
+            "onnxruntime": [],
+            "tensorrt": [],
+            "cudnn": ["linear_before_reset=0: cuDNN GRUs reset after the recurrent product", "clip=5.0: cuDNN has no cell clipping"],
+        },
+    }
+    assert json.loads(out.stdout)["fusable_chains"] == []
