@@ -214,6 +214,15 @@ def _cmd_formats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_graph_rewrite_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    """The arguments every ONNX-to-ONNX verb shares."""
+    p.add_argument("model", type=Path, help="ONNX model (never modified)")
+    p.add_argument("-o", "--output", type=Path, required=True, help=f"{what} ONNX model (written atomically)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the check's inputs")
+    p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime comparison")
+    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rnnx",
@@ -262,14 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("fuse", help="turn decomposed or unrolled LSTM cells of an ONNX model into native nodes, checked",
-                       description="Recognise LSTM cells that an exporter decomposed (MatMul/Gemm + Split + Sigmoid/Tanh + Mul/Add), make each "
-                       "a native LSTM step, join chains of steps over a sequence into one node with a dynamic length, and check the result "
+                       description="Recognise LSTM and GRU cells that an exporter decomposed (MatMul/Gemm + Split or Slices + Sigmoid/Tanh + Mul/Add), "
+                       "make each a native step, join chains of steps over a sequence into one node with a dynamic length, and check the result "
                        "against the input in ONNX Runtime. Say what was left alone and why.")
-    p.add_argument("model", type=Path, help="ONNX model (never modified)")
-    p.add_argument("-o", "--output", type=Path, required=True, help="fused ONNX model (written atomically)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the check's inputs")
-    p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime comparison")
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    _add_graph_rewrite_arguments(p, "fused")
     p.set_defaults(func=_cmd_fuse)
 
     p = sub.add_parser("doctor", help="show what is installed and check the cuDNN layout against this GPU",
@@ -281,12 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lower", help="rewrite LSTM/GRU/RNN nodes as Scans with the input product hoisted (TensorRT form), checked",
                        description="Rewrite native recurrent nodes (or the one given by --select) into one hoisted input MatMul (cuDNN gate "
                        "order) plus a Scan holding only the recurrent product, as TensorRT builds from; check against the input in ONNX Runtime.")
-    p.add_argument("model", type=Path, help="ONNX model (never modified)")
-    p.add_argument("-o", "--output", type=Path, required=True, help="lowered ONNX model (written atomically)")
+    _add_graph_rewrite_arguments(p, "lowered")
     p.add_argument("--select", metavar="NODE", help="lower only this node")
-    p.add_argument("--seed", type=int, default=0, help="seed of the check's inputs")
-    p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime comparison")
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
     p.set_defaults(func=_cmd_lower)
 
     p = sub.add_parser("build", help="build a TensorRT engine from ONNX (or, with --from-weights, from a weights file)",
