@@ -4,32 +4,70 @@ Per layer ``get_weights()`` is [kernel (in, gates*units), recurrent_kernel (unit
 gates*units), bias]: matrices transposed relative to ours, gates in :data:`GATE_ORDER`
 along the last axis. Biases: LSTM and SimpleRNN one (gates*units,), read as the input bias
 with a zero recurrent bias and written as their sum; GRU ``reset_after=True`` (2,
-3*units) = [input; recurrent]; GRU ``reset_after=False`` one (3*units,). A Bidirectional
-layer lists its forward layer's weights, then its backward layer's; a layer with
-``go_backwards=True`` is our ``reverse``. The natural object is the flat list of arrays,
-layer after layer.
+3*units) = [input; recurrent]; GRU ``reset_after=False`` one (3*units,) like LSTM's;
+``use_bias=False`` no bias array at all. A Bidirectional layer lists its forward layer's
+weights, then its backward layer's, and concatenates their outputs like our
+``bidirectional``; a layer with ``go_backwards=True`` is our ``reverse`` (Keras returns its
+sequence in the order it ran, last step first). Keras has no projection and no peepholes.
 
-Files: ``.keras`` (its config.json says each layer's class, activation, reset mode,
-direction and bias) and ``.weights.h5`` (weights only: a plain layer is taken to run
-forward, SimpleRNN needs ``--spec`` for tanh or relu). Both are read with h5py alone;
-Keras is never imported and no model code runs. rnnx does not write Keras files: load
-the arrays into your layer with ``layer.set_weights(rnnx.to_format(w, "keras"))``.
+The natural object is the flat list of arrays, layer after layer, each layer's forward
+then backward weights: ``model.get_weights()`` of a model made of exactly these layers,
+and what ``model.set_weights`` takes. A list of one layer's 2 or 3 arrays describes itself
+(except SimpleRNN's tanh or relu, and a bias-free GRU's reset mode); a longer list needs
+its spec.
+
+Files, read with h5py alone (Keras is never imported and no model code runs):
+
+* ``.keras`` (a zip holding ``config.json`` and ``model.weights.h5``): config.json says each
+  layer's class, activation, reset mode, direction and bias, so the spec is the file's.
+* ``.weights.h5`` (``model.save_weights``): weights only. The spec comes from the shapes and
+  ``--spec`` completes it; a plain layer is taken to run forward (the file cannot say
+  ``go_backwards``: pass ``--spec ...,reverse``), SimpleRNN needs ``--spec`` for tanh or relu
+  and a bias-free GRU for its reset mode. Layers that config.json does not list (those held
+  as attributes of subclassed models) are read the same way from a ``.keras`` archive.
+
+Each recurrent layer is a group named by its path in the file with Keras's ``layers``
+containers left out (``lstm``, ``bidirectional``, ``lstm_1``, ``sequential/gru``: Keras
+names these by class, numbered in model order); in a ``.keras`` archive ``--select`` also
+takes the layer's own name from config.json (``encoder``) when no path has that name. (The
+names Keras also writes as HDF5 string attributes are never read: a damaged string heap
+can hang HDF5.) ``keras.layers.RNN`` around an LSTMCell,
+GRUCell or SimpleRNNCell is read too; StackedRNNCells and Keras 2 ``.h5`` files are not.
+bfloat16 weights are widened to float32, exactly.
+
+Writing gives a ``.weights.h5`` for a model made of exactly the spec's layers, in order::
+
+    keras.Sequential([keras.Input((None, input)),
+                      keras.layers.LSTM(hidden, return_sequences=True),   # one per layer,
+                      ...])                                              # Bidirectional(...) when bidirectional
+    model.load_weights("weights.weights.h5")
+
+Build the layers with the spec's options (``go_backwards=True`` for ``reverse``,
+``reset_after=False`` for ``reset_before``, ``use_bias=False`` for ``no_bias``,
+``activation="relu"`` for ``rnn_relu``): Keras reads no options from a weights file. rnnx
+records the spec in the file's root attribute ``rnnx_spec`` (Keras ignores it), so reading
+such a file without ``--select`` gives the whole stack back, options included; with
+``--select`` one layer is read like any ``.weights.h5``. rnnx does not write ``.keras``
+archives.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
 import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.fileio import require_file
-from rnnx.formats.registry import Format, register
+from rnnx.fileio import atomic_output, require_file
+from rnnx.formats.registry import Format, register, settle_spec
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
 
@@ -39,66 +77,108 @@ GATE_ORDER: dict[str, tuple[str, ...]] = {
     "rnn_tanh": ("h",),
     "rnn_relu": ("h",),
 }
-_CELLS_BY_GATES = {4: "lstm", 3: "gru", 1: "rnn"}
-_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
+#: Keras's h5 group name (its snake-cased class name) per cell kind, for writing.
+LAYER_GROUP = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "simple_rnn", "rnn_relu": "simple_rnn"}
+_FAMILY_BY_GATES = {4: "lstm", 3: "gru", 1: "rnn"}
+# Keras classes whose math rnnx knows: the layers, and the cells inside keras.layers.RNN.
+_LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
+_CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
+_RNN_ACTIVATIONS = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
+# Limits for untrusted files: how deep the HDF5 tree is walked, how many groups, how big a
+# JSON config, and how far a dataset may claim to exceed its file (Keras stores raw data).
+_MAX_DEPTH = 32
+_MAX_GROUPS = 100_000
+_MAX_CONFIG = 64 * 1024 * 1024
+_MAX_EXPANSION = 64
+#: Root attribute of the .weights.h5 files rnnx writes: the spec, a fixed-length string (no HDF5 string heap).
+SPEC_ATTR = "rnnx_spec"
 
 
 def _check_expressible(spec: RNNSpec) -> None:
     if spec.proj_size:
-        raise RNNXError(f"spec {spec}: Keras LSTMs have no projection")
+        raise RNNXError(f"spec {spec}: Keras LSTMs have no projection (proj={spec.proj_size}); convert to torch, onnx or rnnx instead")
     if spec.peepholes:
-        raise RNNXError(f"spec {spec}: Keras LSTMs have no peepholes")
+        raise RNNXError(f"spec {spec}: Keras LSTMs have no peepholes; convert to onnx or rnnx instead")
 
 
 def _arrays_per_cell(spec: RNNSpec) -> int:
     return 3 if spec.bias else 2
 
 
+def _keras_bias(weights: RNNWeights, layer: int, direction: str) -> np.ndarray:
+    spec, order = weights.spec, GATE_ORDER[weights.spec.cell]
+    bw, br = weights.stacked(layer, direction, "bW", order), weights.stacked(layer, direction, "bR", order)
+    if spec.cell == "gru" and spec.reset_after:
+        return np.stack([bw, br])
+    # One bias: the sum. A zero recurrent bias (what reading Keras gives) adds nothing, not even a sign flip of -0.0.
+    return bw + br if np.any(br) else bw
+
+
 def to_native(weights: RNNWeights) -> list[np.ndarray]:
+    """Keras's arrays, layer after layer (forward then backward): ``model.set_weights`` order."""
     spec = weights.spec
     _check_expressible(spec)
     order = GATE_ORDER[spec.cell]
     out: list[np.ndarray] = []
     for layer, d in weights.cells():
-        out.append(weights.stacked(layer, d, "W", order).T)
-        out.append(weights.stacked(layer, d, "R", order).T)
+        out.append(np.ascontiguousarray(weights.stacked(layer, d, "W", order).T))
+        out.append(np.ascontiguousarray(weights.stacked(layer, d, "R", order).T))
         if spec.bias:
-            bw, br = weights.stacked(layer, d, "bW", order), weights.stacked(layer, d, "bR", order)
-            if spec.cell == "gru" and spec.reset_after:
-                out.append(np.stack([bw, br]))
-            else:
-                out.append(bw + br)
+            out.append(_keras_bias(weights, layer, d))
     return out
 
 
-def _infer_spec(arrays: list[np.ndarray]) -> RNNSpec:
+def _infer_spec(arrays: Sequence[np.ndarray], where: str = "Keras weights: ") -> RNNSpec:
+    """One layer's spec from its 2 or 3 arrays, where the shapes settle it; ``where`` starts each message."""
     if len(arrays) not in (2, 3):
-        raise RNNXError(f"Keras weights: {len(arrays)} arrays cannot be read without a spec (one layer has 2 or 3); pass --spec")
-    kernel, recurrent = np.asarray(arrays[0]), np.asarray(arrays[1])
-    if kernel.ndim != 2 or recurrent.ndim != 2 or recurrent.shape[1] % max(recurrent.shape[0], 1):
-        raise RNNXError(f"Keras weights: expected kernel (in, gates*units) and recurrent (units, gates*units), found {kernel.shape} and {recurrent.shape}")
+        raise RNNXError(
+            f"{where}{len(arrays)} arrays cannot be read without a spec (one layer has 2 or 3: kernel, "
+            "recurrent_kernel[, bias]); pass the spec (--spec) saying layers and direction"
+        )
+    kernel, recurrent = arrays[0], arrays[1]
+    if kernel.ndim != 2 or recurrent.ndim != 2 or recurrent.shape[0] == 0 or recurrent.shape[1] % recurrent.shape[0]:
+        raise RNNXError(
+            f"{where}expected kernel (in, gates*units) and recurrent_kernel (units, gates*units), "
+            f"found shapes {kernel.shape} and {recurrent.shape}"
+        )
     units = recurrent.shape[0]
-    family = _CELLS_BY_GATES.get(recurrent.shape[1] // units)
+    n_gates = recurrent.shape[1] // units
+    family = _FAMILY_BY_GATES.get(n_gates)
     if family is None:
-        raise RNNXError(f"Keras weights: expected 4 (LSTM), 3 (GRU) or 1 (SimpleRNN) gates, found {recurrent.shape[1] // units}")
+        raise RNNXError(f"{where}expected 4 (LSTM), 3 (GRU) or 1 (SimpleRNN) gates, found recurrent_kernel {recurrent.shape} ({n_gates} gates)")
     bias = len(arrays) == 3
-    fields = dict(input_size=int(kernel.shape[0]), hidden_size=int(units), bias=bias)
+    fields: dict[str, Any] = {"input_size": int(kernel.shape[0]), "hidden_size": int(units), "bias": bias}
     if family == "rnn":
-        tanh, relu = RNNSpec("rnn_tanh", **fields), RNNSpec("rnn_relu", **fields)  # type: ignore[arg-type]
-        raise RNNXError(f"Keras SimpleRNN weights do not say tanh or relu; pass --spec {tanh} or --spec {relu}")
-    reset_after = not (family == "gru" and bias and np.asarray(arrays[2]).ndim == 1)
-    return RNNSpec(family, reset_after=reset_after, **fields)  # type: ignore[arg-type]
+        tanh, relu = RNNSpec("rnn_tanh", **fields), RNNSpec("rnn_relu", **fields)
+        raise RNNXError(f"{where}a SimpleRNN's weights do not say tanh or relu; pass --spec {tanh} or --spec {relu}")
+    if family == "gru" and not bias:
+        after, before = RNNSpec("gru", **fields), RNNSpec("gru", reset_after=False, **fields)
+        raise RNNXError(f"{where}a GRU without bias does not say its reset mode; pass --spec {after} or --spec {before}")
+    reset_after = not (family == "gru" and arrays[2].ndim == 1)
+    return RNNSpec(family, reset_after=reset_after, **fields)
 
 
-def from_native(arrays: list[Any], spec: RNNSpec | None = None) -> RNNWeights:
-    arrays = [np.asarray(a) for a in arrays]
+def _as_arrays(arrays: Any) -> list[np.ndarray]:
+    if isinstance(arrays, (np.ndarray, dict, str, bytes)) or not isinstance(arrays, Sequence):
+        raise RNNXError(
+            f"Keras weights: expected a list of arrays (layer.get_weights() or model.get_weights()), found {type(arrays).__name__}"
+        )
+    return [np.asarray(a) for a in arrays]
+
+
+def from_native(arrays: Sequence[Any], spec: RNNSpec | None = None) -> RNNWeights:
+    """Canonical weights from ``get_weights()`` arrays; ``spec`` may be left out for one layer's list."""
+    arrays = _as_arrays(arrays)
     spec = spec or _infer_spec(arrays)
     _check_expressible(spec)
     order = GATE_ORDER[spec.cell]
     per_cell = _arrays_per_cell(spec)
     cells = [(layer, d) for layer in range(spec.num_layers) for d in spec.directions]
     if len(arrays) != per_cell * len(cells):
-        raise RNNXError(f"Keras weights: expected {per_cell * len(cells)} arrays for spec {spec}, found {len(arrays)}; check --spec")
+        raise RNNXError(
+            f"Keras weights: expected {per_cell * len(cells)} arrays for spec {spec} "
+            f"({per_cell} per layer and direction), found {len(arrays)}; check --spec"
+        )
     H, G = spec.hidden_size, len(order)
     tensors: dict[str, np.ndarray] = {}
     for k, (layer, d) in enumerate(cells):
@@ -106,7 +186,7 @@ def from_native(arrays: list[Any], spec: RNNSpec | None = None) -> RNNWeights:
         where = f"layer {layer} {d}"
         for name, array, shape in (("kernel", kernel, (spec.layer_input_size(layer), G * H)), ("recurrent_kernel", recurrent, (H, G * H))):
             if array.shape != shape:
-                raise RNNXError(f"tensor {name} of {where}: expected shape {shape} for spec {spec}, found {array.shape}")
+                raise RNNXError(f"tensor {name} of {where}: expected shape {shape} for spec {spec}, found {array.shape}; check --spec")
         for kind, array in (("W", kernel.T), ("R", recurrent.T)):
             for gate, part in split_gates(array, order).items():
                 tensors[tensor_name(layer, d, kind, gate)] = part
@@ -115,7 +195,8 @@ def from_native(arrays: list[Any], spec: RNNSpec | None = None) -> RNNWeights:
             two_rows = spec.cell == "gru" and spec.reset_after
             expected = (2, G * H) if two_rows else (G * H,)
             if bias.shape != expected:
-                raise RNNXError(f"tensor bias of {where}: expected shape {expected} for spec {spec}, found {bias.shape}")
+                hint = "; a (2, 3*units) bias is reset_after=True, a (3*units,) one reset_before" if spec.cell == "gru" else ""
+                raise RNNXError(f"tensor bias of {where}: expected shape {expected} for spec {spec}, found {bias.shape}{hint}")
             bw, br = (bias[0], bias[1]) if two_rows else (bias, np.zeros_like(bias))
             for kind, array in (("bW", bw), ("bR", br)):
                 for gate, part in split_gates(array, order).items():
@@ -123,124 +204,398 @@ def from_native(arrays: list[Any], spec: RNNSpec | None = None) -> RNNWeights:
     return RNNWeights(spec, tensors)
 
 
-# --- files --------------------------------------------------------------------------------
+# --- files: reading ----------------------------------------------------------------------
 
 
-def _h5_bytes(path: Path) -> tuple[bytes, dict[str, Any] | None]:
-    """The weights HDF5 and, for .keras archives, the parsed config.json."""
+def _import_h5py(why: str) -> Any:
+    try:
+        import h5py
+    except ImportError:
+        raise RNNXError(f"{why} needs h5py, which is not installed; pip install 'rnnx[keras]'") from None
+    return h5py
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:160] or type(exc).__name__
+
+
+def _damaged(path: Path, exc: BaseException) -> RNNXError:
+    return RNNXError(f"{path}: cannot read the weights as HDF5 ({_one_line(exc)}); the file is damaged or not Keras 3's")
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[tuple[Any, Any, dict[str, Any] | None, int]]:
+    """h5py, the weights as an open h5py.File, the parsed config.json (.keras only), and the data's size in bytes."""
+    h5py = _import_h5py(f"reading {path.name}")
     path = require_file(path)
-    if path.suffix.lower() == ".keras":
+    config: dict[str, Any] | None = None
+    if path.name.lower().endswith(".keras"):
         try:
             with zipfile.ZipFile(path) as archive:
-                config = json.loads(archive.read("config.json"))
-                return archive.read("model.weights.h5"), config
+                members = {info.filename: info for info in archive.infolist()}
+                missing = [m for m in ("config.json", "model.weights.h5") if m not in members]
+                if missing:
+                    raise RNNXError(
+                        f"{path}: expected config.json and model.weights.h5 in the .keras archive, found {sorted(members) or 'nothing'}; "
+                        "save it with Keras 3's model.save"
+                    )
+                for info in (members["config.json"], members["model.weights.h5"]):
+                    too_big = info.filename == "config.json" and info.file_size > _MAX_CONFIG
+                    if too_big or info.file_size > _MAX_EXPANSION * max(info.compress_size, 1 << 20):
+                        raise RNNXError(f"{path}: {info.filename} claims {info.file_size} bytes from {info.compress_size}; the archive is damaged or not Keras's")
+                loaded = json.loads(archive.read("config.json"))
+                raw = archive.read("model.weights.h5")
+        except RNNXError:
+            raise
         except Exception as exc:  # noqa: BLE001  zipfile/json parsing only: any failure means a damaged archive
-            raise RNNXError(f"{path}: not a readable .keras archive ({exc}); expected config.json and model.weights.h5 inside") from None
-    return path.read_bytes(), None
+            raise RNNXError(f"{path}: not a readable .keras archive ({_one_line(exc)}); expected a zip with config.json and model.weights.h5") from None
+        if not isinstance(loaded, dict):
+            raise RNNXError(f"{path}: config.json holds {type(loaded).__name__}, expected a Keras model config (an object)")
+        config, source, size = loaded, io.BytesIO(raw), len(raw)
+    else:
+        source, size = str(path), path.stat().st_size
+    try:
+        h5 = h5py.File(source, "r")
+    except Exception as exc:  # noqa: BLE001  h5py raises OSError and others for a damaged file
+        raise _damaged(path, exc) from None
+    try:
+        yield h5py, h5, config, size
+    finally:
+        with contextlib.suppress(Exception):
+            h5.close()
 
 
-def _vars(group: Any) -> list[np.ndarray]:
-    vars_ = group["vars"] if "vars" in group else None
-    if vars_ is None:
-        return []
-    return [np.asarray(vars_[k]) for k in sorted(vars_, key=int)]
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _layer_name(cfg: dict[str, Any]) -> str | None:
+    name = _dict(cfg.get("config")).get("name", cfg.get("name"))
+    return name if isinstance(name, str) else None
+
+
+@dataclass
+class _Found:
+    """One recurrent layer in a file."""
+
+    name: str  # its path, Keras's ``layers`` containers left out
+    path: str  # its full HDF5 path
+    layer: str | None  # the Keras layer's own name, from config.json (.keras only)
+    cells: list[str]  # HDF5 paths of the cells' ``vars``: one, or forward then backward
+    config: dict[str, Any] | None  # its entry in config.json (.keras only)
+
+
+def _child(group: Any, key: str, h5py: Any) -> Any:
+    """A hard-linked child only: soft and external links could loop or reach other files."""
+    if key not in group or not isinstance(group.get(key, getlink=True), h5py.HardLink):
+        return None
+    return group[key]
 
 
 def _snake(name: str) -> str:
-    """Keras's own class-name-to-group-name rule: LSTM -> lstm, SimpleRNN -> simple_rnn."""
+    """Keras's rule for a layer's group name from its class: LSTM -> lstm, SimpleRNN -> simple_rnn."""
     name = re.sub(r"\W+", "", name)
     name = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
     return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower()
 
 
-def _config_layers(config: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """h5 group name -> layer config: Keras names groups by class, numbering repeats in order."""
-    if not config:
-        return {}
-    layers = config.get("config", {}).get("layers", [])
-    seen: dict[str, int] = {}
-    out = {}
-    for layer in layers:
-        base = _snake(layer.get("class_name", ""))
-        n = seen.get(base, 0)
-        seen[base] = n + 1
-        out[base if n == 0 else f"{base}_{n}"] = layer
-    return out
+def _keyed_configs(listed: Any) -> dict[str, dict[str, Any]]:
+    """A model's config.json layer list keyed like its HDF5 groups: class names numbered in model order."""
+    keyed: dict[str, dict[str, Any]] = {}
+    used: dict[str, int] = {}
+    for cfg in listed if isinstance(listed, list) else []:
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("class_name"), str):
+            continue
+        base = _snake(cfg["class_name"])
+        if base in used:
+            used[base] += 1
+            keyed[f"{base}_{used[base]}"] = cfg
+        else:
+            used[base] = 0
+            keyed[base] = cfg
+    return keyed
 
 
-def _find_groups(path: Path) -> dict[str, tuple[list[np.ndarray], RNNSpec | None, str]]:
-    """Recurrent layers of the file: name -> (arrays in get_weights order, spec if known, user's layer name)."""
-    import h5py
+def _cell_vars(group: Any, h5py: Any) -> Any:
+    """``group/cell/vars`` when it holds a recurrent layer's 2 or 3 arrays (matrices first), else None."""
+    cell = _child(group, "cell", h5py)
+    if not isinstance(cell, h5py.Group):
+        return None
+    v = _child(cell, "vars", h5py)
+    if not isinstance(v, h5py.Group) or set(v) not in ({"0", "1"}, {"0", "1", "2"}):
+        return None
+    first = [_child(v, k, h5py) for k in ("0", "1")]
+    if not all(isinstance(d, h5py.Dataset) and d.ndim == 2 for d in first):
+        return None  # e.g. ConvLSTM's kernels: not matrices
+    return v
 
-    raw, config = _h5_bytes(path)
-    configs = _config_layers(config)
-    found: dict[str, tuple[list[np.ndarray], RNNSpec | None, str]] = {}
-    try:
-        with h5py.File(io.BytesIO(raw), "r") as f:
-            layers = f["layers"] if "layers" in f else f
-            for name in layers:
-                group = layers[name]
-                cfg = configs.get(name, {})
-                if "forward_layer" in group and "backward_layer" in group:
-                    arrays = _vars(group["forward_layer"]["cell"]) + _vars(group["backward_layer"]["cell"])
-                    inner = cfg.get("config", {}).get("layer", {}).get("config", {})
-                    cls = cfg.get("config", {}).get("layer", {}).get("class_name")
-                    bidirectional = True
-                elif "cell" in group:
-                    arrays = _vars(group["cell"])
-                    inner = cfg.get("config", {})
-                    cls = cfg.get("class_name")
-                    bidirectional = False
-                else:
-                    continue
-                if len(arrays) not in (2, 3, 4, 6):
-                    continue
-                spec = _spec_from_config(cls, inner, arrays, bidirectional) if cfg else None
-                found[cfg.get("config", {}).get("name", name)] = (arrays, spec, name)
-    except RNNXError:
-        raise
-    except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
-        raise RNNXError(f"{path}: cannot read the weights as HDF5 ({' '.join(str(exc).split())[:160]}); the file is damaged or not Keras 3") from None
+
+def _natural(name: str) -> tuple[Any, ...]:
+    """lstm, lstm_1, lstm_2, ..., lstm_10: Keras's numbering in order."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+
+
+def _find(h5: Any, config: dict[str, Any] | None, h5py: Any) -> list[_Found]:
+    """Every recurrent layer in the file, with its config.json entry where the archive has one."""
+    found: list[_Found] = []
+    visited = [0]
+
+    def handle(group: Any, parts: list[str], full: list[str], cfg: dict[str, Any] | None, depth: int) -> None:
+        visited[0] += 1
+        if depth > _MAX_DEPTH or visited[0] > _MAX_GROUPS:
+            raise RNNXError(f"HDF5 tree deeper than {_MAX_DEPTH} or larger than {_MAX_GROUPS} groups; the file is damaged or not Keras 3's")
+        single = _cell_vars(group, h5py)
+        if single is None:
+            pair = [_child(group, k, h5py) for k in ("forward_layer", "backward_layer")]
+            halves = [_cell_vars(g, h5py) if isinstance(g, h5py.Group) else None for g in pair]
+            if all(h is not None for h in halves):
+                found.append(_Found("/".join(parts), "/".join(full), _layer_name(cfg) if cfg else None, [h.name for h in halves], cfg))
+                return
+            walk(group, parts, full, cfg, depth)
+            return
+        found.append(_Found("/".join(parts), "/".join(full), _layer_name(cfg) if cfg else None, [single.name], cfg))
+
+    def walk(group: Any, parts: list[str], full: list[str], cfg: dict[str, Any] | None, depth: int) -> None:
+        keyed = _keyed_configs(_dict(cfg.get("config") if cfg else None).get("layers"))
+        for key in sorted(group, key=_natural):
+            child = _child(group, key, h5py)
+            if key == "vars" or not isinstance(child, h5py.Group):
+                continue
+            if key != "layers":
+                handle(child, [*parts, key], [*full, key], None, depth + 1)
+                continue
+            # A model's layer list: Keras names each group by its class, numbered in model order.
+            order = {k: i for i, k in enumerate(keyed)}
+            for sub in sorted(child, key=lambda k: (order.get(k, len(order)), _natural(k))):
+                grand = _child(child, sub, h5py)
+                if isinstance(grand, h5py.Group):
+                    handle(grand, [*parts, sub], [*full, key, sub], keyed.get(sub), depth + 2)
+
+    walk(h5, [], [], config, 0)
+    names = [f.name for f in found]
+    if len(set(names)) != len(names):  # a custom layer's attribute named like a listed layer: keep full paths
+        for f in found:
+            f.name = f.path
     return found
 
 
-def _spec_from_config(cls: str | None, cfg: dict[str, Any], arrays: list[np.ndarray], bidirectional: bool) -> RNNSpec | None:
-    family = _CLASSES.get(cls or "")
-    if family is None:
+def _listing(found: list[_Found]) -> str:
+    return ", ".join(repr(f.name) + (f" (layer {f.layer!r})" if f.layer and f.layer != f.name else "") for f in found)
+
+
+def _choose(found: list[_Found], select: str | None, where: str) -> _Found:
+    """The one layer to convert: ``select`` (a path, else a layer name) if given, else the only one."""
+    if not found:
+        raise RNNXError(f"{where}: expected Keras 3 LSTM/GRU/SimpleRNN layers (groups holding cell/vars), found none; Keras 2 .h5 files are not read")
+    if select is not None:
+        hits = [f for f in found if f.name == select] or [f for f in found if f.layer == select]
+        if len(hits) == 1:
+            return hits[0]
+        if hits:
+            raise RNNXError(f"{where}: {len(hits)} layers are named {select!r} ({_listing(hits)}); select one by its path")
+        raise RNNXError(f"{where}: no recurrent group {select!r}; groups are {_listing(found)}")
+    if len(found) > 1:
+        raise RNNXError(f"{where}: {len(found)} recurrent groups ({_listing(found)}); pass --select GROUP")
+    return found[0]
+
+
+def _read_dataset(ds: Any, where: str, limit: int, h5py: Any) -> np.ndarray:
+    if not isinstance(ds, h5py.Dataset):
+        raise RNNXError(f"{where}: expected an array, found {type(ds).__name__}; the file is damaged or not Keras 3's")
+    if ds.is_virtual or ds.external:
+        raise RNNXError(f"{where}: the array's data lives in another file; rnnx reads only data stored inside the file itself")
+    if ds.size * ds.dtype.itemsize > limit:
+        raise RNNXError(f"{where}: shape {ds.shape} claims more data than the file holds; the file is damaged")
+    data = np.asarray(ds[()])
+    # Keras stores bfloat16 as 2-byte opaque values marked by a "dtype" attribute. Only the mark's presence
+    # is checked: reading a string attribute goes through HDF5's global heap, which can hang on a damaged file.
+    if data.dtype.kind == "V" and data.dtype.itemsize == 2 and "dtype" in ds.attrs:
+        # The top half of a float32, so widening is exact.
+        return (np.frombuffer(data.tobytes(), dtype="<u2").astype(np.uint32) << 16).view(np.float32).reshape(data.shape)
+    if data.dtype.kind != "f":
+        raise RNNXError(f"{where}: expected floating weights, found dtype {data.dtype}; the file is damaged or not Keras 3's")
+    return data
+
+
+def _load_cells(h5: Any, found: _Found, limit: int, h5py: Any) -> list[list[np.ndarray]]:
+    cells = []
+    for vars_path in found.cells:
+        group = h5[vars_path]
+        cells.append([_read_dataset(_child(group, k, h5py), f"{vars_path}/{k}", limit, h5py) for k in sorted(group, key=int)])
+    return cells
+
+
+def _base_config(cfg: dict[str, Any]) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+    """(family or None, the RNN layer's config, its cell's config) of one non-Bidirectional layer entry."""
+    cls, conf = cfg.get("class_name"), _dict(cfg.get("config"))
+    if isinstance(cls, str) and cls in _LAYER_CLASSES:
+        return _LAYER_CLASSES[cls], conf, conf
+    if cls == "RNN":
+        cell = _dict(conf.get("cell"))
+        cell_cls = cell.get("class_name")
+        if isinstance(cell_cls, str) and cell_cls in _CELL_CLASSES:
+            return _CELL_CLASSES[cell_cls], conf, _dict(cell.get("config"))
+    return None, conf, conf
+
+
+def _spec_from_config(found: _Found, cells: list[list[np.ndarray]], given: RNNSpec | None) -> RNNSpec | None:
+    """The spec config.json states for a layer; None without a config. Refuses what has no canonical form."""
+    cfg = found.config
+    if cfg is None:
         return None
+    layer = found.layer or found.name
+    cls = cfg.get("class_name")
+    if len(cells) == 2:
+        if cls != "Bidirectional":
+            raise RNNXError(f"Keras layer {layer!r}: forward and backward weights under a {cls!r}, expected Bidirectional; the file is not Keras 3's")
+        conf = _dict(cfg.get("config"))
+        fwd, bwd = _dict(conf.get("layer")), _dict(conf.get("backward_layer"))
+        family, rnn_cfg, cell_cfg = _base_config(fwd)
+        if bwd:
+            b_family, b_rnn, b_cell = _base_config(bwd)
+            keys = ("activation", "recurrent_activation", "use_bias", "reset_after", "units")
+            if b_family != family or any(b_cell.get(k) != cell_cfg.get(k) for k in keys) or b_rnn.get("go_backwards", True) is not True:
+                raise RNNXError(f"Keras Bidirectional {layer!r}: its backward layer differs from its forward one; rnnx's bidirectional needs two like layers")
+        if rnn_cfg.get("go_backwards"):
+            raise RNNXError(f"Keras Bidirectional {layer!r}: its forward layer runs backwards (go_backwards=True); this has no canonical form")
+        direction, cls_shown = "bidirectional", f"Bidirectional({fwd.get('class_name')})"
+    else:
+        family, rnn_cfg, cell_cfg = _base_config(cfg)
+        direction, cls_shown = ("reverse" if rnn_cfg.get("go_backwards") else "forward"), str(cls)
+    if family is None:
+        if given is not None:
+            return None  # the user's --spec says how it computes
+        raise RNNXError(
+            f"Keras layer {layer!r} is a {cls_shown}, not LSTM, GRU or SimpleRNN: rnnx cannot tell its math; "
+            "pass --spec if it computes like one of those"
+        )
+    activation, recurrent = cell_cfg.get("activation", "tanh"), cell_cfg.get("recurrent_activation", "sigmoid")
     if family == "rnn":
-        cell = {"tanh": "rnn_tanh", "relu": "rnn_relu"}.get(cfg.get("activation", "tanh"))
+        cell = _RNN_ACTIVATIONS.get(activation) if isinstance(activation, str) else None
         if cell is None:
-            raise RNNXError(f"Keras SimpleRNN {cfg.get('name')!r}: activation {cfg.get('activation')!r} has no canonical form (tanh or relu)")
+            raise RNNXError(f"Keras SimpleRNN {layer!r}: activation {activation!r} has no canonical form; expected tanh or relu")
     else:
         cell = family
-        if cfg.get("activation", "tanh") != "tanh" or cfg.get("recurrent_activation", "sigmoid") != "sigmoid":
-            raise RNNXError(f"Keras {cls} {cfg.get('name')!r}: non-default activations have no canonical form")
-    direction = "bidirectional" if bidirectional else ("reverse" if cfg.get("go_backwards") else "forward")
+        if activation != "tanh" or recurrent != "sigmoid":
+            raise RNNXError(
+                f"Keras {cls_shown} {layer!r}: activation {activation!r} and recurrent_activation {recurrent!r} have no canonical form; "
+                "expected tanh and sigmoid"
+            )
+    kernel, rec = cells[0][0], cells[0][1]
     return RNNSpec(
         cell=cell,
-        input_size=int(arrays[0].shape[0]),
-        hidden_size=int(arrays[1].shape[0]),
+        input_size=int(kernel.shape[0]),
+        hidden_size=int(rec.shape[0]),
         direction=direction,
-        bias=bool(cfg.get("use_bias", True)),
-        reset_after=bool(cfg.get("reset_after", True)) if cell == "gru" else True,
+        bias=cell_cfg.get("use_bias", True) is not False,
+        reset_after=cell_cfg.get("reset_after", True) is not False if cell == "gru" else True,
     )
 
 
+def _settle(found: _Found, cells: list[list[np.ndarray]], spec: RNNSpec | None) -> RNNWeights:
+    """The weights of one found layer, under the file's spec, the user's, or one inferred from shapes."""
+    if len(cells) == 2 and len(cells[0]) != len(cells[1]):
+        raise RNNXError(f"forward and backward hold {len(cells[0])} and {len(cells[1])} arrays; the file is damaged")
+    stated = _spec_from_config(found, cells, spec)
+    if spec is not None and stated is not None and spec != stated:
+        raise RNNXError(f"--spec {spec} disagrees with the file's own spec {stated}; drop --spec")
+    if spec is None and stated is None:
+        spec = _infer_spec(cells[0], "")
+        if len(cells) == 2:
+            spec = spec.with_(direction="bidirectional")
+    return from_native([a for cell in cells for a in cell], spec or stated)
+
+
+def _stored_spec(h5: Any) -> str | None:
+    """The spec an rnnx-written file records, read only when it is a short fixed-length string."""
+    if SPEC_ATTR not in h5.attrs:
+        return None
+    attr = h5.attrs.get_id(SPEC_ATTR)
+    if attr.shape != () or attr.dtype.kind != "S" or attr.dtype.itemsize > 1024:
+        raise RNNXError(f"attribute {SPEC_ATTR}: expected a short string, found {attr.dtype} of shape {attr.shape}; the file is damaged")
+    return bytes(h5.attrs[SPEC_ATTR]).decode("ascii", "replace")
+
+
+def _whole_stack(path: Path, found: list[_Found], cells: list[list[list[np.ndarray]]], stored: str, spec: RNNSpec | None) -> RNNWeights:
+    """An rnnx-written file without --select: its layers in order, under the spec it records."""
+    settled = settle_spec(path, spec, stored)
+    assert settled is not None
+    kind = "bidirectional" if settled.direction == "bidirectional" else LAYER_GROUP[settled.cell]
+    expected = [kind + (f"_{k}" if k else "") for k in range(settled.num_layers)]
+    if [f.name for f in found] != expected:
+        raise RNNXError(f"{path}: spec {settled} expects groups {expected}, found {[f.name for f in found]}; the file was changed after rnnx wrote it")
+    try:
+        return from_native([a for layer in cells for cell in layer for a in cell], settled)
+    except RNNXError as exc:
+        raise RNNXError(f"{path}: {exc}") from None
+
+
 def groups(path: Path) -> list[str]:
-    return list(_find_groups(path))
+    with _opened(Path(path)) as (h5py, h5, config, _):
+        try:
+            return [f.name for f in _find(h5, config, h5py)]
+        except RNNXError as exc:
+            raise RNNXError(f"{path}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
+            raise _damaged(path, exc) from None
 
 
 def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
-    from rnnx.formats.torch import choose_group
+    with _opened(Path(path)) as (h5py, h5, config, size):
+        limit = _MAX_EXPANSION * max(size, 1 << 20)
+        try:
+            found = _find(h5, config, h5py)
+            stored = _stored_spec(h5) if config is None and select is None else None
+            if stored is not None and found:
+                stack = [_load_cells(h5, f, limit, h5py) for f in found]
+            else:
+                stack = None
+                one = _choose(found, select, str(path))
+                cells = _load_cells(h5, one, limit, h5py)
+        except RNNXError as exc:
+            message = str(exc)
+            raise RNNXError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+        except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
+            raise _damaged(path, exc) from None
+    if stack is not None:
+        assert stored is not None
+        return _whole_stack(Path(path), found, stack, stored, spec)
+    try:
+        return _settle(one, cells, spec)
+    except RNNXError as exc:
+        raise RNNXError(f"{path}: layer {one.name!r}: {exc}") from None
 
-    found = _find_groups(path)
-    name = choose_group(found, select, str(path))
-    arrays, file_spec, _ = found[name]
-    if spec is None and file_spec is None and len(arrays) in (4, 6):
-        single = _infer_spec(arrays[: len(arrays) // 2])
-        spec = single.with_(direction="bidirectional")
-    return from_native(arrays, spec or file_spec)
+
+# --- files: writing ----------------------------------------------------------------------
+
+
+def write(weights: RNNWeights, path: Path) -> None:
+    """A ``.weights.h5`` for ``model.load_weights`` of a model made of exactly the spec's layers."""
+    path = Path(path)
+    if not path.name.lower().endswith(".weights.h5"):
+        raise RNNXError(
+            f"{path}: rnnx writes Keras weights as .weights.h5 only (a .keras archive needs Keras's own config); "
+            "name the output NAME.weights.h5"
+        )
+    spec = weights.spec
+    arrays = to_native(weights)
+    h5py = _import_h5py("writing .weights.h5")
+    per_cell = _arrays_per_cell(spec)
+    kind = "bidirectional" if spec.direction == "bidirectional" else LAYER_GROUP[spec.cell]
+    with atomic_output(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs[SPEC_ATTR] = np.bytes_(str(spec))
+        f.create_group("vars")
+        k = 0
+        for layer in range(spec.num_layers):
+            # Keras's own paths: layers/<class>, layers/<class>_1, ...; a Bidirectional's halves under it.
+            group = f.create_group(f"layers/{kind}" + (f"_{layer}" if layer else ""))
+            group.create_group("vars")
+            halves = [group.create_group(h) for h in ("forward_layer", "backward_layer")] if kind == "bidirectional" else [group]
+            for half in halves:
+                vars_ = half.create_group("cell/vars")
+                for i in range(per_cell):
+                    vars_.create_dataset(str(i), data=arrays[k])
+                    k += 1
 
 
 register(
@@ -249,8 +604,9 @@ register(
         to_native=to_native,
         from_native=from_native,
         read=read,
+        write=write,
         groups=groups,
         extensions=(".keras", ".weights.h5"),
-        description="Keras 3 LSTM/GRU/SimpleRNN (get_weights() arrays; .keras and .weights.h5 read with h5py)",
+        description="Keras 3 LSTM/GRU/SimpleRNN (get_weights() arrays; .keras and .weights.h5 read with h5py, .weights.h5 written)",
     )
 )
