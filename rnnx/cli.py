@@ -1,6 +1,7 @@
 """The ``rnnx`` command. Each verb is a thin call into the package.
 
-Exit status: 0 success, 1 a parity check failed, 2 bad input or usage.
+Exit status: 0 success, 1 a parity check failed, 2 bad input or usage, 3 an internal error
+(a bug in rnnx: the message says so; --debug shows the traceback).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from pathlib import Path
 
 from rnnx import __version__
 from rnnx.errors import ParityError, RNNXError
+
+INTERNAL_ERROR = 3
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -49,24 +52,36 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from rnnx.exporters.loading import load_checkpoint, load_model, parse_input
+    from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_dim, parse_input
     from rnnx.exporters.torch_export import export
 
     model, example = load_model(args.model)
     if args.checkpoint:
         load_checkpoint(model, args.checkpoint)
     if args.input:
-        example = tuple(parse_input(text) for text in args.input)
+        example = order_inputs(model, [parse_input(text) for text in args.input])
     if example is None:
-        raise RNNXError("export: no example inputs; pass --input SHAPE for each model input or define example_inputs beside the model")
+        raise RNNXError("export: no example inputs; pass --input [NAME:]SHAPE for each model input or define example_inputs beside the model")
+    dynamic: dict[str, dict[int, str | None]] = {}
+    for text in args.dynamic or []:
+        name, dim, label = parse_dim(text, "--dynamic")
+        dynamic.setdefault(name, {})[dim] = label
+    static: dict[str, list[int]] = {}
+    for text in args.static or []:
+        name, dim, _ = parse_dim(text, "--static")
+        static.setdefault(name, []).append(dim)
     if not args.json:
-        print(f"exporting {args.model} (tracing, translating, checking)...", file=sys.stderr)
-    report = export(model, example, args.output, opset=args.opset, check=not args.no_check, seed=args.seed)
+        print(f"exporting {args.model}: tracing, translating, checking in ONNX Runtime...", file=sys.stderr)
+    report = export(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
+                    input_names=_names(args.input_names), output_names=_names(args.output_names), check=not args.no_check, seed=args.seed)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     if not report.passed:
-        worst = report.check.worst()  # type: ignore[union-attr]
-        raise ParityError(f"parity check failed: {worst.output} max abs error {worst.max_abs:.3e} > atol {worst.atol:g}")  # type: ignore[union-attr]
+        raise ParityError(f"{report.check.failure()}; nothing was written to {args.output}")  # type: ignore[union-attr]
     return 0
+
+
+def _names(text: str | None) -> list[str] | None:
+    return [n.strip() for n in text.split(",")] if text else None
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -79,7 +94,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     reports = inspect_model(model)
     fusable = fuse_steps(copy.deepcopy(model)).fused
-    print(json.dumps(as_json(reports, fusable), indent=2, default=str) if args.json else as_text(reports, fusable))
+    print(json.dumps(as_json(reports, fusable, model), indent=2, default=str) if args.json else as_text(reports, fusable, model))
     return 0
 
 
@@ -227,11 +242,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rnnx",
         description="Move recurrent networks (LSTM, GRU, RNN) between frameworks, ONNX and cuDNN, with parity checked.",
-        epilog="Specs are written like lstm,input=8,hidden=16,layers=2,bidirectional,proj=4. Exit status: 0 ok, 1 parity failure, 2 bad input.",
+        epilog="Specs are written like lstm,input=8,hidden=16,layers=2,bidirectional,proj=4. Exit status: 0 ok, 1 parity failure, 2 bad input, 3 internal error (a bug: please report it with --debug's traceback).",
     )
     parser.add_argument("--version", action="version", version=f"rnnx {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_parser = sub.add_parser
+
+    def add_parser(*a: object, **k: object) -> argparse.ArgumentParser:
+        verb = _add_parser(*a, **k)  # type: ignore[arg-type]
+        verb.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks for errors")
+        return verb
+
+    sub.add_parser = add_parser  # type: ignore[method-assign]
 
     p = sub.add_parser("convert", help="convert weights between formats and check the result",
                        description="Convert recurrent weights between formats. The written file is re-read and run against the float64 reference unless --no-check.")
@@ -251,13 +274,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_convert)
 
     p = sub.add_parser("export", help="export a PyTorch model to ONNX with native LSTM/GRU/RNN nodes, checked",
-                       description="Export a PyTorch model to ONNX with native recurrent nodes (projections lowered to Scans), "
-                       "then check it in ONNX Runtime against the model at a sequence length and batch size unlike the example's.")
+                       description="Export a PyTorch model to ONNX with native recurrent nodes (projections lowered to Scans). torch.export "
+                       "decides which input dimensions are dynamic (every one is offered); rnnx names them (batch, seq, <input>_dim<k>) by where "
+                       "they flow. The file is checked in ONNX Runtime against the model at batch 1 and with each dynamic dimension varied, "
+                       "and written only if the check passes (exit 1 otherwise).")
     p.add_argument("model", help="file.py:NAME or package.module:NAME (a module, class or factory), or a TorchScript file")
     p.add_argument("-o", "--output", type=Path, required=True, help="ONNX file to write (atomically)")
     p.add_argument("--checkpoint", type=Path, help="state_dict to load first (.pt/.pth weights-only, .safetensors)")
-    p.add_argument("--input", action="append", metavar="SPEC", help="example input, repeated in order: 5x3x6 (random float32) or 7,5,2:int64")
-    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17, what TensorRT 8.6 parses)")
+    p.add_argument("--input", action="append", metavar="[NAME:]SHAPE[:DTYPE]",
+                   help="example input, repeated: x:5x3x8, [5,3,8], tokens:4x12:int64 (shapes, seeded random values; integers are ones), "
+                   "or lengths:values=12,9,4:int64 (those values); named inputs go to forward's parameter of that name")
+    p.add_argument("--dynamic", action="append", metavar="NAME:DIM[=LABEL]", help="make this input dimension dynamic (and name it); by default torch decides for every dimension")
+    p.add_argument("--static", action="append", metavar="NAME:DIM", help="keep this input dimension at the example's size")
+    p.add_argument("--input-names", metavar="A,B,...", help="names of the graph inputs, one per tensor input (default: forward's parameter names)")
+    p.add_argument("--output-names", metavar="A,B,...", help="names of the graph outputs (default: dict keys or output_0, output_1, ...)")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset, 14 to the newest onnx knows (default 17, what TensorRT 8.6 on JetPack 5 parses)")
     p.add_argument("--seed", type=int, default=0, help="seed of the check's inputs")
     p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime check")
     p.add_argument("--json", action="store_true", help="print the export report as JSON on stdout")
@@ -368,6 +399,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rnnx {args.command}: interrupted; no output was left behind", file=sys.stderr)
         return 130
+    except Exception as exc:  # anything else is a bug in rnnx, not the user's input
+        if args.debug:
+            raise
+        where = exc.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        frame = f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where is not None else ""
+        print(f"rnnx {args.command}: internal error {type(exc).__name__}{frame}: {' '.join(str(exc).split())[:300]} "
+              "(a bug in rnnx; rerun with --debug for the traceback and report it)", file=sys.stderr)
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

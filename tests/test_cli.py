@@ -211,3 +211,59 @@ def test_a_killed_conversion_leaves_no_output(tmp_path: Path) -> None:
         out.unlink(missing_ok=True)
     assert seen_part, "the conversion finished before it could be killed"
     assert not out.exists()
+
+
+SEQ2SEQ_FILE = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(13, 6)
+        self.enc = nn.GRU(6, 8, batch_first=True)
+        self.dec = nn.GRU(6, 8, batch_first=True)
+        self.out = nn.Linear(8, 13)
+
+    def forward(self, src, tgt):
+        _, h = self.enc(self.emb(src))
+        y, _ = self.dec(self.emb(tgt), h)
+        return self.out(y)
+'''
+
+
+def test_export_names_inputs_axes_and_outputs(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "s2s.py").write_text(SEQ2SEQ_FILE)
+    model = f"{tmp_path / 's2s.py'}:Net"
+    # Named inputs may come in any order; 1:int64 is a shape (one token), not the value 1.
+    result = run("export", model, "--input", "tgt:1x1:int64", "--input", "src:1x9:int64", "--dynamic", "tgt:1=target_len",
+                 "--static", "src:1", "--output-names", "logits", "-o", tmp_path / "m.onnx", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["axes"] == {"src": {"0": "batch"}, "tgt": {"0": "batch", "1": "target_len"}}
+    assert report["check"]["passed"] and {c["name"] for c in report["check"]["cases"]} >= {"batch=1", "target_len=4"}
+    import onnx
+
+    proto = onnx.load(str(tmp_path / "m.onnx"))
+    assert [i.name for i in proto.graph.input] == ["src", "tgt"] and [o.name for o in proto.graph.output] == ["logits"]
+    for bad, message in ((["--input", "nope:2x3"], "expected a parameter of Net.forward"), (["--input", "src:2x9:int64", "--input", "tgt:2x4:int64", "--dynamic", "tgt:x"], "expected NAME:DIM[=LABEL]"),
+                         (["--input", "src:2xq"], "expected a shape like 5x3x8")):
+        out = run("export", model, *bad, "-o", tmp_path / "bad.onnx")
+        assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not (tmp_path / "bad.onnx").exists()
+
+
+def test_an_internal_error_has_its_own_exit_status(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from rnnx import cli
+
+    def broken(args: object) -> int:
+        return {}["missing"]  # a bug, not bad input
+
+    monkeypatch.setattr(cli, "_cmd_formats", broken)
+    assert cli.main(["formats"]) == cli.INTERNAL_ERROR == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "internal error KeyError" in err[0] and "--debug" in err[0]
+    with pytest.raises(KeyError):
+        cli.main(["formats", "--debug"])

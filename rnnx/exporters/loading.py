@@ -103,21 +103,86 @@ def load_checkpoint(module: Any, path: Path) -> None:
         raise RNNXError(f"{path}: does not fit the model ({str(exc).splitlines()[0][:200]}); check the checkpoint or the model") from None
 
 
-def parse_input(text: str) -> Any:
-    """``5x3x6`` (random float32 of that shape), ``5x3x6:float64``, or ``7,5,2:int64`` (values)."""
+def parse_input(text: str) -> tuple[str | None, Any]:
+    """``[NAME:]SHAPE[:DTYPE]``: a seeded random tensor of that shape (``5x3x6`` or
+    ``[5,3,6]``, as trtexec and Polygraphy write shapes; ``[]`` for a scalar), float32
+    unless DTYPE says otherwise (integers are ones, valid token ids and lengths); or
+    ``[NAME:]values=7,5,2[:DTYPE]``, a 1-D tensor of those values. Returns (name, tensor)."""
     import numpy as np
     import torch
 
-    body, _, dtype = text.partition(":")
-    dtype = dtype or "float32"
-    if dtype not in _DTYPES:
+    parts = text.split(":")
+    name = parts.pop(0) if len(parts) > 1 and parts[0].isidentifier() and parts[0] not in _DTYPES and not parts[0].startswith("values") else None
+    if not parts or len(parts) > 2 or not parts[0]:
+        raise RNNXError(f"--input {text!r}: expected [NAME:]SHAPE[:DTYPE], e.g. x:5x3x8 or lengths:values=7,5,2:int64")
+    body, dtype = parts[0], parts[1] if len(parts) > 1 else None
+    if dtype is not None and dtype not in _DTYPES:
         raise RNNXError(f"--input {text!r}: expected a dtype among {', '.join(_DTYPES)}, found {dtype!r}")
+    if body.startswith("values="):
+        try:
+            values = [float(v) if dtype in (None, "float32", "float64", "float16") else int(v) for v in body[len("values="):].split(",")]
+        except ValueError:
+            raise RNNXError(f"--input {text!r}: expected values like values=7,5,2") from None
+        return name, torch.tensor(values, dtype=getattr(torch, dtype or ("int64" if all(float(v).is_integer() for v in values) else "float32")))
+    shape_text = body[1:-1] if body.startswith("[") and body.endswith("]") else body
+    separator = "," if body.startswith("[") else "x"
     try:
-        if "," in body or dtype in ("int64", "int32", "bool") and "x" not in body:
-            values = [int(v) for v in body.split(",")]
-            return torch.tensor(values, dtype=getattr(torch, dtype))
-        shape = [int(v) for v in body.split("x")]
+        shape = [int(v) for v in shape_text.split(separator)] if shape_text else []
     except ValueError:
-        raise RNNXError(f"--input {text!r}: expected a shape like 5x3x6 or values like 7,5,2:int64") from None
+        raise RNNXError(f"--input {text!r}: expected a shape like 5x3x8 or [5,3,8] (for values write values=7,5,2)") from None
+    if any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.int64)) > 1 << 28:
+        raise RNNXError(f"--input {text!r}: expected non-negative sizes totalling at most 2**28 elements, found {shape}")
+    dtype = dtype or "float32"
+    if dtype in ("int64", "int32"):
+        return name, torch.ones(shape, dtype=getattr(torch, dtype))
     rng = np.random.default_rng(len(shape))
-    return torch.from_numpy(rng.standard_normal(shape).astype(dtype))
+    if dtype == "bool":
+        return name, torch.from_numpy(rng.random(shape) < 0.5)
+    return name, torch.from_numpy(rng.standard_normal(shape).astype(dtype))
+
+
+def order_inputs(model: Any, given: list[tuple[str | None, Any]]) -> tuple[Any, ...]:
+    """Example inputs in the order forward takes them: named ones at their parameter's
+    position, unnamed ones in the order given."""
+    import inspect
+
+    if all(name is None for name, _ in given):
+        return tuple(t for _, t in given)
+    try:
+        params = [p.name for p in inspect.signature(model.forward).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    slots: dict[int, Any] = {}
+    unnamed = [t for name, t in given if name is None]
+    for name, tensor in given:
+        if name is None:
+            continue
+        if name not in params:
+            raise RNNXError(f"--input {name}: expected a parameter of {type(model).__name__}.forward ({', '.join(params) or 'none found'}), found {name!r}")
+        slots[params.index(name)] = tensor
+    out = []
+    for i in range(len(slots) + len(unnamed)):
+        if i in slots:
+            out.append(slots[i])
+        elif unnamed:
+            out.append(unnamed.pop(0))
+        else:
+            missing = params[i] if i < len(params) else f"#{i}"
+            raise RNNXError(f"--input: forward's parameter {missing} has no example; give --input {missing}:SHAPE")
+    return tuple(out)
+
+
+def parse_dim(text: str, flag: str) -> tuple[str, int, str | None]:
+    """``NAME:DIM[=LABEL]`` -> (name, dim, label)."""
+    name, sep, rest = text.partition(":")
+    dim_text, _, label = rest.partition("=")
+    try:
+        dim = int(dim_text)
+    except ValueError:
+        dim = None
+    if not sep or not name or dim is None or (label and not label.isidentifier()):
+        form = "NAME:DIM[=LABEL]" if flag == "--dynamic" else "NAME:DIM"
+        raise RNNXError(f"{flag} {text!r}: expected {form}, e.g. {'x:1=frames' if flag == '--dynamic' else 'x:2'}")
+    if flag == "--static" and label:
+        raise RNNXError(f"--static {text!r}: a static dimension takes no label; expected NAME:DIM")
+    return name, dim, label or None

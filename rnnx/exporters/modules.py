@@ -1,9 +1,11 @@
-"""Stand-ins for nn.LSTM / nn.GRU / nn.RNN that call rnnx's custom ops, one per layer.
+"""Stand-ins for nn.LSTM / GRU / RNN and their Cells that call rnnx's custom ops.
 
-Each stand-in holds its layers' weights in ONNX layout as buffers (they become the
-ONNX initializers), converted through the canonical form, and takes and returns what
-the original module does: (input, hx) with batch_first, PackedSequence-free padded
-input plus optional lengths, and (output, h_n) or (output, (h_n, c_n)).
+A stand-in is the original module with a mixin in front of its class: it keeps every
+attribute, parameter and method, and only its forward changes. It holds its layers'
+weights in ONNX layout (they become the ONNX initializers), converted through the
+canonical form, and takes and returns what the original module does: (input, hx) with
+batch_first or unbatched, PackedSequence-free padded input plus optional lengths, and
+(output, h_n) or (output, (h_n, c_n)).
 """
 
 from __future__ import annotations
@@ -100,33 +102,32 @@ def packed_sequences_as_lengths() -> Iterator[int]:
             namespace[name] = value
 
 
-class NativeRecurrence(nn.Module):
-    """Replaces one recurrent layer stack; exports as one native node per layer."""
+class NativeRecurrence:
+    """Mixed in before nn.LSTM / GRU / RNN: the module keeps its class, attributes, parameters
+    and methods, and only its forward calls rnnx's ops, one per layer.
 
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.spec = spec_of_module(module)
-        self.batch_first = bool(module.batch_first)
-        state = {k: v.detach().cpu() for k, v in module.state_dict().items()}
-        weights = rnnx.from_format(state, "torch", spec=self.spec)
-        self.layer_keys: list[dict[str, str]] = []
-        device = next(module.parameters()).device
-        for k in range(self.spec.num_layers):
+    The weights in ONNX layout are computed once, when the module is swapped, and kept
+    outside the module's registries, so ``state_dict()``, ``named_buffers()`` and
+    ``parameters()`` read exactly as before; torch.export lifts them as constants.
+    """
+
+    def _rnnx_prepare(self) -> None:
+        spec = spec_of_module(self)
+        state = {k: v.detach().cpu() for k, v in nn.Module.state_dict(self).items()}
+        weights = rnnx.from_format(state, "torch", spec=spec)
+        device = next(self.parameters()).device
+        layers = []
+        for k in range(spec.num_layers):
             arrays = layer_arrays(weights, k)
-            keys = {}
-            for key in ("W", "R", "B", "proj"):
-                if key in arrays:
-                    name = f"l{k}_{key}"
-                    self.register_buffer(name, torch.from_numpy(arrays[key].copy()).to(device))
-                    keys[key] = name
-            self.layer_keys.append(keys)
+            layers.append({key: torch.from_numpy(arrays[key].copy()).to(device) for key in ("W", "R", "B", "proj") if key in arrays})
+        self.__dict__["_rnnx_spec"] = spec
+        self.__dict__["_rnnx_layers"] = layers
 
-    def _layer(self, k: int, x: torch.Tensor, lens: torch.Tensor | None, h0: torch.Tensor | None, c0: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        spec, keys = self.spec, self.layer_keys[k]
-        get = lambda key: getattr(self, keys[key]) if key in keys else None  # noqa: E731
-        W, R, B = get("W"), get("R"), get("B")
+    def _rnnx_layer(self, k: int, x: torch.Tensor, lens: torch.Tensor | None, h0: torch.Tensor | None, c0: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        spec, arrays = self._rnnx_spec, self._rnnx_layers[k]
+        W, R, B = arrays["W"], arrays["R"], arrays.get("B")
         if spec.cell == "lstm":
-            return torch.ops.rnnx.lstm(x, W, R, B, lens, h0, c0, None, get("proj"), spec.hidden_size, spec.direction)
+            return torch.ops.rnnx.lstm(x, W, R, B, lens, h0, c0, None, arrays.get("proj"), spec.hidden_size, spec.direction)
         if spec.cell == "gru":
             y, h = torch.ops.rnnx.gru(x, W, R, B, lens, h0, spec.hidden_size, spec.direction, int(spec.reset_after))
         else:
@@ -134,30 +135,43 @@ class NativeRecurrence(nn.Module):
         return y, h, None
 
     def forward(self, input: torch.Tensor | PaddedBatch, hx: Any = None) -> tuple[Any, Any]:
-        spec = self.spec
+        spec = self._rnnx_spec
         D = spec.num_directions
         packed = isinstance(input, PaddedBatch)
         data = input.data if packed else input
-        batch_first = input.batch_first if packed else self.batch_first
-        if data.dim() != 3:
-            raise RNNXError(f"{type(self).__name__}: expected a 3-D input (unbatched input is not exported), found {data.dim()}-D")
+        batch_first = input.batch_first if packed else bool(self.batch_first)
+        if data.dim() not in (2, 3) or (packed and data.dim() != 3):
+            raise RNNXError(f"{type(self).__name__}: expected a 2-D (unbatched) or 3-D input, found {data.dim()}-D")
+        unbatched = data.dim() == 2
+        if unbatched:  # (seq, input) and states (layers*dirs, hidden), as nn.LSTM takes them
+            data, batch_first = data.unsqueeze(1), False
+            if hx is not None:
+                hx = tuple(h.unsqueeze(1) for h in hx) if spec.cell == "lstm" else hx.unsqueeze(1)
         x = data.transpose(0, 1) if batch_first else data
-        lengths = input.lengths if packed else None
         h0 = c0 = None
         if hx is not None:
             h0, c0 = hx if spec.cell == "lstm" else (hx, None)
-        lens = lengths.to(torch.int32) if lengths is not None else None
+        lens = input.lengths.to(torch.int32) if packed else None
+        for name, state in (("h_0", h0), ("c_0", c0)):
+            if state is not None:  # nn.LSTM checks this too; while tracing it makes the leading dim static
+                torch._check(state.dim() == 3 and state.shape[0] == spec.num_layers * D,
+                             lambda: f"expected {name} of {spec.num_layers * D} layers*directions, found shape {tuple(state.shape)}")
         hs, cs = [], []
         for k in range(spec.num_layers):
             sl = slice(k * D, (k + 1) * D)
-            x, h, c = self._layer(k, x, lens, None if h0 is None else h0[sl], None if c0 is None else c0[sl])
+            x, h, c = self._rnnx_layer(k, x, lens, None if h0 is None else h0[sl], None if c0 is None else c0[sl])
             hs.append(h)
             cs.append(c)
-        y = PaddedBatch(x, input.lengths, False) if packed else (x.transpose(0, 1) if batch_first else x)
         h_n = torch.cat(hs) if len(hs) > 1 else hs[0]
-        if spec.cell == "lstm":
-            return y, (h_n, torch.cat(cs) if len(cs) > 1 else cs[0])
-        return y, h_n
+        c_n = (torch.cat(cs) if len(cs) > 1 else cs[0]) if spec.cell == "lstm" else None
+        if unbatched:
+            y, h_n = x.squeeze(1), h_n.squeeze(1)
+            c_n = c_n.squeeze(1) if c_n is not None else None
+        elif packed:
+            y = PaddedBatch(x, input.lengths, False)
+        else:
+            y = x.transpose(0, 1) if batch_first else x
+        return (y, (h_n, c_n)) if spec.cell == "lstm" else (y, h_n)
 
 
 def spec_of_cell(module: nn.Module) -> RNNSpec:
@@ -170,45 +184,76 @@ def spec_of_cell(module: nn.Module) -> RNNSpec:
     return RNNSpec(cell=cell, input_size=module.input_size, hidden_size=module.hidden_size, bias=module.bias)
 
 
-class NativeCell(nn.Module):
-    """Replaces an nn.LSTMCell / GRUCell / RNNCell; each call exports as a one-step native node."""
+class NativeCell:
+    """Mixed in before nn.LSTMCell / GRUCell / RNNCell: each call exports as a one-step native
+    node; the module is otherwise the original (see :class:`NativeRecurrence`)."""
 
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.spec = spec_of_cell(module)
-        state = {k: v.detach().cpu() for k, v in module.state_dict().items()}
-        arrays = layer_arrays(rnnx.from_format(state, "torch", spec=self.spec), 0)
-        device = next(module.parameters()).device
-        for key in ("W", "R", "B"):
-            self.register_buffer(key, torch.from_numpy(arrays[key].copy()).to(device) if key in arrays else None)
+    def _rnnx_prepare(self) -> None:
+        spec = spec_of_cell(self)
+        state = {k: v.detach().cpu() for k, v in nn.Module.state_dict(self).items()}
+        arrays = layer_arrays(rnnx.from_format(state, "torch", spec=spec), 0)
+        device = next(self.parameters()).device
+        self.__dict__["_rnnx_spec"] = spec
+        self.__dict__["_rnnx_layers"] = [{k: torch.from_numpy(arrays[k].copy()).to(device) for k in ("W", "R", "B") if k in arrays}]
 
     def forward(self, input: torch.Tensor, hx: Any = None) -> Any:
-        spec = self.spec
-        if input.dim() != 2:
-            raise RNNXError(f"{type(self).__name__}: expected a batched 2-D input, found {input.dim()}-D")
+        spec, arrays = self._rnnx_spec, self._rnnx_layers[0]
+        if input.dim() not in (1, 2):
+            raise RNNXError(f"{type(self).__name__}: expected a 1-D (unbatched) or 2-D input, found {input.dim()}-D")
+        if input.dim() == 1:
+            if hx is not None:
+                hx = tuple(h.unsqueeze(0) for h in hx) if spec.cell == "lstm" else hx.unsqueeze(0)
+            out = self.forward(input.unsqueeze(0), hx)
+            return tuple(o.squeeze(0) for o in out) if spec.cell == "lstm" else out.squeeze(0)
+        W, R, B = arrays["W"], arrays["R"], arrays.get("B")
         zeros = lambda: input.new_zeros(input.shape[0], spec.hidden_size)  # noqa: E731
         if spec.cell == "lstm":
             h, c = hx if hx is not None else (zeros(), zeros())
-            return torch.ops.rnnx.lstm_cell(input, h, c, self.W, self.R, self.B, spec.hidden_size)
+            return torch.ops.rnnx.lstm_cell(input, h, c, W, R, B, spec.hidden_size)
         h = hx if hx is not None else zeros()
         if spec.cell == "gru":
-            return torch.ops.rnnx.gru_cell(input, h, self.W, self.R, self.B, spec.hidden_size)
-        return torch.ops.rnnx.rnn_cell(input, h, self.W, self.R, self.B, spec.hidden_size, spec.cell[4:])
+            return torch.ops.rnnx.gru_cell(input, h, W, R, B, spec.hidden_size)
+        return torch.ops.rnnx.rnn_cell(input, h, W, R, B, spec.hidden_size, spec.cell[4:])
+
+
+_STAND_INS: dict[type, type] = {}
+
+
+def _stand_in_class(cls: type) -> type:
+    """``cls`` with rnnx's forward in front; same name, so messages and reprs read as before."""
+    if cls not in _STAND_INS:
+        mixin = NativeRecurrence if issubclass(cls, RECURRENT_MODULES) else NativeCell
+        _STAND_INS[cls] = type(cls.__name__, (mixin, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return _STAND_INS[cls]
+
+
+def swappable(module: nn.Module) -> bool:
+    """An nn.LSTM / GRU / RNN / *Cell, or a subclass that keeps the original forward."""
+    for base in RECURRENT_MODULES + CELL_MODULES:
+        if isinstance(module, base) and not isinstance(module, (NativeRecurrence, NativeCell)):
+            return type(module).forward is base.forward
+    return False
 
 
 def swap_recurrent_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Replace every nn.LSTM / GRU / RNN and every Cell inside ``model`` (in place) by its stand-in."""
+    """Give every swappable module inside ``model`` (itself included) rnnx's forward, in place.
+
+    Only the class changes: attributes (the user's own too), parameters, hooks, methods such
+    as ``flatten_parameters()`` and ``isinstance`` checks stay what they were.
+    """
     swapped: list[tuple[str, nn.Module]] = []
-    for name, module in list(model.named_modules()):
-        for child_name, child in list(module.named_children()):
-            if type(child) in RECURRENT_MODULES or type(child) in CELL_MODULES:
-                native = NativeRecurrence(child) if type(child) in RECURRENT_MODULES else NativeCell(child)
-                setattr(module, child_name, native)
-                swapped.append((f"{name}.{child_name}" if name else child_name, native))
-    if type(model) in RECURRENT_MODULES:
-        raise RNNXError("internal: wrap a bare recurrent module before swapping")  # export() wraps it
+    for name, module in model.named_modules():
+        if swappable(module):
+            module.__class__ = _stand_in_class(type(module))
+            module._rnnx_prepare()  # type: ignore[attr-defined]
+            swapped.append((name, module))
     return swapped
 
 
 def cell_modules(model: nn.Module) -> list[str]:
     return [name for name, m in model.named_modules() if isinstance(m, CELL_MODULES)]
+
+
+def module_spec(module: nn.Module) -> RNNSpec:
+    """The spec of a swapped module."""
+    return module._rnnx_spec  # type: ignore[no-any-return]

@@ -78,6 +78,32 @@ def _run(
     return torch.cat(ys, dim=2), torch.stack(hs), torch.stack(cs)
 
 
+def _expect(ok: Any, what: str) -> None:
+    # torch._check both raises eagerly and, while tracing, tells torch the shapes agree:
+    # that is how a state's batch becomes the input's batch and feature sizes become static.
+    torch._check(ok, lambda: what)
+
+
+def check_shapes(x: torch.Tensor, w: torch.Tensor, seq_lens: Optional[torch.Tensor], h0: Optional[torch.Tensor],
+                 c0: Optional[torch.Tensor], hidden_size: int, out: int, step: bool = False) -> None:
+    """What the ONNX node requires of its inputs (and the torch module too)."""
+    D = w.shape[0]
+    batch = x.shape[0] if step else x.shape[1]
+    features = x.shape[-1]
+    _expect(x.dim() == (2 if step else 3), f"expected a {'2' if step else '3'}-D input, found {x.dim()}-D")
+    _expect(features == w.shape[2], f"expected input size {w.shape[2]}, found {features}")
+    for name, state, size in (("h", h0, out), ("c", c0, hidden_size)):
+        if state is None:
+            continue
+        want = (batch, size) if step else (D, batch, size)
+        _expect(state.dim() == len(want), f"expected {name} of {len(want)} dimensions, found {state.dim()}")
+        for k, (got, expected) in enumerate(zip(state.shape, want)):
+            _expect(got == expected, f"expected {name} of shape {tuple(want)}, found dim {k} = {got}")
+    if seq_lens is not None:
+        _expect(seq_lens.dim() == 1, f"expected 1-D sequence lengths, found {seq_lens.dim()}-D")
+        _expect(seq_lens.shape[0] == batch, f"expected {batch} sequence lengths (one per batch entry), found {seq_lens.shape[0]}")
+
+
 def _fake(x: torch.Tensor, w: torch.Tensor, hidden_size: int, out: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     T, B, _ = x.shape
     D = w.shape[0]
@@ -90,11 +116,13 @@ def lstm(
     h0: Optional[torch.Tensor], c0: Optional[torch.Tensor], p: Optional[torch.Tensor], proj: Optional[torch.Tensor],
     hidden_size: int, direction: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    check_shapes(x, w, seq_lens, h0, c0, hidden_size, proj.shape[1] if proj is not None else hidden_size)
     return _run("lstm", x, w, r, b, seq_lens, h0, c0, p, proj, direction)
 
 
 @lstm.register_fake
 def _(x, w, r, b, seq_lens, h0, c0, p, proj, hidden_size, direction):  # type: ignore[no-untyped-def]
+    check_shapes(x, w, seq_lens, h0, c0, hidden_size, proj.shape[1] if proj is not None else hidden_size)
     return _fake(x, w, hidden_size, proj.shape[1] if proj is not None else hidden_size)
 
 
@@ -103,12 +131,14 @@ def gru(
     x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], seq_lens: Optional[torch.Tensor],
     h0: Optional[torch.Tensor], hidden_size: int, direction: str, linear_before_reset: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    check_shapes(x, w, seq_lens, h0, None, hidden_size, hidden_size)
     y, h, _ = _run("gru", x, w, r, b, seq_lens, h0, None, None, None, direction, linear_before_reset)
     return y, h
 
 
 @gru.register_fake
 def _(x, w, r, b, seq_lens, h0, hidden_size, direction, linear_before_reset):  # type: ignore[no-untyped-def]
+    check_shapes(x, w, seq_lens, h0, None, hidden_size, hidden_size)
     return _fake(x, w, hidden_size, hidden_size)[:2]
 
 
@@ -117,12 +147,14 @@ def rnn(
     x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], seq_lens: Optional[torch.Tensor],
     h0: Optional[torch.Tensor], hidden_size: int, direction: str, activation: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    check_shapes(x, w, seq_lens, h0, None, hidden_size, hidden_size)
     y, h, _ = _run("rnn_" + activation, x, w, r, b, seq_lens, h0, None, None, None, direction)
     return y, h
 
 
 @rnn.register_fake
 def _(x, w, r, b, seq_lens, h0, hidden_size, direction, activation):  # type: ignore[no-untyped-def]
+    check_shapes(x, w, seq_lens, h0, None, hidden_size, hidden_size)
     return _fake(x, w, hidden_size, hidden_size)[:2]
 
 
@@ -195,6 +227,7 @@ def lstm_cell(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w: torch.Tensor
 
 @lstm_cell.register_fake
 def _(x, h, c, w, r, b, hidden_size):  # type: ignore[no-untyped-def]
+    check_shapes(x, w, None, h, c, hidden_size, hidden_size, step=True)
     return h.new_empty(h.shape), c.new_empty(c.shape)
 
 
@@ -206,6 +239,7 @@ def gru_cell(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor, r: torch.Tensor,
 
 @gru_cell.register_fake
 def _(x, h, w, r, b, hidden_size):  # type: ignore[no-untyped-def]
+    check_shapes(x, w, None, h, None, hidden_size, hidden_size, step=True)
     return h.new_empty(h.shape)
 
 
@@ -217,6 +251,7 @@ def rnn_cell(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor, r: torch.Tensor,
 
 @rnn_cell.register_fake
 def _(x, h, w, r, b, hidden_size, activation):  # type: ignore[no-untyped-def]
+    check_shapes(x, w, None, h, None, hidden_size, hidden_size, step=True)
     return h.new_empty(h.shape)
 
 
@@ -256,3 +291,14 @@ TRANSLATIONS.update(
         torch.ops.rnnx.rnn_cell.default: _rnn_cell_onnx,
     }
 )
+
+#: What each op's first argument is: a whole sequence (T, B, F), its lengths the 5th
+#: argument, or one step of a cell (B, F). The exporter names dimensions from this.
+KINDS = {
+    torch.ops.rnnx.lstm.default: "sequence",
+    torch.ops.rnnx.gru.default: "sequence",
+    torch.ops.rnnx.rnn.default: "sequence",
+    torch.ops.rnnx.lstm_cell.default: "cell",
+    torch.ops.rnnx.gru_cell.default: "cell",
+    torch.ops.rnnx.rnn_cell.default: "cell",
+}

@@ -124,13 +124,19 @@ EXTERNAL_DATA_BYTES = 1_800_000_000  # below protobuf's 2 GiB limit, with room f
 
 def save_model(model: Any, path: Path) -> bool:
     """Write atomically; weights past protobuf's limit go to ``<name>.data`` beside it. Says whether they did."""
+    path = Path(path)
+    with atomic_output(path) as tmp:
+        return write_model(model, tmp, path.name)
+
+
+def write_model(model: Any, tmp: Path, final_name: str) -> bool:
+    """Write ``model`` to ``tmp``, which will be renamed to ``final_name`` in the same folder;
+    external data, when the weights pass protobuf's limit, goes to ``<final_name>.data``."""
     import onnx
 
-    path = Path(path)
     external = sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES
-    with atomic_output(path) as tmp:
-        if external:
-            onnx.save(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data")
-        else:
-            onnx.save(model, str(tmp))
+    if external:
+        onnx.save(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True, location=final_name + ".data")
+    else:
+        onnx.save(model, str(tmp))
     return external

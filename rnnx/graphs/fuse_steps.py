@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rnnx.graphs.index import GraphIndex, graphs, rewrite
+from rnnx.graphs.per_step import find_per_step, hoist
 
 RECURRENT = ("LSTM", "GRU", "RNN")
 
@@ -58,15 +59,16 @@ def _key(node: Any) -> tuple[Any, ...]:
     return (node.op_type, tuple(node.input[1:4]), attrs)
 
 
-def fuse_steps(model: Any) -> FuseResult:
-    """Fuse every chain of one-step nodes, in the main graph and in If/Loop/Scan bodies, in place."""
+def fuse_steps(model: Any, seq_label: str = "seq") -> FuseResult:
+    """Fuse every chain of one-step nodes, in the main graph and in If/Loop/Scan bodies, in
+    place; a fused sequence input of the main graph gets the dynamic length ``seq_label``."""
     result = FuseResult()
     for graph, outer in list(graphs(model.graph)):
         before = len(result.fused)
         _fuse_steps_in(GraphIndex(graph, outer), result)
         if graph is model.graph:
             for info in result.fused[before:]:
-                _make_sequence_dynamic(model, info)
+                _make_sequence_dynamic(model, info, seq_label)
     return result
 
 
@@ -134,9 +136,14 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple
     if any(g.consumers.get(n.output[0]) for n in chain if n.output[0]):
         return "a step's Y output is used; only its states may be"
     chain_ids = {id(n) for n in chain}
+    per = find_per_step(g, [sq.output[0] for sq in squeezes_h], chain_ids)
+    if isinstance(per, str):
+        return per
     stack = None
     for k, sq in enumerate(squeezes_h):
         for user in g.consumers.get(sq.output[0], []):
+            if per is not None and id(user) in per.roots:
+                continue  # per-step work, applied to all steps after the fused node
             if user.op_type == "Unsqueeze" and g.axes(user) == [0]:
                 others = [c for c in g.consumers.get(user.output[0], []) if id(c) not in chain_ids]
                 if not others:
@@ -162,16 +169,25 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple
     ins = [S] + list(first.input[1:4]) + [""] + list(first.input[5:7] if is_lstm else first.input[5:6])
     outs = [f"{prefix}_Y", f"{prefix}_Y_h"] + ([f"{prefix}_Y_c"] if is_lstm else [])
     nodes = [helper.make_node(first.op_type, ins, outs, name=prefix, **{a.name: helper.get_attribute_value(a) for a in first.attribute})]
+    nodes[0].metadata_props.extend(first.metadata_props)  # where the step came from (the exporter's module scope)
     axis1, axis0 = f"{prefix}_axis1", f"{prefix}_axis0"
     nodes.append(helper.make_node("Constant", [], [axis1], value=helper.make_tensor(axis1, TensorProto.INT64, [1], [1])))
     nodes.append(helper.make_node("Constant", [], [axis0], value=helper.make_tensor(axis0, TensorProto.INT64, [1], [0])))
-    if stack is not None:
-        nodes.append(helper.make_node("Squeeze", [outs[0], axis1], [stack.output[0]]))
+    steps_y = stack.output[0] if stack is not None else f"{prefix}_Y_steps"
+    if stack is not None or per is not None:
+        nodes.append(helper.make_node("Squeeze", [outs[0], axis1], [steps_y]))
+    if per is not None:
+        nodes += hoist(per, squeezes_h[0].output[0], steps_y, prefix)
     nodes.append(helper.make_node("Squeeze", [outs[1], axis0], [squeezes_h[-1].output[0]]))
     if last_c is not None:
         nodes.append(helper.make_node("Squeeze", [outs[2], axis0], [last_c.output[0]]))
     dead = {id(n) for n in chain} | {id(squeezes_h[-1])} | ({id(last_c)} if last_c is not None else set()) | ({id(stack)} if stack is not None else set())
+    if per is not None:
+        dead |= per.stacked | {id(c) for _, c in per.terminals} | {id(n) for region in per.regions[:-1] for n in region}
     info = {"op": first.op_type, "steps": T, "source": S, "node": prefix, "stack": stack.output[0] if stack is not None else None}
+    if per is not None:
+        info["hoisted"] = per.op_types
+        info["per_step_outputs"] = [c.output[0] for _, c in per.terminals]
     return nodes, dead, info
 
 
@@ -182,13 +198,14 @@ def _only_squeeze(g: GraphIndex, name: str) -> Any:
     return users[0]
 
 
-def _make_sequence_dynamic(model: Any, info: dict[str, Any]) -> None:
+def _make_sequence_dynamic(model: Any, info: dict[str, Any], label: str) -> None:
     graph = model.graph
     consumers = [n for n in graph.node if info["source"] in n.input]
     if not all(n.op_type == "Shape" or n.name == info["node"] for n in consumers):
         return
     for vi in list(graph.input) + list(graph.output):
         if vi.name in (info["source"], info["stack"]) and vi.type.tensor_type.shape.dim:
-            vi.type.tensor_type.shape.dim[0].dim_param = "seq"
+            vi.type.tensor_type.shape.dim[0].dim_param = label
     info["dynamic_seq"] = True
+    info["seq_label"] = label
     del graph.value_info[:]

@@ -16,6 +16,7 @@ from typing import Any
 
 from rnnx.formats.onnx import DEFAULT_ACTIVATIONS
 from rnnx.graphs.find import RecurrentNode, recurrent_groups
+from rnnx.graphs.self_description import describe, read_metadata
 
 
 @dataclass
@@ -103,14 +104,20 @@ def inspect_model(model: Any) -> list[NodeReport]:
     return reports
 
 
-def as_json(reports: list[NodeReport], fusable: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"nodes": [asdict(r) for r in reports], "fusable_chains": fusable}
+def as_json(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"nodes": [asdict(r) for r in reports], "fusable_chains": fusable}
+    if model is not None:
+        export, recurrences = read_metadata(model)
+        if export is not None:
+            out["export"], out["recurrences"] = export, recurrences
+    return out
 
 
-def as_text(reports: list[NodeReport], fusable: list[dict[str, Any]]) -> str:
+def as_text(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any = None) -> str:
+    recorded = describe(*read_metadata(model)) if model is not None else []
     if not reports and not fusable:
-        return "no LSTM, GRU or RNN node found"
-    lines = []
+        return "\n".join(recorded + ["no LSTM, GRU or RNN node found"])
+    lines = list(recorded)
     for r in reports:
         extras = [f"layout={r.layout}"]
         if r.linear_before_reset is not None:

@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+ort = pytest.importorskip("onnxruntime")
+
 import rnnx  # noqa: E402
 from rnnx import RNNXError  # noqa: E402
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner  # noqa: E402
@@ -25,9 +27,10 @@ def test_export_is_native_dynamic_and_matches_torch(case: Case, tmp_path) -> Non
     path = tmp_path / f"{case.name}.onnx"
     report = rnnx.export(model, case.example(), path)
     assert report.passed, str(report)
-    # The self-check ran at two (seq, batch) pairs, both unlike the example's.
-    shapes = {(r.seq_len, r.batch) for r in report.check.rows}
-    assert len(shapes) == 2 and all(r.passed for r in report.check.rows)
+    # The self-check ran at batch 1, at everything larger, and with each dynamic axis on its own.
+    names = [c.name for c in report.check.cases]
+    assert names[:2] == ["batch=1", "all larger"] and "batch=5" in names or "batch=4" in names, names
+    assert all(c.passed and c.skipped is None for c in report.check.cases)
     proto = onnx.load(str(path))
     ops = collections.Counter(n.op_type for n in proto.graph.node)
     assert ops[case.native] >= 1, ops
@@ -81,35 +84,261 @@ def test_opset_choice(tmp_path, opset: int) -> None:
     assert report.opset == opset and report.passed
 
 
-def test_size_one_example_axes_are_refused(tmp_path) -> None:
-    with pytest.raises(RNNXError, match="batch axis .* is 1 in the example"):
-        rnnx.export(torch.nn.GRU(3, 4), (torch.randn(4, 1, 3),), tmp_path / "g.onnx")
-    assert not (tmp_path / "g.onnx").exists()
+def test_batch_one_examples_export_with_a_dynamic_batch(tmp_path) -> None:
+    """torch fixes size-1 dimensions; rnnx traces on a copy grown along those the model
+    also runs with, and says so."""
+    gru = torch.nn.GRU(3, 4)
+    report = rnnx.export(gru, (torch.randn(4, 1, 3),), tmp_path / "g.onnx")
+    assert report.passed and report.axes == {"input": {0: "seq", 1: "batch"}}
+    assert "grown to 2 along input dim 1" in report.tracing
+    assert {c.sizes["batch"] for c in report.check.cases} >= {1, 3}
+    session = ort.InferenceSession(str(tmp_path / "g.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.randn(9, 6, 3)
+    y, h = session.run(None, {"input": x.numpy()})
+    want_y, want_h = gru(x)
+    np.testing.assert_allclose(y, want_y.detach().numpy(), atol=1e-5)
+
+
+def test_a_real_size_one_dimension_stays_static(tmp_path) -> None:
+    """An image's single channel is not a variable: the model does not run with 2, so it stays 1."""
+    class Crnn(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+            self.rnn = torch.nn.LSTM(4 * 8, 5, bidirectional=True)
+
+        def forward(self, image: torch.Tensor) -> torch.Tensor:
+            f = self.conv(image)  # (B, 4, 8, W)
+            b, c, h, w = f.size()
+            return self.rnn(f.view(b, c * h, w).permute(2, 0, 1))[0]
+
+    report = rnnx.export(Crnn().eval(), (torch.randn(1, 1, 8, 20),), tmp_path / "c.onnx")
+    assert report.passed, str(report)
+    assert report.axes == {"image": {0: "batch", 3: "seq"}}
+    dims = onnx.load(str(tmp_path / "c.onnx")).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["batch", 1, 8, "seq"]
+
+
+def test_opset_below_14_is_refused_in_one_line(tmp_path) -> None:
+    with pytest.raises(RNNXError, match=r"--opset: expected 14 to \d+ \(this onnx's newest\), found 13"):
+        rnnx.export(torch.nn.GRU(3, 4), (torch.randn(4, 2, 3),), tmp_path / "g.onnx", opset=13)
+
+
+class Pooled(torch.nn.Module):
+    """Reductions, a split and (optionally) a layer norm after a GRU: what broke opset 17."""
+
+    def __init__(self, norm: bool) -> None:
+        super().__init__()
+        self.rnn = torch.nn.GRU(4, 6, batch_first=True)
+        self.head = torch.nn.Linear(6, 3)
+        self.norm = norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.rnn(x)
+        a, b = torch.split(y, 3, dim=-1)
+        out = self.head(y.mean(1)) + y.max(1).values.sum(-1, keepdim=True) + y.std(1).sum(-1, keepdim=True)
+        out = out + y.norm(dim=-1).mean(-1, keepdim=True) + a.sum() - b.sum()
+        return torch.nn.functional.layer_norm(out, (3,)) if self.norm else out
+
+
+@pytest.mark.parametrize("opset", [14, 15, 16, 17, 18, 20, 23])
+@pytest.mark.parametrize("norm", [False, True], ids=["reductions", "layer-norm"])
+def test_every_opset_exports_reductions_splits_and_norms(tmp_path, opset: int, norm: bool) -> None:
+    report = rnnx.export(Pooled(norm).eval(), (torch.randn(1, 5, 4),), tmp_path / "p.onnx", opset=opset)
+    assert report.passed and report.opset == opset, str(report)
+    proto = onnx.load(str(tmp_path / "p.onnx"))
+    assert [o.version for o in proto.opset_import if o.domain == ""] == [opset]
+    assert ("LayerNormalization" in {n.op_type for n in proto.graph.node}) == (norm and opset >= 17)
+
+
+def test_transparent_modules_keep_attributes_methods_and_identity(tmp_path) -> None:
+    """Model code that reads the recurrent module's attributes and calls its methods runs
+    unchanged while exporting."""
+    seen = {}
+
+    class Tagger(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(5, 6, num_layers=2, bidirectional=True, batch_first=True, proj_size=3)
+            self.lstm.tag = "mine"
+            self.cell = torch.nn.GRUCell(6, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.lstm.flatten_parameters()
+            m = self.lstm
+            seen.update(isinstance=isinstance(m, torch.nn.LSTM), tag=m.tag, weights=len(m.all_weights), flat=len(m._flat_weights),
+                        batch_first=m.batch_first, proj=m.proj_size, cell=self.cell.hidden_size, cls=type(m).__name__)
+            d = 2 if m.bidirectional else 1
+            h = x.new_zeros(m.num_layers * d, x.size(0), m.proj_size or m.hidden_size)
+            c = x.new_zeros(m.num_layers * d, x.size(0), m.hidden_size)
+            y, _ = m(x, (h, c))
+            return self.cell(y[:, -1], x.new_zeros(x.size(0), self.cell.hidden_size))
+
+    report = rnnx.export(Tagger().eval(), (torch.randn(2, 7, 5),), tmp_path / "t.onnx")
+    assert report.passed, str(report)
+    assert seen == {"isinstance": True, "tag": "mine", "weights": 2 * 2, "flat": 2 * 2 * 5, "batch_first": True, "proj": 3, "cell": 4, "cls": "LSTM"}
+
+
+def test_independent_lengths_get_their_own_axes(tmp_path) -> None:
+    """An encoder-decoder whose source and target lengths differ: two lengths, one batch."""
+    class Seq2Seq(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(11, 6)
+            self.enc = torch.nn.GRU(6, 8, batch_first=True)
+            self.dec = torch.nn.GRU(6, 8, batch_first=True)
+            self.out = torch.nn.Linear(16, 11)
+
+        def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+            memory, h = self.enc(self.emb(src))
+            y, _ = self.dec(self.emb(tgt), h)
+            attn = torch.softmax(y @ memory.transpose(1, 2), dim=-1) @ memory
+            return self.out(torch.cat([y, attn], dim=-1))
+
+    src, tgt = torch.randint(0, 11, (3, 9)), torch.randint(0, 11, (3, 6))
+    report = rnnx.export(Seq2Seq().eval(), (src, tgt), tmp_path / "s.onnx")
+    assert report.passed, str(report)
+    assert report.axes == {"src": {0: "batch", 1: "src_seq"}, "tgt": {0: "batch", 1: "tgt_seq"}}
+    varied = {c.name for c in report.check.cases}
+    assert {"src_seq=14", "tgt_seq=11", "batch=1", "batch=5"} <= varied
+
+
+def test_axes_from_the_user_override_torch_and_rnnx(tmp_path) -> None:
+    gru = torch.nn.GRU(3, 4, batch_first=True)
+    x = (torch.randn(2, 6, 3),)
+    named = rnnx.export(gru, x, tmp_path / "a.onnx", dynamic={"input": {1: "frames"}}, static={"input": [0]}, input_names=["feats"], output_names=["y", "h"])
+    assert named.passed and named.axes == {"feats": {1: "frames"}}
+    proto = onnx.load(str(tmp_path / "a.onnx"))
+    assert [i.name for i in proto.graph.input] == ["feats"] and [o.name for o in proto.graph.output] == ["y", "h"]
+    assert [d.dim_param or d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim] == [2, "frames", 3]
+    from torch.export import Dim
+
+    passed = rnnx.export(gru, x, tmp_path / "b.onnx", dynamic_shapes=({0: Dim("n"), 1: Dim("t")},))
+    assert passed.passed and passed.axes == {"input": {0: "n", 1: "t"}}
+    with pytest.raises(RNNXError, match="expected an input name among input, found 'x'"):
+        rnnx.export(gru, x, tmp_path / "c.onnx", dynamic={"x": {1: None}})
+
+
+def test_a_failing_self_check_writes_nothing(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong translation (the GRU's reset mode flipped) is caught at every shape and no file is left."""
+    from rnnx.exporters import ops
+
+    wrong = ops.TRANSLATIONS[torch.ops.rnnx.gru.default]
+    monkeypatch.setitem(ops.TRANSLATIONS, torch.ops.rnnx.gru.default,
+                        lambda x, w, r, b, lens, h0, hidden_size, direction, linear_before_reset: wrong(x, w, r, b, lens, h0, hidden_size, direction, 1 - linear_before_reset))
+    path = tmp_path / "g.onnx"
+    report = rnnx.export(torch.nn.GRU(3, 4), (torch.randn(5, 2, 3),), path)
+    assert not report.passed and not report.written and not path.exists() and list(tmp_path.iterdir()) == []
+    assert "differs from torch" in report.check.failure() and "input: " in report.check.failure()
+
+
+def test_the_file_records_its_recurrences(tmp_path) -> None:
+    from rnnx.graphs.self_description import read_metadata
+
+    case = CASES[0]
+    rnnx.export(case.make(), case.example(), tmp_path / "m.onnx", output_names=["logits", "h_n", "c_n"])
+    export, recurrences = read_metadata(onnx.load(str(tmp_path / "m.onnx")))
+    assert export["inputs"] == {"x": ["seq", "batch", 6], "h0": [4, "batch", 10], "c0": [4, "batch", 10]}
+    assert export["roles"] == {"seq": "length", "batch": "batch"}
+    (rec,) = recurrences
+    assert rec["module"] == "rnn" and rec["spec"] == "lstm,input=8,hidden=10,layers=2,bidirectional" and rec["layout"] == "seq_first"
+    assert rec["inputs"] == {"X": ["x"], "initial_h": ["h0"], "initial_c": ["c0"]}
+    assert rec["outputs"] == {"Y": ["logits"], "Y_h": ["h_n"], "Y_c": ["c_n"]}
+    assert len(rec["nodes"]) == 2
 
 
 def test_stepped_cell_fuses_into_one_node_with_dynamic_length(tmp_path) -> None:
     case = next(c for c in CASES if c.name == "lstmcell-stepped")
     report = rnnx.export(case.make(), case.example(), tmp_path / "c.onnx")
-    assert report.fused == [{"op": "LSTM", "steps": 7, "source": "x", "node": report.fused[0]["node"], "stack": "output_0", "dynamic_seq": True}]
+    assert report.fused == [{"op": "LSTM", "steps": 7, "source": "x", "node": report.fused[0]["node"], "stack": "output", "dynamic_seq": True, "seq_label": "seq"}]
     proto = onnx.load(str(tmp_path / "c.onnx"))
     assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "seq"
     assert len(proto.graph.node) < 10  # torch.onnx's TorchScript exporter writes 1,803 nodes for 100 steps
-    assert {r.seq_len for r in report.check.rows} == {13, 24}
+    assert {c.sizes["seq"] for c in report.check.cases} == {7, 12}
+
+
+class TeacherForced(torch.nn.Module):
+    """A decoder loop that applies a layer norm, an activation and a Linear to every step's h."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = torch.nn.LSTMCell(4, 6)
+        self.norm = torch.nn.LayerNorm(6)
+        self.proj = torch.nn.Linear(6, 3)
+        self.drop = torch.nn.Dropout(0.2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.new_zeros(x.size(1), self.cell.hidden_size)
+        c = torch.zeros_like(h)
+        outs = []
+        for t in range(x.size(0)):
+            h, c = self.cell(x[t], (h, c))
+            outs.append(self.proj(self.drop(torch.tanh(self.norm(h)))))
+        return torch.stack(outs)
+
+
+def test_per_step_operations_do_not_prevent_fusion(tmp_path) -> None:
+    model = TeacherForced().eval()
+    report = rnnx.export(model, (torch.randn(6, 1, 4),), tmp_path / "t.onnx")
+    assert report.passed, str(report)
+    (fused,) = report.fused
+    assert fused["steps"] == 6 and fused["dynamic_seq"] and fused["hoisted"] == ["LayerNormalization", "Tanh", "Gemm"]
+    assert report.axes == {"x": {0: "seq", 1: "batch"}} and not report.unrolled_cells
+    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "t.onnx")).graph.node)
+    assert ops["LSTM"] == 1 and ops["Gemm"] == 1 and ops["LayerNormalization"] == 1
+    session = ort.InferenceSession(str(tmp_path / "t.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.randn(11, 4, 4)
+    (got,) = session.run(None, {"x": x.numpy()})
+    np.testing.assert_allclose(got, model(x).detach().numpy(), atol=1e-5)
+
+
+class Autoregressive(torch.nn.Module):
+    """Each step's input is the last step's output (through a prenet), with attention over a memory."""
+
+    def __init__(self, steps: int = 4) -> None:
+        super().__init__()
+        self.steps = steps
+        self.prenet = torch.nn.Linear(3, 5)
+        self.cell = torch.nn.LSTMCell(5 + 6, 6)
+        self.out = torch.nn.Linear(6, 3)
+
+    def forward(self, memory: torch.Tensor) -> torch.Tensor:
+        frame = memory.new_zeros(memory.size(0), 3)
+        h = memory.new_zeros(memory.size(0), 6)
+        c = torch.zeros_like(h)
+        frames = []
+        for _ in range(self.steps):
+            context = (torch.softmax((memory @ h.unsqueeze(-1)).squeeze(-1), dim=1).unsqueeze(1) @ memory).squeeze(1)
+            h, c = self.cell(torch.cat([torch.relu(self.prenet(frame)), context], dim=-1), (h, c))
+            frame = self.out(h)
+            frames.append(frame)
+        return torch.stack(frames, dim=1)
+
+
+def test_an_autoregressive_loop_keeps_its_steps_and_every_other_axis_dynamic(tmp_path) -> None:
+    report = rnnx.export(Autoregressive().eval(), (torch.randn(1, 7, 6),), tmp_path / "a.onnx")
+    assert report.passed, str(report)
+    assert report.axes == {"memory": {0: "batch", 1: "memory_dim1"}}
+    assert report.unrolled_cells == ["cell"] and any("step count is fixed" in n for n in report.notes)
+    assert {c.name for c in report.check.cases} >= {"batch=1", "memory_dim1=10"}
+    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "a.onnx")).graph.node)
+    assert ops["LSTM"] == 4 and not UNROLLED_OPS - {"Gemm"} & set(ops)
 
 
 def test_a_chain_with_side_uses_is_left_alone_with_a_reason(tmp_path) -> None:
     report = rnnx.export(SteppedWithSideUse(), (torch.randn(5, 3, 4),), tmp_path / "s.onnx")
     assert report.passed and not report.fused and report.unrolled_cells == ["cell"]
-    assert any("h is used outside the chain" in n for n in report.notes), report.notes
-    assert {r.seq_len for r in report.check.rows} == {5}  # the graph keeps the example's length
+    assert any("per-step Add reads" in n and "neither the step's h nor a constant" in n for n in report.notes), report.notes
+    assert report.axes == {"x": {1: "batch"}}  # the graph keeps the example's length, and says why
+    assert any("step count is fixed" in n for n in report.notes)
     ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "s.onnx")).graph.node)
     assert ops["GRU"] == 5 and not UNROLLED_OPS & set(ops)  # one native node per step, not decomposed
 
 
 def test_a_cell_called_once_stays_a_one_step_node(tmp_path) -> None:
-    report = rnnx.export(CalledOnce(), (torch.randn(3, 4), torch.randn(3, 6), torch.randn(3, 6)), tmp_path / "o.onnx",
-                         dynamic_axes=[{0: "batch"}] * 3)
+    report = rnnx.export(CalledOnce(), (torch.randn(3, 4), torch.randn(3, 6), torch.randn(3, 6)), tmp_path / "o.onnx")
     assert report.passed and not report.unrolled_cells and not report.notes
+    assert report.axes == {"x": {0: "batch"}, "h": {0: "batch"}, "c": {0: "batch"}}
     ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "o.onnx")).graph.node)
     assert ops["LSTM"] == 1 and not UNROLLED_OPS & set(ops)
 
@@ -161,7 +390,7 @@ def test_torchscript_files_export_with_native_nodes(tmp_path) -> None:
 
     report = json.loads(out.stdout)
     assert report["op_types"]["GRU"] == 2 and report["check"]["passed"]
-    assert {(r["seq_len"], r["batch"]) for r in report["check"]["rows"]} == {(12, 7), (23, 4)}
+    assert {c["name"] for c in report["check"]["cases"]} == {"batch=1", "all larger", "seq=9"}
     state_dict = tmp_path / "sd.pt"
     torch.save(Tagger().state_dict(), state_dict)
     bad = subprocess.run([sys.executable, "-m", "rnnx.cli", "export", str(state_dict), "--input", "3x6x4", "-o", str(tmp_path / "u.onnx")], capture_output=True, text=True, timeout=300)

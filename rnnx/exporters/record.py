@@ -1,0 +1,220 @@
+"""What an exported file says about itself, and the names in it.
+
+``metadata_props`` of every file ``rnnx export`` writes holds two JSON entries:
+
+- ``rnnx.export``: each graph input's dimensions (a size, or the label of a dynamic
+  dimension), what each label is (``batch``, ``length`` or ``other``), and which inputs
+  hold per-sequence lengths;
+- ``rnnx.recurrences``: per recurrent module, its spec, its layout (batch-first or not),
+  its ONNX nodes, and which graph inputs feed its X, initial states and sequence lengths
+  and which graph outputs its Y and final states reach.
+
+``rnnx inspect`` prints them and ``rnnx verify`` drives the file from them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from rnnx.graphs.self_description import EXPORT_KEY, RECURRENCES_KEY, set_metadata
+
+NATIVE_OPS = ("LSTM", "GRU", "RNN")
+# ONNX input/output positions of a native node (and of the projected-LSTM placeholder).
+NODE_INPUTS = {"X": 0, "sequence_lens": 4, "initial_h": 5, "initial_c": 6}
+NODE_OUTPUTS = {"Y": 0, "Y_h": 1, "Y_c": 2}
+_WEIGHT_INPUTS = {1: "W", 2: "R", 3: "B", 7: "P", 8: "proj"}
+_LIFTED = re.compile(r"^(?P<module>.*?)\.?lifted_tensor_\d+$")
+
+
+def _all_graphs(graph: Any) -> Any:
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == a.GRAPH:
+                yield from _all_graphs(a.g)
+            for g in a.graphs:
+                yield from _all_graphs(g)
+
+
+def rename_values(proto: Any, mapping: dict[str, str]) -> None:
+    """Rename tensors everywhere they are named, subgraphs included."""
+    if not mapping:
+        return
+    for graph in _all_graphs(proto.graph):
+        for node in graph.node:
+            for names in (node.input, node.output):
+                for i, name in enumerate(names):
+                    if name in mapping:
+                        names[i] = mapping[name]
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            if vi.name in mapping:
+                vi.name = mapping[vi.name]
+        for t in graph.initializer:
+            if t.name in mapping:
+                t.name = mapping[t.name]
+
+
+def rename_dims(proto: Any, rename: Callable[[str], str]) -> None:
+    g = proto.graph
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param"):
+                text = rename(dim.dim_param)
+                if text.isdigit():  # a dimension torch specialised after tracing: a size, not a name
+                    dim.dim_value = int(text)
+                else:
+                    dim.dim_param = text
+
+
+def output_names(program: Any, bare: bool, count: int) -> list[str]:
+    """Names from what forward returns: dict keys and namedtuple fields where it has them,
+    ``output_<i>`` (nested: ``output_<i>_<j>``) otherwise; Y, h_n, c_n for a bare module."""
+    import torch
+    from torch.utils._pytree import tree_flatten_with_path, tree_unflatten
+
+    if bare:
+        return ["Y", "h_n", "c_n"][:count]
+    spec = program.call_spec.out_spec
+    placeholder = [torch.empty(0)] * spec.num_leaves if spec is not None else []
+    try:
+        paths = [p for p, v in tree_flatten_with_path(tree_unflatten(placeholder, spec))[0]] if spec is not None else []
+    except Exception:  # an output structure pytree cannot rebuild: fall back to positions
+        paths = []
+    tensors = [n for n in program.graph.nodes if n.op == "output"]
+    values = tensors[0].args[0] if tensors else []
+    kept = [p for p, v in zip(paths, values) if v is not None and hasattr(v, "meta") and isinstance(v.meta.get("val"), torch.Tensor)]
+    if len(kept) != count:
+        return [f"output_{i}" for i in range(count)]
+    names = []
+    for path in kept:
+        keys = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
+        if not keys:
+            names.append("output")
+        elif all(k.isdigit() for k in keys):
+            names.append("output_" + "_".join(keys))
+        else:
+            names.append("_".join(keys))
+    return names if len(set(names)) == len(names) else [f"output_{i}" for i in range(count)]
+
+
+def name_weights(proto: Any) -> None:
+    """Give the recurrences' weights readable names: ``<module>.l<k>_W`` per layer,
+    ``<module>.W`` for a cell's (shared by its steps)."""
+    graph = proto.graph
+    initializers = {t.name for t in graph.initializer}
+    users: dict[str, int] = {}
+    nodes = [n for n in graph.node if n.op_type in NATIVE_OPS or n.op_type == "LSTMProjected"]
+    for n in nodes:
+        if len(n.input) > 1:
+            users[n.input[1]] = users.get(n.input[1], 0) + 1
+    mapping: dict[str, str] = {}
+    layer_of: dict[str, int] = {}
+    taken = set(initializers)
+    for n in nodes:
+        if len(n.input) < 2 or n.input[1] in mapping:
+            continue
+        m = _LIFTED.match(n.input[1])
+        if m is None:
+            continue
+        module = m.group("module") or "rnn"
+        cell = users.get(n.input[1], 0) > 1
+        k = layer_of.setdefault(module, 0)
+        layer_of[module] = k + (0 if cell else 1)
+        for pos, key in _WEIGHT_INPUTS.items():
+            if pos < len(n.input) and n.input[pos] in initializers and _LIFTED.match(n.input[pos]) and n.input[pos] not in mapping:
+                new = f"{module}.{key}" if cell else f"{module}.l{k}_{key}"
+                if new not in taken:
+                    mapping[n.input[pos]] = new
+                    taken.add(new)
+    rename_values(proto, mapping)
+
+
+def drop_unused_initializers(proto: Any) -> None:
+    used = {o.name for o in proto.graph.output}
+    for graph in _all_graphs(proto.graph):
+        for node in graph.node:
+            used.update(node.input)
+    keep = [t for t in proto.graph.initializer if t.name in used]
+    if len(keep) != len(proto.graph.initializer):
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(keep)
+
+
+def free_label(naming: Any, wanted: str) -> str:
+    labels = set(naming.roles)
+    label, k = wanted, 2
+    while label in labels:
+        label, k = f"{wanted}_{k}", k + 1
+    return label
+
+
+def module_of(node: Any) -> str | None:
+    for p in node.metadata_props:
+        if p.key == "pkg.torch.onnx.name_scopes":
+            try:
+                scopes = json.loads(p.value.replace("'", '"'))
+            except json.JSONDecodeError:
+                return None
+            return ".".join(s for s in scopes[1:-1])
+    return None
+
+
+def _reach(graph: Any, start: str, forward: bool) -> list[str]:
+    """Graph inputs that ``start`` depends on, or graph outputs that depend on it."""
+    if not start:
+        return []
+    ends = {o.name for o in (graph.output if forward else graph.input)}
+    producer = {o: n for n in graph.node for o in n.output if o}
+    consumers: dict[str, list[Any]] = {}
+    for n in graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    seen, stack, found = set(), [start], []
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in ends:
+            found.append(name)
+        if forward:
+            stack.extend(o for n in consumers.get(name, []) for o in n.output if o)
+        elif name in producer:
+            stack.extend(i for i in producer[name].input if i)
+    order = [o.name for o in (graph.output if forward else graph.input)]
+    return [n for n in order if n in found]
+
+
+def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]]) -> None:
+    """Record the recurrences and the axes in ``metadata_props`` (see the module docstring)."""
+    from rnnx import __version__
+
+    graph = proto.graph
+    by_module: dict[str, list[Any]] = {}
+    for n in graph.node:
+        if n.op_type in NATIVE_OPS:
+            module = module_of(n)
+            if module is not None:
+                by_module.setdefault(module, []).append(n)
+    records = []
+    for r in recurrences:
+        nodes = by_module.get(r["module"], [])
+        rec = {**r, "layout": "batch_first" if r.get("batch_first") else "seq_first", "nodes": [n.name for n in nodes], "inputs": {}, "outputs": {}}
+        for key, pos in NODE_INPUTS.items():
+            reached = sorted({i for n in nodes if pos < len(n.input) for i in _reach(graph, n.input[pos], False)})
+            if key == "X" and nodes:
+                reached = _reach(graph, nodes[0].input[0], False)
+            if reached:
+                rec["inputs"][key] = reached
+        for key, pos in NODE_OUTPUTS.items():
+            sources = [nodes[-1]] if key == "Y" and nodes else nodes
+            reached = sorted({o for n in sources if pos < len(n.output) for o in _reach(graph, n.output[pos], True)})
+            if reached:
+                rec["outputs"][key] = reached
+        records.append(rec)
+    outputs = {o.name: [d.dim_param if d.HasField("dim_param") else int(d.dim_value) for d in o.type.tensor_type.shape.dim] for o in graph.output}
+    export = {"rnnx_version": __version__, "inputs": naming.input_dims, "outputs": outputs, "roles": naming.roles, "lengths_inputs": naming.lengths_inputs}
+    set_metadata(proto, {EXPORT_KEY: json.dumps(export), RECURRENCES_KEY: json.dumps(records)})

@@ -1,0 +1,108 @@
+"""TorchScript files: torch.onnx's TorchScript exporter, then fuse, record and the same self-check.
+
+A ScriptModule cannot be traced by torch.export or have its modules swapped, so torch
+cannot find its dynamic axes. They come from its recurrent submodules instead: an input
+of rank 3 or more is (seq, batch, ...) or, batch-first, (batch, seq, ...); a state is
+(layers*directions, batch, size); a 1-D integer input holds lengths. The TorchScript
+exporter emits native LSTM/GRU/RNN nodes for nn modules and refuses projections.
+"""
+
+from __future__ import annotations
+
+import collections
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rnnx.errors import RNNXError
+from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
+
+SEQ = "seq"
+
+
+def _axes(example: Sequence[Any], modules: Sequence[Any]) -> list[dict[int, str]]:
+    import torch
+
+    batch_first = bool(modules and modules[0].batch_first)
+    state_leads = {int(m.num_layers) * (2 if m.bidirectional else 1) for m in modules}
+    state_sizes = {int(m.hidden_size) for m in modules} | {int(getattr(m, "proj_size", 0)) for m in modules}
+    axes: list[dict[int, str]] = []
+    for i, x in enumerate(example):
+        if not isinstance(x, torch.Tensor):
+            axes.append({})
+        elif x.dim() == 3 and i > 0 and x.shape[0] in state_leads and x.shape[2] in state_sizes:
+            axes.append({1: "batch"})
+        elif x.dim() >= 2:
+            axes.append({0: "batch", 1: SEQ} if batch_first else {0: SEQ, 1: "batch"})
+        elif x.dim() == 1 and not x.is_floating_point():
+            axes.append({0: "batch"})
+        else:
+            axes.append({})
+    return axes
+
+
+def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int, input_names: Sequence[str] | None,
+                    output_names: Sequence[str] | None, check: bool, seed: int) -> Any:
+    import onnx
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    from rnnx.exporters import record
+    from rnnx.exporters.torch_export import ExportReport, _first_line, _quiet, _write_checked
+    from rnnx.graphs.fuse_cells import fuse_cells
+    from rnnx.graphs.fuse_steps import fuse_steps
+
+    example, structure = tree_flatten(args)
+    modules = [m for m in model.modules() if getattr(m, "original_name", "") in ("LSTM", "GRU", "RNN")]
+    axes = _axes(example, modules)
+    tensors = [x for x in example if isinstance(x, torch.Tensor)]
+    names = list(input_names) if input_names else [f"input_{i}" for i in range(len(tensors))]
+    if len(names) != len(tensors):
+        raise RNNXError(f"input names: expected one per tensor input ({len(tensors)}), found {len(names)}")
+    tensor_axes = [ax for x, ax in zip(example, axes) if isinstance(x, torch.Tensor)]
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "scripted.onnx"
+        try:
+            with _quiet():
+                torch.onnx.export(model.eval(), args, str(raw), dynamo=False, opset_version=opset, input_names=names,
+                                  output_names=list(output_names) if output_names else None,
+                                  dynamic_axes={n: dict(ax) for n, ax in zip(names, tensor_axes) if ax})
+        except Exception as exc:  # the TorchScript exporter raises many types; the first line says what failed
+            raise RNNXError(f"torch.onnx could not export the TorchScript model: {_first_line(exc)}") from exc
+        proto = onnx.load(str(raw))
+    if not output_names:
+        record.rename_values(proto, {o.name: f"output_{i}" for i, o in enumerate(proto.graph.output)})
+    cells, chains = fuse_cells(proto), fuse_steps(proto)
+    onnx.checker.check_model(proto)
+    leaves = [Leaf(i, names[k] if k is not None else f"arg_{i}", x) for i, (x, k) in enumerate(zip(example, _tensor_positions(example)))]
+    dims = {name: [ax.get(d, int(x.shape[d])) for d in range(x.dim())] for name, x, ax in zip(names, tensors, tensor_axes)}
+    roles = {label: BATCH if label == "batch" else LENGTH for ax in tensor_axes for label in ax.values()}
+    lengths = {name: SEQ for name, x, ax in zip(names, tensors, tensor_axes) if x.dim() == 1 and not x.is_floating_point() and SEQ in roles}
+    naming = Naming({}, roles, dims, lengths)
+    record.write_metadata(proto, naming, [])
+    op_types = collections.Counter(n.op_type for n in proto.graph.node)
+    native = {k: v for k, v in op_types.items() if k in record.NATIVE_OPS}
+    report = ExportReport(
+        path=str(path), opset=opset, op_types=dict(op_types), axes=naming.axes(),
+        recurrences=[{"module": "(TorchScript)", "spec": "-", "onnx": ", ".join(f"{v} x {k}" for k, v in native.items()) or "none"}],
+        fused=chains.fused, tracing="by torch.onnx's TorchScript exporter; sequence and batch axes placed from the recurrent submodules",
+    )
+    report.notes.append("a TorchScript file is exported by torch.onnx's TorchScript exporter: rnnx cannot swap its modules")
+    if cells:
+        report.notes.append(f"{len(cells.fused)} decomposed cell(s) made native, {len(chains.fused)} chain(s) fused")
+    _write_checked(proto, path, report, model, leaves, structure, naming, check, seed)
+    return report
+
+
+def _tensor_positions(example: Sequence[Any]) -> list[int | None]:
+    import torch
+
+    out, k = [], 0
+    for x in example:
+        if isinstance(x, torch.Tensor):
+            out.append(k)
+            k += 1
+        else:
+            out.append(None)
+    return out

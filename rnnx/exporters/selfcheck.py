@@ -1,0 +1,222 @@
+"""The export's self-check: ONNX Runtime against the torch module, varying what is dynamic.
+
+Cases, each on fresh seeded inputs (static dimensions always keep the example's size):
+- ``batch=1``: every batch dimension at 1;
+- ``all larger``: every dynamic dimension larger than in the example (batch +2, lengths
+  +3, others +2);
+- one case per dynamic dimension, varied on its own (for a batch that is not 1 in the
+  example, ``batch=1`` is that case).
+
+Lengths inputs (those that reach a recurrence's sequence lengths) get sorted lengths whose
+longest fills the sequence; integer inputs stay within the example's range (token ids);
+floats are standard normal. A case where the torch module itself raises is listed as
+skipped with the model's message; one where ONNX Runtime fails or disagrees fails the
+check, naming the case and every input's shape.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
+from rnnx.parity import TOLERANCES
+
+_GROWTH = {BATCH: 2, LENGTH: 3}
+_OTHER_GROWTH = 2
+
+
+@dataclass
+class OutputError:
+    output: str
+    max_abs: float
+    max_rel: float
+    passed: bool
+
+
+@dataclass
+class CheckCase:
+    name: str
+    sizes: dict[str, int]
+    shapes: dict[str, list[int]]
+    outputs: list[OutputError] = field(default_factory=list)
+    error: str | None = None
+    skipped: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.skipped is not None or (self.error is None and all(o.passed for o in self.outputs))
+
+    def where(self) -> str:
+        return f"{self.name} ({', '.join(f'{k}: ' + 'x'.join(map(str, v)) for k, v in self.shapes.items())})"
+
+
+@dataclass
+class SelfCheck:
+    """Truthy when at least one case ran and none failed."""
+
+    cases: list[CheckCase] = field(default_factory=list)
+    atol: float = TOLERANCES["float32"][0]
+    rtol: float = TOLERANCES["float32"][1]
+
+    def __bool__(self) -> bool:
+        ran = [c for c in self.cases if c.skipped is None]
+        return bool(ran) and all(c.passed for c in ran)
+
+    def failure(self) -> str:
+        """One line: the first failing case, what failed, and the shapes."""
+        for case in self.cases:
+            if case.skipped is None and not case.passed:
+                if case.error:
+                    return f"self-check at {case.where()}: {case.error}"
+                worst = max((o for o in case.outputs if not o.passed), key=lambda o: o.max_abs)
+                return (f"self-check at {case.where()}: output {worst.output!r} differs from torch by {worst.max_abs:.3e} "
+                        f"(atol {self.atol:g}, rtol {self.rtol:g})")
+        return "self-check: no case could run (the model raised at every shape tried)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"passed": bool(self), "atol": self.atol, "rtol": self.rtol, "cases": [asdict(c) | {"passed": c.passed} for c in self.cases]}
+
+    def __str__(self) -> str:
+        lines = [f"self-check against torch in ONNX Runtime (atol {self.atol:g}, rtol {self.rtol:g}):"]
+        for c in self.cases:
+            if c.skipped:
+                verdict = f"skipped: {c.skipped}"
+            elif c.error:
+                verdict = f"FAIL: {c.error}"
+            else:
+                worst = max((o.max_abs for o in c.outputs), default=0.0)
+                verdict = f"{'ok' if c.passed else 'FAIL'} (max abs err {worst:.1e})"
+            lines.append(f"  {c.where()}: {verdict}")
+        return "\n".join(lines)
+
+
+def plan_cases(naming: Naming, leaves: Sequence[Leaf]) -> list[tuple[str, dict[str, int]]]:
+    """(name, sizes by label) for every case, duplicates dropped."""
+    base: dict[str, int] = {}
+    for leaf in leaves:
+        for d, v in enumerate(naming.input_dims.get(leaf.name, [])):
+            if isinstance(v, str) and v.isidentifier() and v not in base:
+                base[v] = int(leaf.value.shape[d])
+    grow = {label: base[label] + _GROWTH.get(naming.roles.get(label, ""), _OTHER_GROWTH) for label in base}
+    cases: list[tuple[str, dict[str, int]]] = []
+    batches = [label for label in base if naming.roles.get(label) == BATCH]
+    if batches:
+        cases.append(("batch=1", {**base, **{label: 1 for label in batches}}))
+    if base:
+        cases.append(("all larger", grow))
+    for label in base:
+        if naming.roles.get(label) == BATCH and base[label] != 1 and len(batches) == 1:
+            continue  # batch=1 already varied it alone
+        cases.append((f"{label}={grow[label]}", {**base, label: grow[label]}))
+    if not cases:
+        cases.append(("example shapes", {}))
+    seen, unique = set(), []
+    for name, sizes in cases:
+        key = tuple(sorted(sizes.items()))
+        if key not in seen:
+            seen.add(key)
+            unique.append((name, sizes))
+    return unique
+
+
+def _size(dim: int | str, sizes: dict[str, int], example: int) -> int:
+    if isinstance(dim, int):
+        return dim
+    if dim in sizes:
+        return sizes[dim]
+    try:  # a derived dimension, such as 2*seq
+        import sympy
+
+        return int(sympy.sympify(dim, locals={k: sympy.Symbol(k) for k in sizes}).subs(sizes))
+    except Exception:  # sympy raises many types for text it cannot parse; keep the example's size
+        return example
+
+
+def fresh_inputs(leaves: Sequence[Leaf], naming: Naming, sizes: dict[str, int], seed: int) -> list[Any]:
+    import torch
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for leaf in leaves:
+        x = leaf.value
+        if not leaf.is_tensor:
+            out.append(x)
+            continue
+        dims = naming.input_dims.get(leaf.name, list(x.shape))
+        shape = [_size(dim, sizes, int(x.shape[d])) for d, dim in enumerate(dims)]
+        if x.is_floating_point():
+            out.append(torch.from_numpy(rng.standard_normal(shape)).to(x.dtype))
+        elif leaf.name in naming.lengths_inputs:
+            longest = sizes.get(naming.lengths_inputs[leaf.name], int(x.max()) if x.numel() else 1)
+            lens = np.sort(rng.integers(1, longest + 1, size=shape))[::-1].copy()
+            if lens.size:
+                lens.flat[0] = longest
+            out.append(torch.from_numpy(lens).to(x.dtype))
+        elif x.dtype == torch.bool:
+            out.append(torch.from_numpy(rng.random(shape) < 0.5))
+        else:
+            low = int(x.min()) if x.numel() else 0
+            high = int(x.max()) + 1 if x.numel() else 2
+            out.append(torch.from_numpy(rng.integers(min(low, 0), max(high, 1), size=shape)).to(x.dtype))
+    return out
+
+
+def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, path: Path, seed: int = 0) -> SelfCheck:
+    """Run every planned case; the model is put in eval mode for the duration."""
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+    from rnnx.errors import RNNXError
+
+    runner = OnnxRuntimeRunner(path)
+    check = SelfCheck()
+    was_training = model.training
+    model.eval()
+    try:
+        for k, (name, sizes) in enumerate(plan_cases(naming, leaves)):
+            values = fresh_inputs(leaves, naming, sizes, seed + k)
+            tensors = [v for v in values if isinstance(v, torch.Tensor)]
+            case = CheckCase(name, sizes, {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)})
+            check.cases.append(case)
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    want = [w for w in tree_flatten(model(*tree_unflatten(values, structure)))[0] if isinstance(w, torch.Tensor)]
+            except Exception as exc:  # the user's model may raise anything at a shape it does not take
+                case.skipped = f"the torch model itself raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                continue
+            try:
+                got = runner(dict(zip(runner.input_names, (t.numpy() for t in tensors))))
+            except RNNXError as exc:
+                case.error = str(exc)
+                continue
+            if len(got) != len(want):
+                case.error = f"the ONNX model has {len(got)} outputs, the torch model returned {len(want)} tensors"
+                continue
+            for (out_name, g), w in zip(got.items(), want):
+                case.outputs.append(_compare(out_name, np.asarray(g), w.detach().cpu().numpy(), check))
+    finally:
+        model.train(was_training)
+    return check
+
+
+def _compare(name: str, got: np.ndarray, want: np.ndarray, check: SelfCheck) -> OutputError:
+    if got.shape != want.shape:
+        return OutputError(f"{name} (shape {list(got.shape)}, torch {list(want.shape)})", float("inf"), float("inf"), False)
+    if got.size == 0:
+        return OutputError(name, 0.0, 0.0, True)
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    diff = np.abs(g - w)
+    both_nan = np.isnan(g) & np.isnan(w)
+    diff[both_nan] = 0.0
+    max_abs = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
+    max_rel = float(np.max(diff / np.maximum(np.abs(w), 1e-12)))
+    passed = bool(np.all((diff <= check.atol + check.rtol * np.abs(w)) | both_nan))
+    return OutputError(name, max_abs, max_rel, passed)
