@@ -29,7 +29,7 @@ def test_export_is_native_dynamic_and_matches_torch(case: Case, tmp_path) -> Non
     assert report.passed, str(report)
     # The self-check ran at batch 1, at everything larger, and with each dynamic axis on its own.
     names = [c.name for c in report.check.cases]
-    assert names[:2] == ["batch=1", "all larger"] and "batch=5" in names or "batch=4" in names, names
+    assert names[:2] == ["batch=1", "all larger"] and any(n.startswith("seq=") for n in names), names
     assert all(c.passed and c.skipped is None for c in report.check.cases)
     proto = onnx.load(str(path))
     ops = collections.Counter(n.op_type for n in proto.graph.node)
@@ -200,7 +200,7 @@ def test_independent_lengths_get_their_own_axes(tmp_path) -> None:
     assert report.passed, str(report)
     assert report.axes == {"src": {0: "batch", 1: "src_seq"}, "tgt": {0: "batch", 1: "tgt_seq"}}
     varied = {c.name for c in report.check.cases}
-    assert {"src_seq=14", "tgt_seq=11", "batch=1", "batch=5"} <= varied
+    assert {"src_seq=12", "tgt_seq=9", "batch=1"} <= varied
 
 
 def test_axes_from_the_user_override_torch_and_rnnx(tmp_path) -> None:
@@ -254,7 +254,7 @@ def test_stepped_cell_fuses_into_one_node_with_dynamic_length(tmp_path) -> None:
     proto = onnx.load(str(tmp_path / "c.onnx"))
     assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "seq"
     assert len(proto.graph.node) < 10  # torch.onnx's TorchScript exporter writes 1,803 nodes for 100 steps
-    assert {c.sizes["seq"] for c in report.check.cases} == {7, 12}
+    assert {c.sizes["seq"] for c in report.check.cases} == {7, 10}
 
 
 class TeacherForced(torch.nn.Module):
@@ -320,7 +320,7 @@ def test_an_autoregressive_loop_keeps_its_steps_and_every_other_axis_dynamic(tmp
     assert report.passed, str(report)
     assert report.axes == {"memory": {0: "batch", 1: "memory_dim1"}}
     assert report.unrolled_cells == ["cell"] and any("step count is fixed" in n for n in report.notes)
-    assert {c.name for c in report.check.cases} >= {"batch=1", "memory_dim1=10"}
+    assert {c.name for c in report.check.cases} >= {"batch=1", "memory_dim1=9"}
     ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "a.onnx")).graph.node)
     assert ops["LSTM"] == 4 and not UNROLLED_OPS - {"Gemm"} & set(ops)
 
