@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from rnnx.graphs.index import all_graphs
 from rnnx.graphs.self_description import EXPORT_KEY, RECURRENCES_KEY, set_metadata
 
 NATIVE_OPS = ("LSTM", "GRU", "RNN")
@@ -29,21 +30,11 @@ _WEIGHT_INPUTS = {1: "W", 2: "R", 3: "B", 7: "P", 8: "proj"}
 _LIFTED = re.compile(r"^(?P<module>.*?)\.?lifted_tensor_\d+$")
 
 
-def _all_graphs(graph: Any) -> Any:
-    yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == a.GRAPH:
-                yield from _all_graphs(a.g)
-            for g in a.graphs:
-                yield from _all_graphs(g)
-
-
 def rename_values(proto: Any, mapping: dict[str, str]) -> None:
     """Rename tensors everywhere they are named, subgraphs included."""
     if not mapping:
         return
-    for graph in _all_graphs(proto.graph):
+    for graph in all_graphs(proto.graph):
         for node in graph.node:
             for names in (node.input, node.output):
                 for i, name in enumerate(names):
@@ -134,7 +125,7 @@ def name_weights(proto: Any) -> None:
 
 def drop_unused_initializers(proto: Any) -> None:
     used = {o.name for o in proto.graph.output}
-    for graph in _all_graphs(proto.graph):
+    for graph in all_graphs(proto.graph):
         for node in graph.node:
             used.update(node.input)
     keep = [t for t in proto.graph.initializer if t.name in used]

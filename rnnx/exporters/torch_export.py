@@ -159,7 +159,7 @@ def export(
     except ImportError as exc:
         raise RNNXError(f"rnnx export needs {exc.name}, which is not installed: pip install 'rnnx[torch]'") from None
 
-    from rnnx.exporters import shapes
+    from rnnx.exporters import ops, shapes
     from rnnx.exporters.modules import swap_recurrent_modules
 
     _check_opset(opset)
@@ -192,8 +192,6 @@ def export(
     work = copy.deepcopy(model).eval()
     swapped = swap_recurrent_modules(work)
     program, tracing = _trace(model, work, leaves, structure, specs, offered, user_shapes=dynamic_shapes is not None)
-    from rnnx.exporters import ops
-
     naming = shapes.name_dimensions(program, leaves, labels, ops.KINDS)
     proto = _to_onnx(program, opset)
     result = _finish_graph(proto, naming, leaves, program, swapped, output_names, bare=_is_bare(model))

@@ -77,6 +77,17 @@ def graphs(graph: Any, outer: dict[str, np.ndarray] | None = None) -> Iterator[t
                 yield from graphs(g, scope)
 
 
+def all_graphs(graph: Any) -> Iterator[Any]:
+    """The graph and every subgraph, nested, without their constants (cheap: no weight is read)."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == a.GRAPH:
+                yield from all_graphs(a.g)
+            for g in a.graphs:
+                yield from all_graphs(g)
+
+
 def _names_read_below(graph: Any) -> set[str]:
     """Every tensor name read by a node of a subgraph of ``graph``, however deep."""
     names: set[str] = set()
@@ -105,21 +116,34 @@ def remove_dead(graph: Any) -> None:
 
 
 def toposort(graph: Any) -> None:
-    produced = {o for n in graph.node for o in n.output}
-    outer = {i for n in graph.node for i in n.input} - produced  # inputs, initializers, outer scope
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | outer | {""}
-    pending, ordered = list(graph.node), []
-    while pending:
-        ready = [n for n in pending if all(i in available for i in n.input)]
-        if not ready:  # a cycle: not a valid graph; keep the rest in their order
-            ordered += pending
-            break
-        for n in ready:
-            ordered.append(n)
-            available |= set(n.output)
-        pending = [n for n in pending if n not in ready]
+    """Order nodes so that each comes after its producers, keeping the given order where it
+    already is one (Kahn's algorithm, the lowest original position first: linear in the
+    graph's size up to the heap's log)."""
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    waiting = [0] * len(nodes)
+    readers: dict[int, list[int]] = defaultdict(list)
+    for i, n in enumerate(nodes):
+        for p in {producer[name] for name in n.input if name in producer and producer[name] != i}:
+            waiting[i] += 1
+            readers[p].append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j in readers[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, j)
+    if len(order) < len(nodes):  # a cycle: not a valid graph; keep the rest in their order
+        placed = set(order)
+        order += [i for i in range(len(nodes)) if i not in placed]
     del graph.node[:]
-    graph.node.extend(ordered)
+    graph.node.extend(nodes[i] for i in order)
 
 
 def rewrite(graph: Any, removed: set[int], added: Iterable[Any], initializers: Iterable[Any] = ()) -> None:

@@ -6,6 +6,7 @@ import functools
 from typing import Any
 
 from rnnx.errors import RNNXError
+from rnnx.graphs.index import all_graphs
 
 # Attributes that a newer opset added and that onnx's version converter leaves behind,
 # with the value that means what the older opset does without them. Split's num_outputs:
@@ -34,7 +35,7 @@ def require_opset(proto: Any, opset: int) -> None:
     """Refuse, in one line, a graph that uses an op ``opset`` does not have: name the op and
     the lowest opset that holds every op of the graph."""
     needed: dict[str, int] = {}
-    for graph in _all_graphs(proto.graph):
+    for graph in all_graphs(proto.graph):
         for node in graph.node:
             if node.domain in ("", "ai.onnx"):
                 since = first_opset(node.op_type)
@@ -46,16 +47,6 @@ def require_opset(proto: Any, opset: int) -> None:
         raise RNNXError(f"opset {opset} has no {op} (ONNX added it in opset {since}), which the model uses; export with --opset {lowest} or later")
 
 
-def _all_graphs(graph: Any) -> Any:
-    yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == a.GRAPH:
-                yield from _all_graphs(a.g)
-            for g in a.graphs:
-                yield from _all_graphs(g)
-
-
 def drop_newer_attributes(proto: Any, strict: bool = True) -> None:
     """Remove attributes that the model's opset does not define, where the value left
     behind by the version converter means what the older op does anyway; refuse others
@@ -64,7 +55,7 @@ def drop_newer_attributes(proto: Any, strict: bool = True) -> None:
     from onnx import helper
 
     opset = model_opset(proto)
-    for graph in _all_graphs(proto.graph):
+    for graph in all_graphs(proto.graph):
         for node in graph.node:
             if node.domain not in ("", "ai.onnx"):
                 continue
@@ -129,7 +120,7 @@ def _layer_norms_decomposed(proto: Any) -> None:
     TorchScript exporter writes it for older opsets: (x - mean) / sqrt(var + eps) * scale + bias."""
     from onnx import TensorProto, helper
 
-    for graph in _all_graphs(proto.graph):
+    for graph in all_graphs(proto.graph):
         nodes = []
         for node in graph.node:
             if node.op_type != "LayerNormalization" or node.domain not in ("", "ai.onnx"):
@@ -163,7 +154,7 @@ def _shape_ranges_as_slices(proto: Any) -> None:
     """Shape(start, end), new in 15, as Shape then Slice."""
     from onnx import TensorProto, helper
 
-    for graph in _all_graphs(proto.graph):
+    for graph in all_graphs(proto.graph):
         nodes = []
         for node in graph.node:
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -213,13 +204,13 @@ def _onnx_convert(proto: Any, opset: int) -> Any:
 
 
 def _op_types(proto: Any) -> list[str]:
-    return sorted({n.op_type for g in _all_graphs(proto.graph) for n in g.node}, key=len, reverse=True)
+    return sorted({n.op_type for g in all_graphs(proto.graph) for n in g.node}, key=len, reverse=True)
 
 
 def _only_known_18_changes(proto: Any) -> bool:
     import onnx
 
-    for graph in _all_graphs(proto.graph):
+    for graph in all_graphs(proto.graph):
         for node in graph.node:
             if node.domain in ("", "ai.onnx") and node.op_type not in _REDUCE_AXES_INPUT_IN_18 + ("Split",):
                 if onnx.defs.get_schema(node.op_type, 18, "").since_version == 18:
@@ -230,7 +221,7 @@ def _only_known_18_changes(proto: Any) -> bool:
 def _reduce_and_split_to_17(proto: Any) -> None:
     from onnx import helper, numpy_helper
 
-    for graph in _all_graphs(proto.graph):
+    for graph in all_graphs(proto.graph):
         constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
         constants.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in graph.node
                           if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
