@@ -175,8 +175,12 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
     from rnnx.engines.onnxruntime import OnnxRuntimeRunner
     from rnnx.errors import RNNXError
 
-    runner = OnnxRuntimeRunner(path)
     check = SelfCheck()
+    try:
+        runner = OnnxRuntimeRunner(path)
+    except RNNXError as exc:  # rnnx wrote a graph ONNX Runtime cannot load: the check has failed
+        check.cases.append(CheckCase("loading", {}, {leaf.name: list(leaf.value.shape) for leaf in leaves if leaf.is_tensor}, error=str(exc)))
+        return check
     was_training = model.training
     model.eval()
     try:

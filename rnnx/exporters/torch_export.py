@@ -272,18 +272,31 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
         if which:
             attempts.append((grown, False, "on a copy of the example grown to 2 along " + ", ".join(f"{n} dim {d}" for n, d in which)
                              + " (size-1 dimensions the model also runs with), so that torch sees them as dynamic"))
-        attempts.append((values, True, "size-oblivious (torch's backed_size_oblivious), so that size-1 dimensions can stay dynamic"))
+            attempts.append((values, True, "size-oblivious (torch's backed_size_oblivious), so that size-1 dimensions can stay dynamic"))
+        # Size-1 dimensions the model does not run with at 2 (an image's channel, one layer's
+        # states) are static: torch's own 0/1 rule says so.
         attempts.append((values, False, "on the example as given; its size-1 dimensions are static"))
     else:
         attempts.append((values, False, "on the example as given"))
     errors = []
     for vals, oblivious, how in attempts:
-        try:
-            with _quiet(), packed_sequences_as_lengths(), fx_config.patch(backed_size_oblivious=oblivious):
-                program = torch.export.export(work, _unflatten(vals, structure), dynamic_shapes=offered, strict=False)
-            return program, how
-        except Exception as exc:  # torch.export raises many types; the first line says what failed
-            errors.append(exc)
+        shapes_now = offered
+        for _ in range(2):  # once more with torch's own suggested fixes, as torch.onnx does
+            try:
+                with _quiet(), packed_sequences_as_lengths(), fx_config.patch(backed_size_oblivious=oblivious):
+                    program = torch.export.export(work, _unflatten(vals, structure), dynamic_shapes=shapes_now, strict=False)
+                if shapes_now is not offered:
+                    how += "; named dimensions narrowed to the ranges torch found (" + _first_line(errors[-1])[:120] + ")"
+                return program, how
+            except torch._dynamo.exc.UserError as exc:
+                errors.append(exc)
+                try:
+                    shapes_now = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes(exc.msg, shapes_now)
+                except Exception:  # no usable suggestion: this attempt has failed
+                    break
+            except Exception as exc:  # torch.export raises many types; the first line says what failed
+                errors.append(exc)
+                break
     raise RNNXError(f"torch.export could not trace the model: {_first_line(errors[0])}; run with --debug for the full trace") from errors[0]
 
 
@@ -341,7 +354,7 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
         fused_info = fused.fused
         for info in fused.fused:
             if info.get("dynamic_seq"):
-                naming.input_dims[info["source"]][0] = info["seq_label"]
+                naming.input_dims[info["source"]][info["axis"]] = info["seq_label"]
                 naming.roles[info["seq_label"]] = "length"
             notes.append(f"{info['steps']} steps of a stepped cell fused into one {info['op']} node over {info['source']}"
                          + (", sequence length dynamic" if info.get("dynamic_seq") else "")

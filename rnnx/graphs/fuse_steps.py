@@ -36,15 +36,19 @@ class FuseResult:
         return bool(self.fused)
 
 
-def _step_source(g: GraphIndex, node: Any) -> tuple[str, int] | None:
+def _is_one_step(g: GraphIndex, node: Any) -> bool:
     unsq = g.prod(node.input[0], "Unsqueeze")
-    if unsq is None or g.axes(unsq) != [0]:
-        return None
-    gather = g.prod(unsq.input[0], "Gather")
-    if gather is None or g.attr(gather, "axis", 0) != 0 or gather.input[1] not in g.constants:
+    return unsq is not None and g.axes(unsq) == [0]
+
+
+def _step_source(g: GraphIndex, node: Any) -> tuple[str, int, int] | None:
+    """(S, t, axis) when the step's X is ``Unsqueeze(Gather(S, t, axis), [0])``: ``x[t]``
+    time-major, ``x[:, t]`` batch-first."""
+    gather = g.prod(g.prod(node.input[0], "Unsqueeze").input[0], "Gather")
+    if gather is None or g.attr(gather, "axis", 0) not in (0, 1) or gather.input[1] not in g.constants:
         return None
     t = g.constants[gather.input[1]]
-    return (gather.input[0], int(t)) if t.ndim == 0 else None
+    return (gather.input[0], int(t), int(g.attr(gather, "axis", 0))) if t.ndim == 0 else None
 
 
 def _state_from(g: GraphIndex, name: str) -> str | None:
@@ -80,9 +84,8 @@ def _fuse_steps_in(g: GraphIndex, result: FuseResult) -> None:
             continue
         if len(node.input) > 4 and node.input[4]:
             continue
-        src = _step_source(g, node)
-        if src is not None:
-            steps[id(node)] = (node, src)
+        if _is_one_step(g, node):
+            steps[id(node)] = (node, _step_source(g, node))
     follows: dict[int, Any] = {}
     has_prev: set[int] = set()
     for node, _ in steps.values():
@@ -121,10 +124,14 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple
     from onnx import TensorProto, helper
 
     sources = [steps[id(n)][1] for n in chain]
-    S = sources[0][0]
     T = len(chain)
-    if any(s != S for s, _ in sources) or [t for _, t in sources] != list(range(T)):
-        return f"steps read {[t for _, t in sources]} of {sorted({s for s, _ in sources})}, not 0..{T - 1} of one tensor"
+    if any(src is None for src in sources):
+        k = next(i for i, src in enumerate(sources) if src is None)
+        return (f"step {k}'s input is computed inside the loop, not sliced from one input (an autoregressive loop, "
+                "each step fed from the last one's output): its steps cannot run as one node")
+    S, axis = sources[0][0], sources[0][2]
+    if any(s != S or a != axis for s, _, a in sources) or [t for _, t, _ in sources] != list(range(T)):
+        return f"steps read {[t for _, t, _ in sources]} of {sorted({s for s, _, _ in sources})}, not 0..{T - 1} of one tensor"
     is_lstm = chain[0].op_type == "LSTM"
     squeezes_h = [_only_squeeze(g, n.output[1]) for n in chain]
     last = chain[-1]
@@ -144,12 +151,13 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple
         for user in g.consumers.get(sq.output[0], []):
             if per is not None and id(user) in per.roots:
                 continue  # per-step work, applied to all steps after the fused node
-            if user.op_type == "Unsqueeze" and g.axes(user) == [0]:
+            if user.op_type == "Unsqueeze" and g.axes(user) in ([0], [1]):
                 others = [c for c in g.consumers.get(user.output[0], []) if id(c) not in chain_ids]
-                if not others:
+                if not others and g.axes(user) == [0]:
                     continue  # feeds the next step only
-                if len(others) == 1 and others[0].op_type == "Concat" and (stack is None or others[0] is stack):
-                    stack = others[0]  # the outputs stacked over time
+                if (len(others) == 1 and others[0].op_type == "Concat" and g.attr(others[0], "axis") == g.axes(user)[0]
+                        and (stack is None or others[0] is stack)):
+                    stack = others[0]  # the outputs stacked over time (axis 0, or 1 batch-first)
                     continue
             if k == T - 1:
                 continue  # the final state may go anywhere
@@ -162,20 +170,28 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple
             return f"step {k}'s c is used outside the chain"
     if stack is not None:
         stacked = [g.prod(i, "Unsqueeze") for i in stack.input]
-        if g.attr(stack, "axis") != 0 or [u.input[0] if u is not None else None for u in stacked] != [s.output[0] for s in squeezes_h]:
+        if [u.input[0] if u is not None else None for u in stacked] != [s.output[0] for s in squeezes_h]:
             return "the steps' outputs are concatenated in another order or with other tensors"
     first = chain[0]
     prefix = f"{first.name or first.op_type}_fused"
-    ins = [S] + list(first.input[1:4]) + [""] + list(first.input[5:7] if is_lstm else first.input[5:6])
+    nodes = []
+    X = S
+    if axis == 1:  # batch-first: the fused node reads (seq, batch, features)
+        X = f"{prefix}_X"
+        nodes.append(helper.make_node("Transpose", [S], [X], perm=[1, 0, 2], name=X))
+    ins = [X] + list(first.input[1:4]) + [""] + list(first.input[5:7] if is_lstm else first.input[5:6])
     outs = [f"{prefix}_Y", f"{prefix}_Y_h"] + ([f"{prefix}_Y_c"] if is_lstm else [])
-    nodes = [helper.make_node(first.op_type, ins, outs, name=prefix, **{a.name: helper.get_attribute_value(a) for a in first.attribute})]
-    nodes[0].metadata_props.extend(first.metadata_props)  # where the step came from (the exporter's module scope)
+    nodes.append(helper.make_node(first.op_type, ins, outs, name=prefix, **{a.name: helper.get_attribute_value(a) for a in first.attribute}))
+    nodes[-1].metadata_props.extend(first.metadata_props)  # where the step came from (the exporter's module scope)
     axis1, axis0 = f"{prefix}_axis1", f"{prefix}_axis0"
     nodes.append(helper.make_node("Constant", [], [axis1], value=helper.make_tensor(axis1, TensorProto.INT64, [1], [1])))
     nodes.append(helper.make_node("Constant", [], [axis0], value=helper.make_tensor(axis0, TensorProto.INT64, [1], [0])))
-    steps_y = stack.output[0] if stack is not None else f"{prefix}_Y_steps"
+    stack_axis = g.attr(stack, "axis") if stack is not None else 0
+    steps_y = stack.output[0] if stack is not None and stack_axis == 0 else f"{prefix}_Y_steps"
     if stack is not None or per is not None:
         nodes.append(helper.make_node("Squeeze", [outs[0], axis1], [steps_y]))
+    if stack is not None and stack_axis == 1:
+        nodes.append(helper.make_node("Transpose", [steps_y], [stack.output[0]], perm=[1, 0, 2]))
     if per is not None:
         nodes += hoist(per, squeezes_h[0].output[0], steps_y, prefix)
     nodes.append(helper.make_node("Squeeze", [outs[1], axis0], [squeezes_h[-1].output[0]]))
@@ -184,10 +200,11 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple
     dead = {id(n) for n in chain} | {id(squeezes_h[-1])} | ({id(last_c)} if last_c is not None else set()) | ({id(stack)} if stack is not None else set())
     if per is not None:
         dead |= per.stacked | {id(c) for _, c in per.terminals} | {id(n) for region in per.regions[:-1] for n in region}
-    info = {"op": first.op_type, "steps": T, "source": S, "node": prefix, "stack": stack.output[0] if stack is not None else None}
+    info = {"op": first.op_type, "steps": T, "source": S, "axis": axis, "node": prefix, "stack": stack.output[0] if stack is not None else None}
+    info["steps_outputs"] = {stack.output[0]: stack_axis} if stack is not None else {}
     if per is not None:
         info["hoisted"] = per.op_types
-        info["per_step_outputs"] = [c.output[0] for _, c in per.terminals]
+        info["steps_outputs"].update({c.output[0]: g.attr(c, "axis") for _, c in per.terminals})
     return nodes, dead, info
 
 
@@ -201,11 +218,15 @@ def _only_squeeze(g: GraphIndex, name: str) -> Any:
 def _make_sequence_dynamic(model: Any, info: dict[str, Any], label: str) -> None:
     graph = model.graph
     consumers = [n for n in graph.node if info["source"] in n.input]
-    if not all(n.op_type == "Shape" or n.name == info["node"] for n in consumers):
+    if not all(n.op_type == "Shape" or n.name.startswith(info["node"]) for n in consumers):
         return
-    for vi in list(graph.input) + list(graph.output):
-        if vi.name in (info["source"], info["stack"]) and vi.type.tensor_type.shape.dim:
-            vi.type.tensor_type.shape.dim[0].dim_param = label
+    for vi in graph.input:
+        if vi.name == info["source"] and len(vi.type.tensor_type.shape.dim) > info["axis"]:
+            vi.type.tensor_type.shape.dim[info["axis"]].dim_param = label
+    for vi in graph.output:  # the stacks over time, which declared the example's step count
+        axis = info["steps_outputs"].get(vi.name)
+        if axis is not None and len(vi.type.tensor_type.shape.dim) > axis:
+            vi.type.tensor_type.shape.dim[axis].dim_param = label
     info["dynamic_seq"] = True
     info["seq_label"] = label
     del graph.value_info[:]

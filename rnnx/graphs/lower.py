@@ -96,7 +96,7 @@ def _body(weights: RNNWeights, layer: int, direction: str, p: str, elem: int) ->
         Rt = outer_const("Rt", weights.stacked(layer, direction, "R", order).T)
         pre = b.op("Add", [xw, b.op("MatMul", [h, Rt], "hr")], "pre")
         parts = [p + f"pre_{g}" for g in order]
-        b.nodes.append(helper.make_node("Split", [pre], parts, axis=1))
+        b.nodes.extend(_split(pre, parts, H))
         gate = dict(zip(order, parts))
         if spec.peepholes:
             for g in ("i", "f"):
@@ -114,9 +114,9 @@ def _body(weights: RNNWeights, layer: int, direction: str, p: str, elem: int) ->
         Rt_n = outer_const("Rt_n", weights.get(layer, direction, "R", "n").T)
         bR_n = outer_const("bR_n", weights.get(layer, direction, "bR", "n") if spec.bias else np.zeros(H))
         xr, xz, xn = p + "x_r", p + "x_z", p + "x_n"
-        b.nodes.append(helper.make_node("Split", [xw], [xr, xz, xn], axis=1))
+        b.nodes.extend(_split(xw, [xr, xz, xn], H))
         hr, hz = p + "h_r", p + "h_z"
-        b.nodes.append(helper.make_node("Split", [b.op("MatMul", [h, Rt_rz], "hrz")], [hr, hz], axis=1))
+        b.nodes.extend(_split(b.op("MatMul", [h, Rt_rz], "hrz"), [hr, hz], H))
         r = b.op("Sigmoid", [b.op("Add", [xr, hr], "pre_r")], "r")
         z = b.op("Sigmoid", [b.op("Add", [xz, hz], "pre_z")], "z")
         if spec.reset_after:
@@ -221,6 +221,16 @@ def _node_weights(node: Any, constants: dict[str, np.ndarray]) -> RNNWeights:
     op_type = "LSTM" if node.op_type == LSTM_PROJECTED else node.op_type
     layer = {"op_type": op_type, **attrs, **{k: constants[ins[k]] for k in ("W", "R", "B", "P", "proj") if ins[k]}}
     return onnx_format.from_native([layer])
+
+
+def _split(x: str, parts: list[str], size: int) -> list[Any]:
+    """Split along the features into equal parts, with the sizes given as an input: the one
+    form that opsets 13 to 18 and later all read the same way (18 wants either the sizes or
+    its new num_outputs)."""
+    from onnx import helper, numpy_helper
+
+    sizes = numpy_helper.from_array(np.full(len(parts), size, dtype=np.int64))
+    return [helper.make_node("Constant", [], [f"{parts[0]}_sizes"], value=sizes), helper.make_node("Split", [x, f"{parts[0]}_sizes"], parts, axis=1)]
 
 
 def _lower_graph(model: Any, want: Any) -> LowerResult:

@@ -5,7 +5,8 @@ Linear, an activation, a layer norm) and stacks the results over time. Such a lo
 recurrence followed by those operations applied to all steps at once. Rules:
 
 - step k's *region* is every node reached from its h (``Squeeze(Y_h)``), up to an
-  ``Unsqueeze(axes=[0])`` feeding only a ``Concat(axis=0)`` (the stack over time);
+  ``Unsqueeze`` feeding only a ``Concat`` on the same axis, 0 or 1 (the stack over time,
+  time-major or batch-first);
 - each region node is row-wise on (batch, features): elementwise with constants that
   broadcast along rows, ``MatMul``/``Gemm`` against constant weights, ``LayerNormalization``,
   ``Softmax`` and ``Concat`` over the last axis; every input is the step's h, the region's
@@ -52,10 +53,11 @@ class PerStep:
 
 
 def _is_stack_unsqueeze(g: GraphIndex, node: Any) -> Any:
-    if node.op_type != "Unsqueeze" or g.axes(node) != [0]:
+    """The Concat of ``torch.stack(results, 0 or 1)`` that this Unsqueeze feeds, if it is one."""
+    if node.op_type != "Unsqueeze" or g.axes(node) not in ([0], [1]):
         return None
     users = g.consumers.get(node.output[0], [])
-    if len(users) == 1 and users[0].op_type == "Concat" and g.attr(users[0], "axis") == 0 and node.output[0] not in g.outputs:
+    if len(users) == 1 and users[0].op_type == "Concat" and g.attr(users[0], "axis") == g.axes(node)[0] and node.output[0] not in g.outputs:
         return users[0]
     return None
 
@@ -101,7 +103,7 @@ def _region_from(g: GraphIndex, h: str, chain_ids: set[int], k: int) -> tuple[li
         for user in g.consumers.get(t, []):
             if id(user) in region:
                 continue
-            if t == h and user.op_type == "Unsqueeze" and g.axes(user) == [0]:
+            if t == h and user.op_type == "Unsqueeze" and g.axes(user) in ([0], [1]):
                 continue  # into the next step or the stack of h: the chain's own business
             if id(user) in chain_ids:
                 return f"step {k}'s h reaches a later step's input through {user.op_type}: each step depends on the last one's result"
@@ -150,7 +152,7 @@ def find_per_step(g: GraphIndex, hs: list[str], chain_ids: set[int]) -> PerStep 
             return f
     regions = [f[0] for f in found]  # type: ignore[index]
     terminals = [f[1] for f in found]  # type: ignore[index]
-    if not any(regions) and not any(terminals):
+    if not any(regions):
         return None
     template = _signature(g, regions[0], hs[0])
     for k in range(1, T):
@@ -200,5 +202,10 @@ def hoist(per: PerStep, h0: str, rows_of: str, prefix: str) -> list[Any]:
         copy.attribute.extend(n.attribute)
         nodes.append(copy)
     for result, concat in per.terminals:
-        nodes.append(helper.make_node("Reshape", [renamed[result], target], [concat.output[0]], name=f"{prefix}_{concat.name}_steps"))
+        out = concat.output[0]
+        batch_first = helper.get_attribute_value(next(a for a in concat.attribute if a.name == "axis")) == 1
+        steps = f"{prefix}_{out}_steps" if batch_first else out
+        nodes.append(helper.make_node("Reshape", [renamed[result], target], [steps], name=f"{prefix}_{concat.name}_steps"))
+        if batch_first:
+            nodes.append(helper.make_node("Transpose", [steps], [out], perm=[1, 0, 2]))
     return nodes

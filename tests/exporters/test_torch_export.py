@@ -250,7 +250,8 @@ def test_the_file_records_its_recurrences(tmp_path) -> None:
 def test_stepped_cell_fuses_into_one_node_with_dynamic_length(tmp_path) -> None:
     case = next(c for c in CASES if c.name == "lstmcell-stepped")
     report = rnnx.export(case.make(), case.example(), tmp_path / "c.onnx")
-    assert report.fused == [{"op": "LSTM", "steps": 7, "source": "x", "node": report.fused[0]["node"], "stack": "output", "dynamic_seq": True, "seq_label": "seq"}]
+    assert report.fused == [{"op": "LSTM", "steps": 7, "source": "x", "axis": 0, "node": report.fused[0]["node"], "stack": "output",
+                              "steps_outputs": {"output": 0}, "dynamic_seq": True, "seq_label": "seq"}]
     proto = onnx.load(str(tmp_path / "c.onnx"))
     assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "seq"
     assert len(proto.graph.node) < 10  # torch.onnx's TorchScript exporter writes 1,803 nodes for 100 steps
@@ -292,6 +293,35 @@ def test_per_step_operations_do_not_prevent_fusion(tmp_path) -> None:
     np.testing.assert_allclose(got, model(x).detach().numpy(), atol=1e-5)
 
 
+class BatchFirstDecoder(torch.nn.Module):
+    """The batch-first loop published decoders write: x[:, t], a head per step, stack on dim 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = torch.nn.GRUCell(8, 16)
+        self.out = torch.nn.Linear(16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.new_zeros(x.size(0), 16)
+        outs = []
+        for t in range(x.size(1)):
+            h = self.cell(x[:, t], h)
+            outs.append(torch.log_softmax(self.out(h), dim=-1))
+        return torch.stack(outs, 1)
+
+
+def test_batch_first_cell_loops_fuse_too(tmp_path) -> None:
+    model = BatchFirstDecoder().eval()
+    report = rnnx.export(model, (torch.randn(1, 7, 8),), tmp_path / "d.onnx")
+    assert report.passed and report.native_nodes == 1 and not report.unrolled_cells, str(report)
+    assert report.axes == {"x": {0: "batch", 1: "seq"}}
+    proto = onnx.load(str(tmp_path / "d.onnx"))
+    assert [d.dim_param or d.dim_value for d in proto.graph.output[0].type.tensor_type.shape.dim] == ["batch", "seq", 5]
+    session = ort.InferenceSession(str(tmp_path / "d.onnx"), providers=["CPUExecutionProvider"])
+    x = torch.randn(4, 13, 8)
+    np.testing.assert_allclose(session.run(None, {"x": x.numpy()})[0], model(x).detach().numpy(), atol=1e-5)
+
+
 class Autoregressive(torch.nn.Module):
     """Each step's input is the last step's output (through a prenet), with attention over a memory."""
 
@@ -319,7 +349,7 @@ def test_an_autoregressive_loop_keeps_its_steps_and_every_other_axis_dynamic(tmp
     report = rnnx.export(Autoregressive().eval(), (torch.randn(1, 7, 6),), tmp_path / "a.onnx")
     assert report.passed, str(report)
     assert report.axes == {"memory": {0: "batch", 1: "memory_dim1"}}
-    assert report.unrolled_cells == ["cell"] and any("step count is fixed" in n for n in report.notes)
+    assert report.unrolled_cells == ["cell"] and any("step count is fixed" in n and "autoregressive loop" in n for n in report.notes)
     assert {c.name for c in report.check.cases} >= {"batch=1", "memory_dim1=9"}
     ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "a.onnx")).graph.node)
     assert ops["LSTM"] == 4 and not UNROLLED_OPS - {"Gemm"} & set(ops)
