@@ -42,6 +42,8 @@ def load_model(target: str) -> tuple[Any, Any]:
         sys.path.insert(0, str(path.parent.resolve()))
         try:
             spec.loader.exec_module(namespace)
+        except Exception as exc:  # the user's module raised while importing: their code, not rnnx
+            raise RNNXError(f"model: importing {path} raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}; fix the model file") from None
         finally:
             sys.path.pop(0)
     else:
@@ -49,12 +51,19 @@ def load_model(target: str) -> tuple[Any, Any]:
             namespace = importlib.import_module(source)
         except ImportError as exc:
             raise RNNXError(f"model: cannot import {source!r} ({exc}); check PYTHONPATH or give a file.py path") from None
+        except Exception as exc:  # the user's package raised while importing
+            raise RNNXError(f"model: importing {source} raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
     if not hasattr(namespace, name):
         raise RNNXError(f"model: {source} has no attribute {name!r}")
     obj = getattr(namespace, name)
     example = getattr(namespace, "example_inputs", None)
     if not isinstance(obj, nn.Module):
-        obj = obj()
+        if not callable(obj):
+            raise RNNXError(f"model: {target} is a {type(obj).__name__}, expected an nn.Module, a class or a factory")
+        try:
+            obj = obj()
+        except Exception as exc:  # building the user's model raised: their code
+            raise RNNXError(f"model: calling {name}() raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
         if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], nn.Module):
             obj, example = obj
     if not isinstance(obj, nn.Module):

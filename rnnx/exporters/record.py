@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rnnx.graphs.index import all_graphs
-from rnnx.graphs.self_description import EXPORT_KEY, RECURRENCES_KEY, set_metadata
+from rnnx.graphs.self_description import EXPORT_KEY, RECURRENCES_KEY, read_metadata, set_metadata
 
 NATIVE_OPS = ("LSTM", "GRU", "RNN")
 # ONNX input/output positions of a native node (and of the projected-LSTM placeholder).
@@ -134,6 +134,42 @@ def drop_unused_initializers(proto: Any) -> None:
         proto.graph.initializer.extend(keep)
 
 
+def fix_dimensions(proto: Any, naming: Any, leaves: Any, labels: Any) -> dict[str, int]:
+    """Make the dimensions called ``labels`` static at the example's size, in the graph's
+    declared shapes and in ``naming``; returns label -> size."""
+    sizes: dict[str, int] = {}
+    for leaf in leaves:
+        for d, v in enumerate(naming.input_dims.get(leaf.name, [])):
+            if v in labels and v not in sizes:
+                sizes[v] = int(leaf.value.shape[d])
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sizes)) + r")\b")
+
+    def settle(text: str) -> str:
+        text = pattern.sub(lambda m: str(sizes[m.group(0)]), text)
+        try:
+            import sympy
+
+            value = sympy.sympify(text)
+            return str(int(value)) if value.is_number else text
+        except Exception:  # not an expression sympy reads: leave the name as it is
+            return text
+
+    rename_dims(proto, settle)
+    for name, dims in naming.input_dims.items():
+        naming.input_dims[name] = [sizes.get(v, v) if isinstance(v, str) else v for v in dims]
+    for label in sizes:
+        naming.roles.pop(label, None)
+    export, _ = read_metadata(proto)
+    if export is not None:
+        export.update(inputs=naming.input_dims, roles=naming.roles, outputs=_output_dims(proto))
+        set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
+    return sizes
+
+
+def _output_dims(proto: Any) -> dict[str, list[int | str]]:
+    return {o.name: [d.dim_param if d.HasField("dim_param") else int(d.dim_value) for d in o.type.tensor_type.shape.dim] for o in proto.graph.output}
+
+
 def free_label(naming: Any, wanted: str) -> str:
     labels = set(naming.roles)
     label, k = wanted, 2
@@ -151,6 +187,10 @@ def module_of(node: Any) -> str | None:
                 return None
             return ".".join(s for s in scopes[1:-1])
     return None
+
+
+# A value made from another's shape alone (zero states sized like the input) is not fed by it.
+_SHAPE_ONLY = ("Shape", "Size", "ConstantOfShape")
 
 
 def _reach(graph: Any, start: str, forward: bool) -> list[str]:
@@ -173,7 +213,7 @@ def _reach(graph: Any, start: str, forward: bool) -> list[str]:
             found.append(name)
         if forward:
             stack.extend(o for n in consumers.get(name, []) for o in n.output if o)
-        elif name in producer:
+        elif name in producer and producer[name].op_type not in _SHAPE_ONLY:
             stack.extend(i for i in producer[name].input if i)
     order = [o.name for o in (graph.output if forward else graph.input)]
     return [n for n in order if n in found]
@@ -193,7 +233,8 @@ def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]]) -
     records = []
     for r in recurrences:
         nodes = by_module.get(r["module"], [])
-        rec = {**r, "layout": "batch_first" if r.get("batch_first") else "seq_first", "nodes": [n.name for n in nodes], "inputs": {}, "outputs": {}}
+        layout = "steps" if r.get("cell") else "batch_first" if r.get("batch_first") else "seq_first"
+        rec = {**r, "layout": layout, "nodes": [n.name for n in nodes], "inputs": {}, "outputs": {}}
         for key, pos in NODE_INPUTS.items():
             reached = sorted({i for n in nodes if pos < len(n.input) for i in _reach(graph, n.input[pos], False)})
             if key == "X" and nodes:
@@ -206,6 +247,5 @@ def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]]) -
             if reached:
                 rec["outputs"][key] = reached
         records.append(rec)
-    outputs = {o.name: [d.dim_param if d.HasField("dim_param") else int(d.dim_value) for d in o.type.tensor_type.shape.dim] for o in graph.output}
-    export = {"rnnx_version": __version__, "inputs": naming.input_dims, "outputs": outputs, "roles": naming.roles, "lengths_inputs": naming.lengths_inputs}
+    export = {"rnnx_version": __version__, "inputs": naming.input_dims, "outputs": _output_dims(proto), "roles": naming.roles, "lengths_inputs": naming.lengths_inputs}
     set_metadata(proto, {EXPORT_KEY: json.dumps(export), RECURRENCES_KEY: json.dumps(records)})

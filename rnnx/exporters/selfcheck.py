@@ -167,6 +167,32 @@ def fresh_inputs(leaves: Sequence[Leaf], naming: Naming, sizes: dict[str, int], 
     return out
 
 
+def refused_dimensions(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, seed: int = 0) -> dict[str, str]:
+    """Dimensions torch kept dynamic that are neither a batch nor a length and that the torch
+    model itself refuses to run at another size (a feature size reached through arithmetic
+    torch could not pin): label -> the model's message. They belong static."""
+    import torch
+    from torch.utils._pytree import tree_unflatten
+
+    refused = {}
+    for name, sizes in plan_cases(naming, leaves):
+        label = name.partition("=")[0]
+        if naming.roles.get(label) not in ("other", None) or label not in sizes or "=" not in name:
+            continue
+        values = fresh_inputs(leaves, naming, sizes, seed)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model(*tree_unflatten(values, structure))
+        except Exception as exc:  # the user's model may raise anything at a shape it does not take
+            refused[label] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+        finally:
+            model.train(was_training)
+    return refused
+
+
 def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, path: Path, seed: int = 0) -> SelfCheck:
     """Run every planned case; the model is put in eval mode for the duration."""
     import torch

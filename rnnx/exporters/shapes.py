@@ -94,11 +94,16 @@ class Overrides:
         known = {leaf.name: leaf for leaf in leaves if leaf.is_tensor}
         for name, dims in itertools.chain(self.dynamic.items(), self.static.items()):
             if name not in known:
-                raise RNNXError(f"--dynamic/--static {name}: expected an input name among {', '.join(known) or '(none)'}, found {name!r}")
+                raise RNNXError(f"dynamic/static axes: expected an input name among {', '.join(known) or '(none)'}, found {name!r}")
             rank = known[name].value.dim()
             bad = [d for d in dims if not -rank <= d < rank]
             if bad:
-                raise RNNXError(f"--dynamic/--static {name}:{bad[0]}: input {name} has {rank} dimensions (0..{rank - 1})")
+                raise RNNXError(f"dynamic/static axes {name}:{bad[0]}: input {name} has {rank} dimensions (0..{rank - 1})")
+        for name, dims in self.dynamic.items():
+            rank = known[name].value.dim()
+            both = {d % rank for d in dims} & {d % rank for d in self.static.get(name, set())}
+            if both:
+                raise RNNXError(f"dynamic/static axes {name}:{min(both)}: asked to be both dynamic and static; say one")
 
 
 def offered_shapes(leaves: Sequence[Leaf], overrides: Overrides) -> tuple[list[Any], dict[tuple[int, int], str]]:
@@ -124,9 +129,11 @@ def offered_shapes(leaves: Sequence[Leaf], overrides: Overrides) -> tuple[list[A
             label = named.get(d)
             if label:
                 if not label.isidentifier():
-                    raise RNNXError(f"--dynamic {leaf.name}:{d}={label}: a label must be an identifier (letters, digits, _)")
+                    raise RNNXError(f"dynamic axis {leaf.name}:{d}={label}: a label must be an identifier (letters, digits, _)")
                 entry[d] = dims.setdefault(label, Dim(label))
                 labels[(leaf.index, d)] = label
+            elif d in named:  # asked dynamic without a name: torch must keep it dynamic or say why not
+                entry[d] = Dim.DYNAMIC
             else:
                 entry[d] = Dim.AUTO
         specs.append(entry or None)

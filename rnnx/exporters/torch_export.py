@@ -171,6 +171,13 @@ def export(
         from rnnx.exporters.scripted import export_scripted
 
         return export_scripted(model, args, path, opset=opset, input_names=input_names, output_names=output_names, check=check, seed=seed)
+    if not isinstance(model, torch.nn.Module):
+        raise RNNXError(f"model: expected a torch.nn.Module, found a {type(model).__name__}")
+    if path.is_dir():
+        raise RNNXError(f"{path}: is a folder; give the ONNX file to write, e.g. {path / 'model.onnx'}")
+    doubles = sorted({name for name, p in model.named_parameters() if p.dtype == torch.float64 and _in_recurrence(model, name)})
+    if doubles:
+        raise RNNXError(f"{doubles[0]} is float64, which ONNX Runtime and TensorRT have no LSTM/GRU/RNN kernels for; export a float32 copy (model.float())")
     leaves, structure = shapes.leaves_of(model, args)
     if not any(leaf.is_tensor for leaf in leaves):
         raise RNNXError("example inputs: expected at least one tensor, found none")
@@ -199,8 +206,17 @@ def export(
         path=str(path), opset=opset, op_types=result.op_types, recurrences=result.recurrences, axes=naming.axes(), tracing=tracing,
         lowered=result.lowered, fused=result.fused, unrolled_cells=result.unrolled, notes=result.notes,
     )
+    if model.training:
+        report.notes.append("the model was in training mode: it was exported, and checked, in eval mode (dropout off, batch-norm statistics used)")
     _write_checked(proto, path, report, model, leaves, structure, naming, check, seed)
     return report
+
+
+def _in_recurrence(model: Any, param: str) -> bool:
+    from rnnx.exporters.modules import swappable
+
+    owner = model.get_submodule(param.rpartition(".")[0]) if "." in param else model
+    return swappable(owner)
 
 
 def _is_bare(model: Any) -> bool:
@@ -339,8 +355,11 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     tensors = [leaf for leaf in leaves if leaf.is_tensor]
     record.rename_values(proto, {i.name: leaf.name for i, leaf in zip(proto.graph.input, tensors) if i.name != leaf.name})
     outputs = list(output_names) if output_names else record.output_names(program, bare, len(proto.graph.output))
-    if len(outputs) != len(proto.graph.output):
-        raise RNNXError(f"output names: expected {len(proto.graph.output)} (one per output tensor), found {len(outputs)}")
+    if len(outputs) != len(proto.graph.output) or len(set(outputs)) != len(outputs) or not all(outputs):
+        raise RNNXError(f"output names: expected {len(proto.graph.output)} distinct names (one per output tensor), found {outputs}")
+    clash = set(outputs) & {leaf.name for leaf in tensors}
+    if clash:
+        raise RNNXError(f"output names: {sorted(clash)[0]!r} is also an input's name; choose another")
     record.rename_values(proto, {o.name: new for o, new in zip(proto.graph.output, outputs) if o.name != new})
     record.rename_dims(proto, naming.rename)
     record.name_weights(proto)
@@ -371,7 +390,8 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     record.drop_unused_initializers(proto)
     onnx.checker.check_model(proto)
     recurrences = [
-        {"module": name, "spec": str(module_spec(m)), "onnx": _onnx_form(m), "batch_first": bool(getattr(m, "batch_first", False))}
+        {"module": name, "spec": str(module_spec(m)), "onnx": _onnx_form(m), "batch_first": bool(getattr(m, "batch_first", False)),
+         "cell": isinstance(m, NativeCell)}
         for name, m in swapped
     ]
     record.write_metadata(proto, naming, recurrences)
@@ -380,10 +400,18 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
 
 
 def _write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leaves: list[Any], structure: Any, naming: Any, check: bool, seed: int) -> None:
-    from rnnx.exporters.selfcheck import run_self_check
+    from rnnx.exporters import record
+    from rnnx.exporters.selfcheck import refused_dimensions, run_self_check
     from rnnx.fileio import atomic_output
     from rnnx.graphs.build import write_model
 
+    if check:
+        refused = refused_dimensions(model, leaves, structure, naming, seed)
+        if refused:
+            fixed = record.fix_dimensions(proto, naming, leaves, refused)
+            report.axes = naming.axes()
+            for label, why in refused.items():
+                report.notes.append(f"{label} is static at {fixed[label]}: torch kept it dynamic, but the model itself raised at another size ({why})")
     data = path.with_name(path.name + ".data")
     try:
         with atomic_output(path) as tmp:

@@ -366,7 +366,7 @@ def test_a_chain_with_side_uses_is_left_alone_with_a_reason(tmp_path) -> None:
 
 
 def test_a_cell_called_once_stays_a_one_step_node(tmp_path) -> None:
-    report = rnnx.export(CalledOnce(), (torch.randn(3, 4), torch.randn(3, 6), torch.randn(3, 6)), tmp_path / "o.onnx")
+    report = rnnx.export(CalledOnce().eval(), (torch.randn(3, 4), torch.randn(3, 6), torch.randn(3, 6)), tmp_path / "o.onnx")
     assert report.passed and not report.unrolled_cells and not report.notes
     assert report.axes == {"x": {0: "batch"}, "h": {0: "batch"}, "c": {0: "batch"}}
     ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "o.onnx")).graph.node)
@@ -425,3 +425,47 @@ def test_torchscript_files_export_with_native_nodes(tmp_path) -> None:
     torch.save(Tagger().state_dict(), state_dict)
     bad = subprocess.run([sys.executable, "-m", "rnnx.cli", "export", str(state_dict), "--input", "3x6x4", "-o", str(tmp_path / "u.onnx")], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "not a TorchScript file" in bad.stderr
+
+
+class Spectrogram(torch.nn.Module):
+    """DeepSpeech-style: the frequency axis reaches the GRU's input size through a strided
+    conv, which torch cannot pin, so it offers it as dynamic; only 40 works."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Sequential(torch.nn.Conv2d(1, 4, (5, 3), stride=(2, 1), padding=(2, 1)), torch.nn.Hardtanh(0, 20))
+        self.rnn = torch.nn.GRU(4 * 20, 8, bidirectional=True)
+
+    def forward(self, spect: torch.Tensor) -> torch.Tensor:
+        x = self.conv(spect.unsqueeze(1))
+        b, c, f, t = x.size()
+        return self.rnn(x.view(b, c * f, t).permute(2, 0, 1))[0]
+
+
+def test_a_dimension_the_model_refuses_to_vary_is_made_static(tmp_path) -> None:
+    report = rnnx.export(Spectrogram().eval(), (torch.randn(2, 40, 50),), tmp_path / "s.onnx")
+    assert report.passed and report.axes == {"spect": {0: "batch", 2: "seq"}}, str(report)
+    assert any(n.startswith("spect_dim1 is static at 40") for n in report.notes)
+    assert all(c.skipped is None for c in report.check.cases)
+    dims = onnx.load(str(tmp_path / "s.onnx")).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["batch", 40, "seq"]
+
+
+def test_user_mistakes_are_one_line(tmp_path) -> None:
+    with pytest.raises(RNNXError, match="float64, which ONNX Runtime and TensorRT have no LSTM/GRU/RNN kernels for; export a float32 copy"):
+        rnnx.export(torch.nn.GRU(3, 4).double(), (torch.randn(5, 2, 3, dtype=torch.float64),), tmp_path / "d.onnx")
+    with pytest.raises(RNNXError, match="is a folder"):
+        rnnx.export(torch.nn.GRU(3, 4), (torch.randn(5, 2, 3),), tmp_path)
+    with pytest.raises(RNNXError, match="expected a torch.nn.Module, found a function"):
+        rnnx.export(lambda x: x, (torch.randn(5, 2, 3),), tmp_path / "f.onnx")
+    with pytest.raises(RNNXError, match="distinct names"):
+        rnnx.export(torch.nn.GRU(3, 4), (torch.randn(5, 2, 3),), tmp_path / "g.onnx", output_names=["y", "y"])
+    with pytest.raises(RNNXError, match="asked to be both dynamic and static"):
+        rnnx.export(torch.nn.GRU(3, 4), (torch.randn(5, 2, 3),), tmp_path / "g.onnx", dynamic={"input": {0: None}}, static={"input": [0]})
+    report = rnnx.export(torch.nn.GRU(3, 4).train(), (torch.randn(5, 2, 3),), tmp_path / "t.onnx")
+    assert report.passed and any("training mode" in n for n in report.notes)
+    from rnnx.exporters.loading import load_model
+
+    (tmp_path / "boom.py").write_text("raise RuntimeError('boom at import')\n")
+    with pytest.raises(RNNXError, match=r"importing .*boom.py raised RuntimeError: boom at import"):
+        load_model(f"{tmp_path / 'boom.py'}:X")
