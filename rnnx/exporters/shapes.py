@@ -212,7 +212,7 @@ def name_dimensions(program: Any, leaves: Sequence[Leaf], given: dict[tuple[int,
     tensors = [leaf for leaf in leaves if leaf.is_tensor]
     placeholders = _user_placeholders(program)
     if len(placeholders) != len(tensors):
-        raise RNNXError(f"internal: {len(placeholders)} traced inputs for {len(tensors)} tensor inputs")
+        raise RuntimeError(f"{len(placeholders)} traced inputs for {len(tensors)} tensor inputs")  # a bug in rnnx: exit 3
     roles: dict[str, str] = {}
     lengths_of: dict[str, str] = {}  # placeholder name -> its length symbol
     for node in program.graph.nodes:

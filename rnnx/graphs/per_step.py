@@ -78,7 +78,7 @@ def _row_wise(g: GraphIndex, node: Any, inside: set[str]) -> str | None:
                 return f"per-step {op} broadcasts a constant of shape {list(c.shape)} against the batch"
         return None
     if op == "MatMul":
-        return None if node.input[0] in inside and node.input[1] in consts and g.constants[node.input[1]].ndim == 2 else f"per-step MatMul is not h @ constant"
+        return None if node.input[0] in inside and node.input[1] in consts and g.constants[node.input[1]].ndim == 2 else "per-step MatMul is not h @ constant"
     if op == "Gemm":
         ok = node.input[0] in inside and not g.attr(node, "transA", 0) and node.input[1] in consts
         bias = g.constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
