@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rnnx import __version__
 from rnnx.errors import ParityError, RNNXError
+from rnnx.fileio import refuse_overwriting
 
 INTERNAL_ERROR = 3
 
@@ -56,6 +57,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from rnnx.exporters.torch_export import export
 
     model, example = load_model(args.model)
+    refuse_overwriting(_export_inputs(args.model) + [args.checkpoint], {"-o": args.output})
     if args.checkpoint:
         load_checkpoint(model, args.checkpoint)
     if args.input:
@@ -78,6 +80,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     if not report.passed:
         raise ParityError(f"{report.check.failure()}; nothing was written to {args.output}")  # type: ignore[union-attr]
     return 0
+
+
+def _export_inputs(target: str) -> list[Path]:
+    """The files ``rnnx export`` reads for its model: the .py or TorchScript file, or the module's own file."""
+    source = target.rpartition(":")[0] if ":" in target else target
+    if source.endswith(".py") or ":" not in target:
+        return [Path(source)]
+    module = sys.modules.get(source)
+    return [Path(module.__file__)] if module is not None and getattr(module, "__file__", None) else []
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -176,6 +187,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         except ValueError:
             raise RNNXError(f"--tol {item!r}: expected BACKEND=ATOL,RTOL like ort=1e-4,1e-3") from None
         tolerances[backend] = (atol, rtol)
+    refuse_overwriting([args.against, args.model], {"--report": args.report, "--html": args.html})
     report = verify(
         args.against, args.model, backends=[b.strip() for b in args.backends.split(",") if b.strip()],
         seq_lens=_ints(args.seq_lens, "--seq-lens"), batches=_ints(args.batch, "--batch"), dtypes=[d.strip() for d in args.dtype.split(",")],

@@ -15,6 +15,7 @@ import numpy as np
 
 from rnnx import api, formats, parity
 from rnnx.errors import RNNXError
+from rnnx.fileio import refuse_overwriting
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
@@ -76,8 +77,7 @@ def convert(
     nonfinite: str = "error",
 ) -> ConvertResult:
     source, output = Path(source), Path(output)
-    if source.resolve() == output.resolve():
-        raise RNNXError(f"{output}: the output would overwrite the input; choose another -o path")
+    refuse_overwriting([source], {"-o": output})
     src_fmt = formats.get(from_format) if from_format else formats.detect(source)
     weights = api.load(source, format=src_fmt.name, select=select, spec=spec)
     out_fmt = formats.get(to_format) if to_format else formats.detect(output)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import struct
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -27,18 +28,54 @@ def atomic_output(path: Path) -> Iterator[Path]:
     path = Path(path)
     if path.parent and not path.parent.exists():
         raise RNNXError(f"{path}: the folder {path.parent} does not exist; create it first")
+    _refuse_special(path, "output")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent or ".")
     os.close(fd)
     try:
         yield Path(tmp)
-        # mkstemp creates 0600; give the file the permissions a plain open() would have.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        if path.is_file():  # replacing a file: keep its permissions (a 0600 file stays private)
+            mode = stat.S_IMODE(path.stat().st_mode)
+        else:  # mkstemp creates 0600; give a new file the permissions a plain open() would have
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
+        _refuse_special(path, "output")  # it may have become one while we worked
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _refuse_special(path: Path, role: str) -> None:
+    if path.is_dir():
+        raise RNNXError(f"{path}: the {role} is a folder; give a file name")
+    if path.exists() and not path.is_file():
+        raise RNNXError(f"{path}: the {role} exists and is not a regular file (a device, pipe or socket); rnnx writes by renaming and would replace it; choose another path")
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)  # hard links, bind mounts
+    except OSError:
+        return False
+
+
+def refuse_overwriting(inputs: Iterable[Path | str | None], outputs: dict[str, Path | str | None]) -> None:
+    """No output may be an input (by any name: links, hard links), another output, a folder
+    or a special file. ``outputs`` maps each output's option (``-o``, ``--report``) to its path."""
+    ins = [Path(p) for p in inputs if p]
+    given = [(flag, Path(p)) for flag, p in outputs.items() if p]
+    for k, (flag, out) in enumerate(given):
+        _refuse_special(out, f"{flag} output")
+        for src in ins:
+            if _same(out, src):
+                raise RNNXError(f"{flag} {out}: would overwrite the input {src}; choose another path")
+        for other_flag, other in given[:k]:
+            if _same(out, other):
+                raise RNNXError(f"{flag} {out}: is also the {other_flag} output; give each output its own path")
 
 
 def require_file(path: Path) -> Path:

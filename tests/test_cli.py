@@ -267,3 +267,53 @@ def test_an_internal_error_has_its_own_exit_status(monkeypatch: pytest.MonkeyPat
     assert len(err) == 1 and "internal error KeyError" in err[0] and "--debug" in err[0]
     with pytest.raises(KeyError):
         cli.main(["formats", "--debug"])
+
+
+def test_no_output_overwrites_an_input_or_a_special_file(tmp_path: Path) -> None:
+    """Every verb that writes refuses an output that is one of its inputs (by any name), another
+    output, or a device/pipe; the inputs' bytes never change."""
+    import os
+
+    torch = pytest.importorskip("torch")
+    weights = tmp_path / "w.safetensors"
+    rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=0), weights)
+    model_file = tmp_path / "m.py"
+    model_file.write_text("import torch\nbuild = lambda: torch.nn.GRU(3, 4)\nexample_inputs = lambda: (torch.randn(5, 2, 3),)\n")
+    ckpt = tmp_path / "ck.pt"
+    torch.save(torch.nn.GRU(3, 4).state_dict(), ckpt)
+    onnx_file = tmp_path / "g.onnx"
+    assert run("convert", weights, "-o", onnx_file).returncode == 0
+    link = tmp_path / "link.safetensors"
+    os.link(weights, link)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    before = {p: p.read_bytes() for p in (weights, model_file, ckpt, onnx_file)}
+    cases = [
+        (("verify", onnx_file, "--against", weights, "--report", onnx_file), "would overwrite the input"),
+        (("verify", onnx_file, "--against", weights, "--html", weights), "would overwrite the input"),
+        (("verify", onnx_file, "--against", weights, "--report", tmp_path / "r.json", "--html", tmp_path / "r.json"), "is also the --report output"),
+        (("export", f"{model_file}:build", "--checkpoint", ckpt, "-o", ckpt), "would overwrite the input"),
+        (("export", f"{model_file}:build", "-o", model_file), "would overwrite the input"),
+        (("convert", weights, "-o", link), "would overwrite the input"),
+        (("convert", weights, "-o", fifo), "not a regular file"),
+    ]
+    for argv, message in cases:
+        out = run(*argv)
+        assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, (argv, out.stderr)
+    assert all(p.read_bytes() == data for p, data in before.items())
+    assert fifo.exists() and not fifo.is_file()
+
+
+def test_a_private_output_stays_private(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    weights = tmp_path / "w.safetensors"
+    rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=0), weights)
+    out = tmp_path / "out.onnx"
+    assert run("convert", weights, "-o", out, "--no-check").returncode == 0
+    os.chmod(out, 0o600)
+    old = out.read_bytes()
+    rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=1), weights)
+    assert run("convert", weights, "-o", out, "--no-check").returncode == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.read_bytes() != old

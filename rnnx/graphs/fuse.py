@@ -18,6 +18,7 @@ from typing import Any
 
 from rnnx import parity
 from rnnx.errors import ParityError, RNNXError
+from rnnx.fileio import refuse_overwriting
 from rnnx.graphs.compare import compare_models
 from rnnx.graphs.find import load_model
 from rnnx.graphs.fuse_cells import fuse_cells
@@ -56,8 +57,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0) -> 
     from rnnx.graphs.build import save_model
 
     source, output = Path(source), Path(output)
-    if source.resolve() == output.resolve():
-        raise RNNXError(f"{output}: the output would overwrite the input; choose another -o path")
+    refuse_overwriting([source], {"-o": output})
     original = load_model(source)
     drop_opset18_split_attribute(original)
     model = copy.deepcopy(original)

@@ -9,6 +9,7 @@ from typing import Any
 
 from rnnx import parity
 from rnnx.errors import ParityError, RNNXError
+from rnnx.fileio import refuse_overwriting
 from rnnx.graphs.compare import compare_models
 from rnnx.graphs.find import load_model
 from rnnx.graphs.lower import lower_recurrences
@@ -18,8 +19,7 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
     from rnnx.graphs.build import save_model
 
     source, output = Path(source), Path(output)
-    if source.resolve() == output.resolve():
-        raise RNNXError(f"{output}: the output would overwrite the input; choose another -o path")
+    refuse_overwriting([source], {"-o": output})
     original = load_model(source)
     model = copy.deepcopy(original)
     result = lower_recurrences(model, select)
