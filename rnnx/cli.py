@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -386,7 +387,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(BaseException):
+    """SIGTERM or SIGHUP (what `timeout`, CI runners and closed terminals send), raised where
+    the process is, so that half-written outputs are removed on the way out as for Ctrl-C."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise _Terminated(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse itself exits 2 on usage errors
     if args.command is None:
@@ -411,6 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rnnx {args.command}: interrupted; no output was left behind", file=sys.stderr)
         return 130
+    except _Terminated as exc:
+        signum = int(exc.args[0])
+        print(f"rnnx {args.command}: stopped by {signal.Signals(signum).name}; no output was left behind", file=sys.stderr)
+        return 128 + signum
     except Exception as exc:  # anything else is a bug in rnnx, not the user's input
         if args.debug:
             raise

@@ -49,6 +49,10 @@ SPEC_SYNTAX = (
 )
 
 
+MAX_LAYERS = 4096
+MAX_PARAMETERS = 1 << 34
+
+
 @dataclass(frozen=True)
 class RNNSpec:
     """The architecture of a recurrent stack.
@@ -91,6 +95,14 @@ class RNNSpec:
             raise RNNXError(f"peepholes: only LSTMs have peepholes, found peepholes on {self.cell}")
         if not self.reset_after and self.cell != "gru":
             raise RNNXError(f"reset_before: only GRUs have a reset mode, found it on {self.cell}")
+        # A spec comes from untrusted text and file metadata; every table and buffer rnnx
+        # builds is sized from it, so an absurd one is refused before anything is allocated.
+        if self.num_layers > MAX_LAYERS:
+            raise RNNXError(f"num_layers: expected at most {MAX_LAYERS}, found {self.num_layers}; the spec or the file is damaged")
+        out = self.proj_size or self.hidden_size
+        per_cell = len(GATES[self.cell]) * self.hidden_size * (max(self.input_size, 2 * out) + out + 3) + 4 * self.hidden_size * out
+        if self.num_layers * (2 if self.direction == "bidirectional" else 1) * per_cell > MAX_PARAMETERS:
+            raise RNNXError(f"spec {self}: more than {MAX_PARAMETERS:,} parameters (64 GiB of float32); the spec or the file is damaged")
 
     # --- derived sizes -------------------------------------------------------------
     @property

@@ -317,3 +317,31 @@ def test_a_private_output_stays_private(tmp_path: Path) -> None:
     rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=1), weights)
     assert run("convert", weights, "-o", out, "--no-check").returncode == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.read_bytes() != old
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_terminated_conversion_leaves_nothing(tmp_path: Path, signame: str) -> None:
+    """SIGTERM (what timeout and CI send) and SIGHUP remove the half-written file, as Ctrl-C does."""
+    import signal
+    import time
+
+    src = tmp_path / "big.safetensors"
+    rnnx.save(RNNWeights.random(RNNSpec.parse("lstm,input=1024,hidden=1024,layers=3,bidirectional")), src)
+    out = tmp_path / "big.onnx"
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-m", "rnnx.cli", "convert", str(src), "-o", str(out), "--no-check"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seen_part = False
+        while proc.poll() is None:
+            if list(tmp_path.glob(".big.onnx.*.part")):
+                seen_part = True
+                proc.send_signal(getattr(signal, signame))
+                break
+            time.sleep(0.001)
+        _, err = proc.communicate(timeout=60)
+        if seen_part and proc.returncode == 128 + getattr(signal, signame):
+            break
+        out.unlink(missing_ok=True)
+    assert seen_part and proc.returncode == 128 + getattr(signal, signame), err
+    assert f"stopped by {signame}" in err
+    assert not out.exists() and not list(tmp_path.glob(".big.onnx.*")), sorted(p.name for p in tmp_path.iterdir())

@@ -55,3 +55,14 @@ def test_string_round_trip(spec: RNNSpec) -> None:
 def test_bad_specs_say_what_is_wrong(text: str, fragment: str) -> None:
     with pytest.raises(RNNXError, match=fragment):
         RNNSpec.parse(text)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("lstm,input=1,hidden=2,layers=1000000000", "num_layers: expected at most 4096"),
+    ("gru,input=1000000,hidden=1000000", "more than 17,179,869,184 parameters"),
+])
+def test_absurd_specs_are_refused_before_anything_is_allocated(text: str, fragment: str) -> None:
+    """Specs come from untrusted text and file metadata; tables and buffers are sized from them."""
+    with pytest.raises(RNNXError, match=fragment):
+        RNNSpec.parse(text)
+    RNNSpec.parse("lstm,input=2048,hidden=2048,layers=4,bidirectional")  # 1.5 GB of weights is a real model
