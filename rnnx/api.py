@@ -33,7 +33,7 @@ def load(path: str | Path, format: str | None = None, select: str | None = None,
 def save(weights: RNNWeights, path: str | Path, format: str | None = None) -> None:
     """Write weights atomically; the canonical ``rnnx`` form unless ``format`` or the extension says otherwise."""
     path = Path(path)
-    fmt = formats.get(format) if format else formats.detect(path)
+    fmt = formats.get(format) if format else formats.detect(path, output=True)
     if fmt.write is None:
         raise RNNXError(f"format {fmt.name}: has no file writer; use rnnx.to_format and save the object yourself")
     fmt.write(weights, path)

@@ -80,7 +80,7 @@ def convert(
     refuse_overwriting([source], {"-o": output})
     src_fmt = formats.get(from_format) if from_format else formats.detect(source)
     weights = api.load(source, format=src_fmt.name, select=select, spec=spec)
-    out_fmt = formats.get(to_format) if to_format else formats.detect(output)
+    out_fmt = formats.get(to_format) if to_format else formats.detect(output, output=True)
     notes = []
     bad = weights.nonfinite()
     if bad and nonfinite == "error":

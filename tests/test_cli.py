@@ -345,3 +345,17 @@ def test_a_terminated_conversion_leaves_nothing(tmp_path: Path, signame: str) ->
     assert seen_part and proc.returncode == 128 + getattr(signal, signame), err
     assert f"stopped by {signame}" in err
     assert not out.exists() and not list(tmp_path.glob(".big.onnx.*")), sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_an_existing_output_never_decides_the_format(tmp_path: Path) -> None:
+    """--help says .safetensors means rnnx's canonical form; a torch file already at -o must not change that."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    weights = tmp_path / "w.safetensors"
+    rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=0), weights)
+    out = tmp_path / "out.safetensors"
+    save_file({k: v.contiguous() for k, v in torch.nn.GRU(3, 4).state_dict().items()}, str(out))
+    result = run("convert", weights, "-o", out, "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["output_format"] == "rnnx"

@@ -23,7 +23,10 @@ _DTYPES = ("float32", "float64", "float16", "int64", "int32", "bool")
 def load_model(target: str) -> tuple[Any, Any]:
     """(module, example_inputs or None) from ``file.py:NAME``, ``package.module:NAME`` or a
     TorchScript file (whose example inputs come from --input)."""
-    from torch import nn
+    try:
+        from torch import nn
+    except ImportError:
+        raise RNNXError("rnnx export needs PyTorch, which is not installed here: pip install 'rnnx[torch]'") from None
 
     if ":" not in target and Path(target).suffix.lower() in (".pt", ".pth", ".ts", ".torchscript"):
         return _load_torchscript(Path(target)), None

@@ -25,9 +25,9 @@ from typing import Any
 
 from rnnx.errors import RNNXError
 from rnnx.exporters.selfcheck import SelfCheck
+from rnnx.graphs.build import DEFAULT_OPSET
+from rnnx.graphs.legalize import check_opset
 
-DEFAULT_OPSET = 17
-MIN_OPSET = 14  # LSTM/GRU/RNN gained their layout attribute, and torch.onnx's reductions their form, in 14
 # torch.onnx builds at 18 or later; rnnx converts down itself with onnx's converter, since
 # torch.onnx's own down-conversion fails on reductions and in a process that ran its
 # TorchScript exporter before.
@@ -122,14 +122,6 @@ def _first_line(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _check_opset(opset: int) -> None:
-    import onnx
-
-    newest = onnx.defs.onnx_opset_version()
-    if not MIN_OPSET <= opset <= newest:
-        raise RNNXError(f"--opset: expected {MIN_OPSET} to {newest} (this onnx's newest), found {opset}")
-
-
 def export(
     model: Any,
     example_inputs: Any,
@@ -162,7 +154,7 @@ def export(
     from rnnx.exporters import ops, shapes
     from rnnx.exporters.modules import swap_recurrent_modules
 
-    _check_opset(opset)
+    check_opset(opset)
     path = Path(path)
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     if isinstance(model, torch.jit.ScriptModule):

@@ -63,13 +63,14 @@ def settle_spec(path: Path, given: RNNSpec | None, stored: str | None) -> RNNSpe
     return given or recorded
 
 
-def detect(path: Path) -> Format:
-    """The one format that claims a file, from its extension and then its content."""
+def detect(path: Path, output: bool = False) -> Format:
+    """The one format that claims a file, from its extension and then (an input's) content.
+    An output's format comes from its extension alone: a file already there must not decide it."""
     suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix
     suffix = suffix.lower()
     candidates = [f for f in _FORMATS.values() if suffix in f.extensions]
     if len(candidates) > 1:
-        if path.exists():
+        if path.exists() and not output:
             candidates = [f for f in candidates if f.sniff is None or f.sniff(path)]
         elif any(f.name == "rnnx" for f in candidates):
             # A new file in a shared extension: the canonical form is what rnnx saves.

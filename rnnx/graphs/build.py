@@ -34,6 +34,9 @@ def build_stack_model(
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
+    from rnnx.graphs.legalize import check_opset
+
+    check_opset(opset)
     spec = weights.spec
     layers = [onnx_format.layer_arrays(weights, k) for k in range(spec.num_layers)]
     elem = helper.np_dtype_to_tensor_dtype(weights.dtype)
