@@ -85,8 +85,13 @@ def require_file(path: Path) -> Path:
     return path
 
 
-def safetensors_metadata(path: Path) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors file, after checking its header against the file size."""
+# safetensors' dtype codes that numpy holds as they are; BF16 is widened to float32 exactly.
+_SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
+                       "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?", "BF16": "<u2"}
+
+
+def _safetensors_header(path: Path) -> tuple[dict, int, int]:
+    """The JSON header of a safetensors file, checked against the file size: (header, data start, file size)."""
     path = require_file(path)
     size = path.stat().st_size
     with open(path, "rb") as f:
@@ -98,25 +103,54 @@ def safetensors_metadata(path: Path) -> dict[str, str]:
             raise RNNXError(f"{path}: safetensors header claims {n} bytes but the file has {size}; the file is damaged")
         try:
             header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             raise RNNXError(f"{path}: safetensors header is not valid JSON; the file is damaged") from None
     if not isinstance(header, dict):
         raise RNNXError(f"{path}: safetensors header is not a JSON object; the file is damaged")
-    meta = header.get("__metadata__") or {}
-    return meta if isinstance(meta, dict) else {}
+    return header, 8 + n, size
+
+
+def safetensors_metadata(path: Path) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file, after checking its header against the file size."""
+    meta = _safetensors_header(path)[0].get("__metadata__") or {}
+    return {k: v for k, v in meta.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(meta, dict) else {}
 
 
 def read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """All tensors (as numpy) and the metadata of a safetensors file."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load
+    """All tensors (as numpy) and the metadata of a safetensors file.
 
-    meta = safetensors_metadata(path)
-    try:
-        tensors = load(Path(path).read_bytes())
-    except (SafetensorError, ValueError, TypeError) as exc:
-        raise RNNXError(f"{path}: cannot read as safetensors ({exc}); the file is damaged or not safetensors") from None
-    return tensors, meta
+    Read by rnnx itself, as safetensors specifies the format: each tensor's offsets must lie
+    inside the data and match its shape and dtype before any byte is read. BF16 (common in
+    checkpoints) is widened to float32 exactly; float8 is refused in one line.
+    """
+    header, start, size = _safetensors_header(path)
+    tensors: dict[str, np.ndarray] = {}
+    with open(path, "rb") as f:
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            where = f"{path}: tensor {name!r}"
+            if not isinstance(info, dict) or not isinstance(info.get("shape"), list) or not isinstance(info.get("data_offsets"), list):
+                raise RNNXError(f"{where}: expected dtype, shape and data_offsets; the file is damaged")
+            dtype, shape, offsets = info.get("dtype"), info["shape"], info["data_offsets"]
+            if isinstance(dtype, str) and dtype.startswith("F8"):
+                raise RNNXError(f"{where} is {dtype}; rnnx reads float32/16/64 and bfloat16 weights: dequantize the checkpoint first")
+            if dtype not in _SAFETENSORS_DTYPES:
+                raise RNNXError(f"{where}: unknown dtype {dtype!r}; expected one of {', '.join(_SAFETENSORS_DTYPES)}")
+            if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape) or len(offsets) != 2 \
+                    or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+                raise RNNXError(f"{where}: shape {shape} or offsets {offsets} are not non-negative integers; the file is damaged")
+            np_dtype = np.dtype(_SAFETENSORS_DTYPES[dtype])
+            begin, end = offsets
+            count = int(np.prod(shape, dtype=object))
+            if not 0 <= begin <= end <= size - start or end - begin != count * np_dtype.itemsize:
+                raise RNNXError(f"{where}: its bytes ({begin}..{end}) do not fit its shape {shape} and dtype {dtype} inside the file; the file is damaged")
+            f.seek(start + begin)
+            array = np.frombuffer(bytearray(f.read(end - begin)), dtype=np_dtype).reshape(shape)  # writable, not copied again
+            if dtype == "BF16":  # the top half of a float32
+                array = (array.astype(np.uint32) << 16).view(np.float32)
+            tensors[name] = array
+    return tensors, safetensors_metadata(path)
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:

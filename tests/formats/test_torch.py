@@ -163,3 +163,26 @@ def test_shape_mismatch_with_given_spec() -> None:
     module = torch.nn.GRU(3, 4)
     with pytest.raises(RNNXError, match="weight_ih_l0: expected 3\\*5 rows"):
         rnnx.from_format(module.state_dict(), "torch", spec="gru,input=3,hidden=5")
+
+
+def test_bfloat16_safetensors_checkpoints_widen_exactly(tmp_path) -> None:
+    """BF16 checkpoints are common: read exactly (bf16 is float32's top half), and run as torch runs them."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    gru = torch.nn.GRU(3, 4, num_layers=2).to(torch.bfloat16)
+    path = tmp_path / "bf16.safetensors"
+    save_file({k: v.contiguous() for k, v in gru.state_dict().items()}, str(path))
+    from rnnx import reference
+
+    weights = rnnx.load(path)
+    native = rnnx.to_format(weights, "torch")
+    for key, value in gru.state_dict().items():
+        assert np.array_equal(np.asarray(native[key], dtype=np.float32), value.float().numpy()), key
+    x = torch.randn(5, 2, 3)
+    want = gru.float()(x)[0].detach().numpy()
+    got = reference.forward(weights, x.numpy().astype(np.float64)).y
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    save_file({"weight_ih_l0": torch.zeros(12, 3).to(torch.float8_e4m3fn)}, str(tmp_path / "f8.safetensors"))
+    with pytest.raises(RNNXError, match="F8_E4M3; rnnx reads float32/16/64 and bfloat16 weights: dequantize"):
+        rnnx.load(tmp_path / "f8.safetensors")
