@@ -19,6 +19,7 @@ from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
 
 INTERNAL_ERROR = 3
+_MAX_CHECK_SIZE = 100_000  # verify's lengths and batches: each one is run, in float64 too
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -174,6 +175,8 @@ def _ints(text: str, what: str) -> list[int]:
         raise RNNXError(f"{what}: expected comma-separated integers like 1,17,256, found {text!r}") from None
     if not values or min(values) < 1:
         raise RNNXError(f"{what}: expected positive integers, found {text!r}")
+    if max(values) > _MAX_CHECK_SIZE:
+        raise RNNXError(f"{what}: expected at most {_MAX_CHECK_SIZE} (a check runs at every value), found {max(values)}")
     return values
 
 

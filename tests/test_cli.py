@@ -359,3 +359,11 @@ def test_an_existing_output_never_decides_the_format(tmp_path: Path) -> None:
     result = run("convert", weights, "-o", out, "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["output_format"] == "rnnx"
+
+
+def test_huge_check_sizes_are_refused(tmp_path: Path) -> None:
+    weights = tmp_path / "w.safetensors"
+    rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=0), weights)
+    for flag in ("--seq-lens", "--batch"):
+        out = run("verify", "--against", weights, "--backends", "reference", flag, "1000000000")
+        assert out.returncode == 2 and "expected at most 100000" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

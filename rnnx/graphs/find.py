@@ -123,10 +123,22 @@ def _subgraphs(graph: Any, path: str) -> Iterator[tuple[Any, str]]:
                 yield from _subgraphs(g, f"{path}/{node.name or node.op_type}.{attr.name}[{i}]")
 
 
+# The ONNX types of LSTM/GRU/RNN attributes (the operator schemas'), checked before use:
+# a file may say hidden_size="abc" or give layout as a string.
+_ATTRIBUTE_TYPES = {"hidden_size": "INT", "layout": "INT", "linear_before_reset": "INT", "input_forget": "INT", "clip": "FLOAT",
+                    "direction": "STRING", "activations": "STRINGS", "activation_alpha": "FLOATS", "activation_beta": "FLOATS"}
+
+
 def node_attributes(node: Any) -> dict[str, Any]:
     """A node's attributes as Python values, strings decoded (undecodable bytes replaced)."""
-    from onnx import helper
+    from onnx import AttributeProto, helper
 
+    if node.op_type in ("LSTM", "GRU", "RNN"):
+        for a in node.attribute:
+            want = _ATTRIBUTE_TYPES.get(a.name)
+            if want is not None and a.type != getattr(AttributeProto, want):
+                found = AttributeProto.AttributeType.Name(a.type) if a.type in AttributeProto.AttributeType.values() else str(a.type)
+                raise RNNXError(f"{node.op_type} node {node.name!r}: attribute {a.name} must be {want}, found {found}; the file is damaged")
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     attrs = {k: (v.decode(errors="replace") if isinstance(v, bytes) else v) for k, v in attrs.items()}
     if "activations" in attrs:

@@ -105,3 +105,29 @@ def test_inspect_json_field_by_field(tmp_path) -> None:
         },
     }
     assert json.loads(out.stdout)["fusable_chains"] == []
+
+
+@pytest.mark.parametrize("name, value", [("hidden_size", "abc"), ("layout", "0"), ("direction", 1)])
+def test_attributes_of_the_wrong_type_are_refused_in_one_line(tmp_path, name: str, value: object) -> None:
+    import subprocess
+    import sys
+
+    import onnx
+    from onnx import helper
+
+    import rnnx
+    from rnnx import RNNSpec, RNNWeights
+
+    weights = RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=0)
+    path = tmp_path / "g.onnx"
+    rnnx.save(weights, path)
+    model = onnx.load(str(path))
+    node = next(n for n in model.graph.node if n.op_type == "GRU")
+    kept = [a for a in node.attribute if a.name != name]
+    del node.attribute[:]
+    node.attribute.extend(kept + [helper.make_attribute(name, value)])
+    bad = tmp_path / "bad.onnx"
+    onnx.save(model, str(bad))
+    for argv in (["inspect", str(bad)], ["convert", str(bad), "-o", str(tmp_path / "o.safetensors")]):
+        out = subprocess.run([sys.executable, "-m", "rnnx.cli", *argv], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and f"attribute {name} must be" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
