@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -408,7 +409,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        if args.debug:
+            return args.func(args)
+        # Other libraries' warnings (torch, onnx, h5py) would add lines to a one-line
+        # report or refusal; they are shown with --debug only.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return args.func(args)
     except ParityError as exc:
         if args.debug:
             raise

@@ -367,3 +367,21 @@ def test_huge_check_sizes_are_refused(tmp_path: Path) -> None:
     for flag in ("--seq-lens", "--batch"):
         out = run("verify", "--against", weights, "--backends", "reference", flag, "1000000000")
         assert out.returncode == 2 and "expected at most 100000" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_other_libraries_warnings_stay_out_of_a_refusal(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import warnings
+
+    from rnnx import RNNXError, cli
+
+    def noisy(args: object) -> int:
+        warnings.warn("some library's deprecation notice", DeprecationWarning)
+        warnings.warn("another library's user warning", UserWarning)
+        raise RNNXError("x.onnx: expected an ONNX model, found nothing")
+
+    monkeypatch.setattr(cli, "_cmd_formats", noisy)
+    assert cli.main(["formats"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["rnnx formats: x.onnx: expected an ONNX model, found nothing"]
+    with pytest.warns(UserWarning), pytest.raises(RNNXError):
+        cli.main(["formats", "--debug"])

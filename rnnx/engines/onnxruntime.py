@@ -17,7 +17,7 @@ class OnnxRuntimeRunner:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        options.log_severity_level = 3
+        options.log_severity_level = 4  # fatal only: its errors reach the user as one-line exceptions instead
         if threads:
             options.intra_op_num_threads = threads
         source = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
