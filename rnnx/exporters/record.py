@@ -19,10 +19,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from rnnx.formats.onnx import NATIVE_OPS
 from rnnx.graphs.index import all_graphs
 from rnnx.graphs.self_description import EXPORT_KEY, RECURRENCES_KEY, read_metadata, set_metadata
 
-NATIVE_OPS = ("LSTM", "GRU", "RNN")
 # ONNX input/output positions of a native node (and of the projected-LSTM placeholder).
 NODE_INPUTS = {"X": 0, "sequence_lens": 4, "initial_h": 5, "initial_c": 6}
 NODE_OUTPUTS = {"Y": 0, "Y_h": 1, "Y_c": 2}
@@ -193,30 +193,36 @@ def module_of(node: Any) -> str | None:
 _SHAPE_ONLY = ("Shape", "Size", "ConstantOfShape")
 
 
-def _reach(graph: Any, start: str, forward: bool) -> list[str]:
-    """Graph inputs that ``start`` depends on, or graph outputs that depend on it."""
-    if not start:
-        return []
-    ends = {o.name for o in (graph.output if forward else graph.input)}
-    producer = {o: n for n in graph.node for o in n.output if o}
-    consumers: dict[str, list[Any]] = {}
-    for n in graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-    seen, stack, found = set(), [start], []
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in ends:
-            found.append(name)
-        if forward:
-            stack.extend(o for n in consumers.get(name, []) for o in n.output if o)
-        elif name in producer and producer[name].op_type not in _SHAPE_ONLY:
-            stack.extend(i for i in producer[name].input if i)
-    order = [o.name for o in (graph.output if forward else graph.input)]
-    return [n for n in order if n in found]
+class _Flow:
+    """Which graph inputs a value depends on and which graph outputs depend on it, over
+    producer and consumer maps built once per graph."""
+
+    def __init__(self, graph: Any) -> None:
+        self.inputs = [i.name for i in graph.input]
+        self.outputs = [o.name for o in graph.output]
+        self.producer = {o: n for n in graph.node for o in n.output if o}
+        self.consumers: dict[str, list[Any]] = {}
+        for n in graph.node:
+            for i in n.input:
+                self.consumers.setdefault(i, []).append(n)
+
+    def reach(self, start: str, forward: bool) -> list[str]:
+        if not start:
+            return []
+        ends = set(self.outputs if forward else self.inputs)
+        seen, stack, found = set(), [start], set()
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name in ends:
+                found.add(name)
+            if forward:
+                stack.extend(o for n in self.consumers.get(name, []) for o in n.output if o)
+            elif name in self.producer and self.producer[name].op_type not in _SHAPE_ONLY:
+                stack.extend(i for i in self.producer[name].input if i)
+        return [n for n in (self.outputs if forward else self.inputs) if n in found]
 
 
 def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]]) -> None:
@@ -224,6 +230,7 @@ def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]]) -
     from rnnx import __version__
 
     graph = proto.graph
+    flow = _Flow(graph)
     by_module: dict[str, list[Any]] = {}
     for n in graph.node:
         if n.op_type in NATIVE_OPS:
@@ -236,14 +243,14 @@ def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]]) -
         layout = "steps" if r.get("cell") else "batch_first" if r.get("batch_first") else "seq_first"
         rec = {**r, "layout": layout, "nodes": [n.name for n in nodes], "inputs": {}, "outputs": {}}
         for key, pos in NODE_INPUTS.items():
-            reached = sorted({i for n in nodes if pos < len(n.input) for i in _reach(graph, n.input[pos], False)})
+            reached = sorted({i for n in nodes if pos < len(n.input) for i in flow.reach(n.input[pos], False)})
             if key == "X" and nodes:
-                reached = _reach(graph, nodes[0].input[0], False)
+                reached = flow.reach(nodes[0].input[0], False)
             if reached:
                 rec["inputs"][key] = reached
         for key, pos in NODE_OUTPUTS.items():
             sources = [nodes[-1]] if key == "Y" and nodes else nodes
-            reached = sorted({o for n in sources if pos < len(n.output) for o in _reach(graph, n.output[pos], True)})
+            reached = sorted({o for n in sources if pos < len(n.output) for o in flow.reach(n.output[pos], True)})
             if reached:
                 rec["outputs"][key] = reached
         records.append(rec)

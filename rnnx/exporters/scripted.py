@@ -17,6 +17,7 @@ from typing import Any
 
 from rnnx.errors import RNNXError
 from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
+from rnnx.formats.onnx import NATIVE_OPS
 
 SEQ = "seq"
 
@@ -82,7 +83,7 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     naming = Naming({}, roles, dims, lengths)
     record.write_metadata(proto, naming, [])
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
-    native = {k: v for k, v in op_types.items() if k in record.NATIVE_OPS}
+    native = {k: v for k, v in op_types.items() if k in NATIVE_OPS}
     report = ExportReport(
         path=str(path), opset=opset, op_types=dict(op_types), axes=naming.axes(),
         recurrences=[{"module": "(TorchScript)", "spec": "-", "onnx": ", ".join(f"{v} x {k}" for k, v in native.items()) or "none"}],

@@ -167,36 +167,45 @@ def fresh_inputs(leaves: Sequence[Leaf], naming: Naming, sizes: dict[str, int], 
     return out
 
 
+def run_eager(model: Any, values: Sequence[Any], structure: Any) -> Any:
+    """The torch model's outputs on these flattened inputs: in eval mode (restored after),
+    without gradients, warnings or anything it prints. Raises whatever the model raises."""
+    import contextlib
+    import io
+
+    import torch
+    from torch.utils._pytree import tree_unflatten
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            return model(*tree_unflatten(list(values), structure))
+    finally:
+        model.train(was_training)
+
+
 def refused_dimensions(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, seed: int = 0) -> dict[str, str]:
     """Dimensions torch kept dynamic that are neither a batch nor a length and that the torch
     model itself refuses to run at another size (a feature size reached through arithmetic
     torch could not pin): label -> the model's message. They belong static."""
-    import torch
-    from torch.utils._pytree import tree_unflatten
-
     refused = {}
     for name, sizes in plan_cases(naming, leaves):
         label = name.partition("=")[0]
         if naming.roles.get(label) not in ("other", None) or label not in sizes or "=" not in name:
             continue
-        values = fresh_inputs(leaves, naming, sizes, seed)
-        was_training = model.training
-        model.eval()
         try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model(*tree_unflatten(values, structure))
+            run_eager(model, fresh_inputs(leaves, naming, sizes, seed), structure)
         except Exception as exc:  # the user's model may raise anything at a shape it does not take
             refused[label] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
-        finally:
-            model.train(was_training)
     return refused
 
 
 def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, path: Path, seed: int = 0) -> SelfCheck:
-    """Run every planned case; the model is put in eval mode for the duration."""
+    """Run every planned case; the torch model runs in eval mode."""
     import torch
-    from torch.utils._pytree import tree_flatten, tree_unflatten
+    from torch.utils._pytree import tree_flatten
 
     from rnnx.engines.onnxruntime import OnnxRuntimeRunner
     from rnnx.errors import RNNXError
@@ -207,33 +216,26 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
     except RNNXError as exc:  # rnnx wrote a graph ONNX Runtime cannot load: the check has failed
         check.cases.append(CheckCase("loading", {}, {leaf.name: list(leaf.value.shape) for leaf in leaves if leaf.is_tensor}, error=str(exc)))
         return check
-    was_training = model.training
-    model.eval()
-    try:
-        for k, (name, sizes) in enumerate(plan_cases(naming, leaves)):
-            values = fresh_inputs(leaves, naming, sizes, seed + k)
-            tensors = [v for v in values if isinstance(v, torch.Tensor)]
-            case = CheckCase(name, sizes, {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)})
-            check.cases.append(case)
-            try:
-                with torch.no_grad(), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    want = [w for w in tree_flatten(model(*tree_unflatten(values, structure)))[0] if isinstance(w, torch.Tensor)]
-            except Exception as exc:  # the user's model may raise anything at a shape it does not take
-                case.skipped = f"the torch model itself raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
-                continue
-            try:
-                got = runner(dict(zip(runner.input_names, (t.numpy() for t in tensors))))
-            except RNNXError as exc:
-                case.error = str(exc)
-                continue
-            if len(got) != len(want):
-                case.error = f"the ONNX model has {len(got)} outputs, the torch model returned {len(want)} tensors"
-                continue
-            for (out_name, g), w in zip(got.items(), want):
-                case.outputs.append(_compare(out_name, np.asarray(g), w.detach().cpu().numpy(), check))
-    finally:
-        model.train(was_training)
+    for k, (name, sizes) in enumerate(plan_cases(naming, leaves)):
+        values = fresh_inputs(leaves, naming, sizes, seed + k)
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        case = CheckCase(name, sizes, {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)})
+        check.cases.append(case)
+        try:
+            want = [w for w in tree_flatten(run_eager(model, values, structure))[0] if isinstance(w, torch.Tensor)]
+        except Exception as exc:  # the user's model may raise anything at a shape it does not take
+            case.skipped = f"the torch model itself raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            continue
+        try:
+            got = runner(dict(zip(runner.input_names, (t.numpy() for t in tensors))))
+        except RNNXError as exc:
+            case.error = str(exc)
+            continue
+        if len(got) != len(want):
+            case.error = f"the ONNX model has {len(got)} outputs, the torch model returned {len(want)} tensors"
+            continue
+        for (out_name, g), w in zip(got.items(), want):
+            case.outputs.append(_compare(out_name, np.asarray(g), w.detach().cpu().numpy(), check))
     return check
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from rnnx.errors import RNNXError
 from rnnx.exporters.selfcheck import SelfCheck
+from rnnx.formats.onnx import NATIVE_OPS, OP_TYPES
 from rnnx.graphs.build import DEFAULT_OPSET
 from rnnx.graphs.legalize import check_opset
 
@@ -32,7 +33,6 @@ from rnnx.graphs.legalize import check_opset
 # torch.onnx's own down-conversion fails on reductions and in a process that ran its
 # TorchScript exporter before.
 TORCH_ONNX_MIN_OPSET = 18
-NATIVE_OPS = ("LSTM", "GRU", "RNN")
 
 
 @dataclass
@@ -152,7 +152,7 @@ def export(
         raise RNNXError(f"rnnx export needs {exc.name}, which is not installed: pip install 'rnnx[torch]'") from None
 
     from rnnx.exporters import ops, shapes
-    from rnnx.exporters.modules import swap_recurrent_modules
+    from rnnx.exporters.modules import swap_recurrent_modules, swappable
 
     check_opset(opset)
     path = Path(path)
@@ -193,7 +193,7 @@ def export(
     program, tracing = _trace(model, work, leaves, structure, specs, offered, user_shapes=dynamic_shapes is not None)
     naming = shapes.name_dimensions(program, leaves, labels, ops.KINDS)
     proto = _to_onnx(program, opset)
-    result = _finish_graph(proto, naming, leaves, program, swapped, output_names, bare=_is_bare(model))
+    result = _finish_graph(proto, naming, leaves, program, swapped, output_names, bare=swappable(model))
     report = ExportReport(
         path=str(path), opset=opset, op_types=result.op_types, recurrences=result.recurrences, axes=naming.axes(), tracing=tracing,
         lowered=result.lowered, fused=result.fused, unrolled_cells=result.unrolled, notes=result.notes,
@@ -209,12 +209,6 @@ def _in_recurrence(model: Any, param: str) -> bool:
 
     owner = model.get_submodule(param.rpartition(".")[0]) if "." in param else model
     return swappable(owner)
-
-
-def _is_bare(model: Any) -> bool:
-    from rnnx.exporters.modules import swappable
-
-    return swappable(model)
 
 
 def _leaf_specs(args: tuple[Any, ...], spec: Any) -> list[Any]:
@@ -245,19 +239,14 @@ def _unflatten(values: list[Any], structure: Any) -> Any:
 
 def _runs(model: Any, structure: Any) -> Any:
     """A probe: does the eager model run on these inputs?"""
-    import torch
+    from rnnx.exporters.selfcheck import run_eager
 
     def runs(values: list[Any]) -> bool:
-        was_training = model.training
-        model.eval()
         try:
-            with torch.no_grad(), _quiet():
-                model(*_unflatten(values, structure))
+            run_eager(model, values, structure)
             return True
         except Exception:  # any exception means "not at this shape"; the user's model may raise anything
             return False
-        finally:
-            model.train(was_training)
 
     return runs
 
@@ -427,9 +416,5 @@ def _onnx_form(native: Any) -> str:
 
     spec = module_spec(native)
     if isinstance(native, NativeCell):
-        return f"one {ops_name(spec)} step per call"
-    return "Scan (projection lowered)" if spec.proj_size else f"{spec.num_layers} x {ops_name(spec)}"
-
-
-def ops_name(spec: Any) -> str:
-    return {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}[spec.cell]
+        return f"one {OP_TYPES[spec.cell]} step per call"
+    return "Scan (projection lowered)" if spec.proj_size else f"{spec.num_layers} x {OP_TYPES[spec.cell]}"

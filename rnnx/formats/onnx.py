@@ -29,6 +29,7 @@ GATE_ORDER: dict[str, tuple[str, ...]] = {
 }
 PEEPHOLE_ORDER = ("i", "o", "f")
 OP_TYPES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
+NATIVE_OPS = tuple(dict.fromkeys(OP_TYPES.values()))  # ("LSTM", "GRU", "RNN")
 DEFAULT_ACTIVATIONS = {
     "lstm": ["Sigmoid", "Tanh", "Tanh"],
     "gru": ["Sigmoid", "Tanh"],
