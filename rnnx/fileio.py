@@ -112,7 +112,11 @@ def _safetensors_header(path: Path) -> tuple[dict, int, int]:
 
 def safetensors_metadata(path: Path) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors file, after checking its header against the file size."""
-    meta = _safetensors_header(path)[0].get("__metadata__") or {}
+    return _metadata_of(_safetensors_header(path)[0])
+
+
+def _metadata_of(header: dict) -> dict[str, str]:
+    meta = header.get("__metadata__") or {}
     return {k: v for k, v in meta.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(meta, dict) else {}
 
 
@@ -150,7 +154,7 @@ def read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
             if dtype == "BF16":  # the top half of a float32
                 array = (array.astype(np.uint32) << 16).view(np.float32)
             tensors[name] = array
-    return tensors, safetensors_metadata(path)
+    return tensors, _metadata_of(header)
 
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:

@@ -266,7 +266,3 @@ def _reduce_and_split_to_17(proto: Any) -> None:
                 del node.attribute[:]
                 node.attribute.extend(keep)
 
-
-def drop_opset18_split_attribute(proto: Any) -> None:
-    """For graphs from other tools: drop what the version converter left behind, refuse nothing."""
-    drop_newer_attributes(proto, strict=False)
