@@ -76,7 +76,8 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
         record.rename_values(proto, {o.name: f"output_{i}" for i, o in enumerate(proto.graph.output)})
     cells, chains = fuse_cells(proto), fuse_steps(proto)
     onnx.checker.check_model(proto)
-    leaves = [Leaf(i, names[k] if k is not None else f"arg_{i}", x) for i, (x, k) in enumerate(zip(example, _tensor_positions(example)))]
+    tensor_names = iter(names)
+    leaves = [Leaf(i, next(tensor_names) if isinstance(x, torch.Tensor) else f"arg_{i}", x) for i, x in enumerate(example)]
     dims = {name: [ax.get(d, int(x.shape[d])) for d in range(x.dim())] for name, x, ax in zip(names, tensors, tensor_axes)}
     roles = {label: BATCH if label == "batch" else LENGTH for ax in tensor_axes for label in ax.values()}
     lengths = {name: SEQ for name, x, ax in zip(names, tensors, tensor_axes) if x.dim() == 1 and not x.is_floating_point() and SEQ in roles}
@@ -95,15 +96,3 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     _write_checked(proto, path, report, model, leaves, structure, naming, check, seed)
     return report
 
-
-def _tensor_positions(example: Sequence[Any]) -> list[int | None]:
-    import torch
-
-    out, k = [], 0
-    for x in example:
-        if isinstance(x, torch.Tensor):
-            out.append(k)
-            k += 1
-        else:
-            out.append(None)
-    return out
