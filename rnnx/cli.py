@@ -51,7 +51,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             print(f"note: {note}")
     if result.report is not None and not result.report:
         worst = result.report.worst()
-        raise ParityError(f"parity check failed: {worst.backend} {worst.output} max abs error {worst.max_abs:.3e} > atol {worst.atol:g}")  # type: ignore[union-attr]
+        raise ParityError(f"parity check failed: {worst.backend} {worst.output} max abs error {worst.max_abs:.3e} > atol {worst.atol:g}; nothing was written to {result.output}")  # type: ignore[union-attr]
     return 0
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from rnnx import api, formats, parity
 from rnnx.errors import RNNXError
-from rnnx.fileio import refuse_overwriting
+from rnnx.fileio import atomic_output, refuse_overwriting
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
@@ -30,6 +30,7 @@ class ConvertResult:
     parameters: int
     report: parity.ParityReport | None = None
     notes: list[str] = field(default_factory=list)
+    written: bool = True  # False when the check failed: the output was not renamed into place
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -41,6 +42,7 @@ class ConvertResult:
             "parameters": self.parameters,
             "check": None if self.report is None else {"passed": bool(self.report), "rows": self.report.to_json()},
             "notes": self.notes,
+            "written": self.written,
         }
 
 
@@ -88,16 +90,45 @@ def convert(
     if bad:
         notes.append(f"tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); converted anyway (--nonfinite warn)")
         check = False
-    if out_fmt.name == "onnx":
+    result = ConvertResult(str(source), src_fmt.name, str(output), out_fmt.name, str(weights.spec), weights.num_parameters(), notes=notes)
+    if out_fmt.name != "onnx" and (opset or batch_first or seq_lens or not states):
+        raise RNNXError(f"--opset, --batch-first, --seq-lens and --no-states apply to --to onnx only, not {out_fmt.name}")
+    try:
+        _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states)
+    except _CheckFailed:
+        result.written = False
+    return result
+
+
+def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: ConvertResult, check: bool, opset: int | None,
+                   batch_first: bool, seq_lens: bool, states: bool) -> None:
+    """The written file is checked under its temporary name and renamed into place only if it
+    passes: a failed check, like any failure, leaves nothing behind."""
+    data = output.with_name(output.name + ".data")  # ONNX weights past protobuf's limit
+    had_data = data.exists()
+    try:
+        with atomic_output(output) as written:
+            _write_and_check(weights, output, written, fmt_name, result, check, opset, batch_first, seq_lens, states)
+    except BaseException:
+        if not had_data and data.exists():
+            data.unlink()
+        raise
+
+
+def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, check: bool,
+                     opset: int | None, batch_first: bool, seq_lens: bool, states: bool) -> None:
+    if fmt_name == "onnx":
         from rnnx.graphs.build import DEFAULT_OPSET, build_stack_model, save_model
 
         model = build_stack_model(weights, opset=opset or DEFAULT_OPSET, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
-        save_model(model, output)
+        save_model(model, output)  # into ``written``: the output's write is under way
     else:
-        if opset or batch_first or seq_lens or not states:
-            raise RNNXError(f"--opset, --batch-first, --seq-lens and --no-states apply to --to onnx only, not {out_fmt.name}")
-        api.save(weights, output, format=out_fmt.name)
-    result = ConvertResult(str(source), src_fmt.name, str(output), out_fmt.name, str(weights.spec), weights.num_parameters(), notes=notes)
+        api.save(weights, output, format=fmt_name)
     if check:
-        result.report = _check_written(weights, output, out_fmt.name, notes, batch_first, seq_lens, states)
-    return result
+        result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states)
+        if not result.report:
+            raise _CheckFailed
+
+
+class _CheckFailed(Exception):
+    """Leaves the output's context without renaming the written file into place."""

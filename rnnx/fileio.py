@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import errno
 import json
 import os
 import stat
@@ -19,18 +21,38 @@ from rnnx.errors import RNNXError
 _MAX_HEADER = 100 * 1024 * 1024
 
 
+# The temporary file of each output being written in this thread, by final path. A writer
+# nested inside a checked write (convert: write, then run the written file, then rename)
+# writes into the outer temporary file instead of renaming its own over the final name.
+_pending: contextvars.ContextVar[dict[Path, Path]] = contextvars.ContextVar("rnnx_pending_outputs", default={})
+
+
 @contextlib.contextmanager
 def atomic_output(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` only on success.
 
-    A failure, Ctrl-C or kill therefore never leaves a partial file under the final name.
+    Every file rnnx writes goes through here: the data is flushed to disk (fsync) before
+    the rename, the rename is atomic, an existing file keeps its permissions, and a failure,
+    Ctrl-C, SIGTERM or SIGHUP never leaves a partial file under the final name or beside it.
+    Nested calls for the same path share the outer temporary file, so the outer caller can
+    check what was written before anything is renamed into place.
     """
     path = Path(path)
+    key = path.absolute()
+    outer = _pending.get()
+    if key in outer:
+        yield outer[key]
+        return
     if path.parent and not path.parent.exists():
         raise RNNXError(f"{path}: the folder {path.parent} does not exist; create it first")
     _refuse_special(path, "output")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent or ".")
+    try:
+        # The name ends as the final one does, so that readers that go by extension can check it.
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".part" + "".join(path.suffixes[-2:])[:40], dir=path.parent or ".")
+    except OSError as exc:
+        raise RNNXError(f"{path}: cannot create a file in {path.parent or '.'} ({exc.strerror}); choose a writable folder") from None
     os.close(fd)
+    token = _pending.set({**outer, key: Path(tmp)})
     try:
         yield Path(tmp)
         if path.is_file():  # replacing a file: keep its permissions (a 0600 file stays private)
@@ -40,14 +62,44 @@ def atomic_output(path: Path) -> Iterator[Path]:
             os.umask(umask)
             mode = 0o666 & ~umask
         os.chmod(tmp, mode)
+        _fsync(tmp)
         _refuse_special(path, "output")  # it may have become one while we worked
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise RNNXError(f"{path}: cannot write it ({exc.strerror}); choose another path") from None
+        _fsync(path.parent or Path("."), folder=True)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.ENAMETOOLONG, errno.EFBIG):
+            raise RNNXError(f"{path}: writing failed ({exc.strerror}); nothing was written, free space or choose another path") from None
+        raise
     finally:
-        if os.path.exists(tmp):
+        _pending.reset(token)
+        if os.path.lexists(tmp):
             os.unlink(tmp)
 
 
+def _fsync(path: Path | str, folder: bool = False) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if folder else 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        if not folder:  # some file systems cannot sync a folder; a file that cannot be synced is not safely written
+            raise
+    finally:
+        os.close(fd)
+
+
 def _refuse_special(path: Path, role: str) -> None:
+    try:
+        limit = os.pathconf(path.parent if str(path.parent) else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(os.fsencode(path.name)) > limit:
+        raise RNNXError(f"{path.name[:40]}...: the {role} name is {len(os.fsencode(path.name))} bytes, over this file system's limit of {limit}; choose a shorter name")
     if path.is_dir():
         raise RNNXError(f"{path}: the {role} is a folder; give a file name")
     if path.exists() and not path.is_file():

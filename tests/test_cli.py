@@ -105,7 +105,12 @@ def test_parity_failure_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     out = tmp_path / "enc.onnx"
     result = subprocess.run([sys.executable, "-c", code, "convert", str(EXAMPLE), "-o", str(out)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 1, result.stderr
-    assert "parity check failed: onnxruntime" in result.stderr
+    assert "parity check failed: onnxruntime" in result.stderr and f"nothing was written to {out}" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "a file that failed its check stays unwritten, with no temporary left"
+    earlier = tmp_path / "enc.pt"
+    earlier.write_bytes(b"previous")  # and an earlier output under that name stays as it was
+    again = subprocess.run([sys.executable, "-c", code, "convert", str(EXAMPLE), "-o", str(earlier)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1 and earlier.read_bytes() == b"previous" and len(list(tmp_path.iterdir())) == 1, again.stderr
 
 
 def test_nan_weights_are_refused(tmp_path: Path) -> None:
@@ -199,7 +204,7 @@ def test_a_killed_conversion_leaves_no_output(tmp_path: Path) -> None:
         proc = subprocess.Popen([sys.executable, "-m", "rnnx.cli", "convert", str(src), "-o", str(out), "--no-check"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seen_part = False
         while proc.poll() is None:
-            if list(tmp_path.glob(".big.onnx.*.part")):
+            if list(tmp_path.glob(".big.onnx.*.part*")):
                 seen_part = True
                 time.sleep(0.05)  # let it write a little
                 proc.send_signal(signal.SIGKILL)
@@ -333,7 +338,7 @@ def test_a_terminated_conversion_leaves_nothing(tmp_path: Path, signame: str) ->
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         seen_part = False
         while proc.poll() is None:
-            if list(tmp_path.glob(".big.onnx.*.part")):
+            if list(tmp_path.glob(".big.onnx.*.part*")):
                 seen_part = True
                 proc.send_signal(getattr(signal, signame))
                 break
