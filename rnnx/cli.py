@@ -14,6 +14,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rnnx import __version__
 from rnnx.errors import ParityError, RNNXError
@@ -269,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     def add_parser(*a: object, **k: object) -> argparse.ArgumentParser:
         verb = _add_parser(*a, **k)  # type: ignore[arg-type]
         verb.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks for errors")
+        verb.add_argument("--max-memory", metavar="SIZE", help="memory an untrusted file may claim (archive members, array "
+                          "headers, ONNX Runtime runs of its graph), e.g. 4G (default: 1 GiB or 16x the input's size, whichever is larger)")
+        verb.add_argument("--time-limit", type=float, metavar="SECONDS", help="time ONNX Runtime may spend on a model rnnx did not build, "
+                          "over all its runs (default: 20 s plus 1 s per 10 MB of model)")
         return verb
 
     sub.add_parser = add_parser  # type: ignore[method-assign]
@@ -391,6 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _budgets(args: argparse.Namespace) -> Any:
+    from rnnx import limits
+
+    if args.time_limit is not None and not args.time_limit > 0:
+        raise RNNXError(f"--time-limit {args.time_limit}: expected a positive number of seconds")
+    return limits.budgets(limits.parse_size(args.max_memory) if args.max_memory else None, args.time_limit)
+
+
 class _Terminated(BaseException):
     """SIGTERM or SIGHUP (what `timeout`, CI runners and closed terminals send), raised where
     the process is, so that half-written outputs are removed on the way out as for Ctrl-C."""
@@ -409,13 +422,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        if args.debug:
-            return args.func(args)
-        # Other libraries' warnings (torch, onnx, h5py) would add lines to a one-line
-        # report or refusal; they are shown with --debug only.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return args.func(args)
+        with _budgets(args):
+            if args.debug:
+                return args.func(args)
+            # Other libraries' warnings (torch, onnx, h5py) would add lines to a one-line
+            # report or refusal; they are shown with --debug only.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return args.func(args)
     except ParityError as exc:
         if args.debug:
             raise
@@ -430,6 +444,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader of our stdout (e.g. `| head`) left; exit quietly as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except MemoryError:
+        if args.debug:
+            raise
+        print(f"rnnx {args.command}: ran out of memory on this input; nothing was written. If the input is trusted, "
+              "run it on a machine with more memory", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"rnnx {args.command}: interrupted; no output was left behind", file=sys.stderr)
         return 130

@@ -10,11 +10,13 @@ import os
 import stat
 import struct
 import tempfile
+import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 
+from rnnx import limits
 from rnnx.errors import RNNXError
 
 # safetensors' own limit on the JSON header; anything larger is not a safetensors file.
@@ -128,6 +130,28 @@ def refuse_overwriting(inputs: Iterable[Path | str | None], outputs: dict[str, P
         for other_flag, other in given[:k]:
             if _same(out, other):
                 raise RNNXError(f"{flag} {out}: is also the {other_flag} output; give each output its own path")
+
+
+def check_archive(path: Path) -> None:
+    """Refuse a zip archive (.pt, .npz, .keras) whose members claim more than the memory budget
+    once inflated, before any member is read: a 2 MB zip bomb can claim gigabytes.
+
+    The claims are the central directory's sizes, which zipfile and torch's reader both hold
+    a member to; a stored (uncompressed) member must be as large as it claims.
+    """
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError):
+        return  # not a zip (or not one zipfile reads): the format's own reader refuses it
+    total = 0
+    for info in infos:
+        if info.compress_size > size or (info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size):
+            raise RNNXError(f"{path}: archive member {info.filename[:80]!r} claims {info.file_size} bytes stored in {info.compress_size}, "
+                            f"in a {size}-byte file; the archive is damaged")
+        total += info.file_size
+    limits.check_claim(f"{path}: inflating its {len(infos)} archive member(s)", total, size)
 
 
 def require_file(path: Path) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from rnnx import limits
 from rnnx.errors import RNNXError
 
 #: Canonical gate names per cell kind. ``g`` is the LSTM cell candidate (ONNX calls it
@@ -49,8 +50,7 @@ SPEC_SYNTAX = (
 )
 
 
-MAX_LAYERS = 4096
-MAX_PARAMETERS = 1 << 34
+MAX_LAYERS = 4096  # no real network comes near; a damaged header easily does
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,10 @@ class RNNSpec:
             raise RNNXError(f"num_layers: expected at most {MAX_LAYERS}, found {self.num_layers}; the spec or the file is damaged")
         out = self.proj_size or self.hidden_size
         per_cell = len(GATES[self.cell]) * self.hidden_size * (max(self.input_size, 2 * out) + out + 3) + 4 * self.hidden_size * out
-        if self.num_layers * (2 if self.direction == "bidirectional" else 1) * per_cell > MAX_PARAMETERS:
-            raise RNNXError(f"spec {self}: more than {MAX_PARAMETERS:,} parameters (64 GiB of float32); the spec or the file is damaged")
+        most = limits.max_parameters()
+        if self.num_layers * (2 if self.direction == "bidirectional" else 1) * per_cell > most:
+            raise RNNXError(f"spec {self}: more than {most:,} parameters ({most * 4 >> 30} GiB of float32); the spec or the file is damaged, "
+                            "or, for a real network that large, raise the limit with --max-memory")
 
     # --- derived sizes -------------------------------------------------------------
     @property

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.fileio import atomic_output, require_file
+from rnnx.fileio import atomic_output, check_archive, require_file
 from rnnx.formats.registry import Format, register, settle_spec
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
@@ -80,6 +80,7 @@ def from_native(vector: np.ndarray, spec: RNNSpec | None) -> RNNWeights:
 
 def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
     path = require_file(path)
+    check_archive(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}

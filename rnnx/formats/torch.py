@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.fileio import atomic_output, read_safetensors, require_file, safetensors_metadata, write_safetensors
+from rnnx.fileio import atomic_output, check_archive, read_safetensors, require_file, safetensors_metadata, write_safetensors
 from rnnx.formats.registry import Format, register
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
@@ -214,6 +214,7 @@ def load_state(path: Path) -> dict[str, Any]:
     if path.suffix.lower() == ".safetensors":
         return dict(read_safetensors(path)[0])
     torch = _import_torch(f"reading {path.suffix}")
+    check_archive(path)
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,11 @@ def _tensors(graph: Any) -> Iterator[Any]:
 
 
 def _check_external_data(model: Any, path: Path) -> None:
-    """External data must lie inside the model's folder and within its file's size."""
+    """External data must be a plain file inside the model's folder, and hold the bytes claimed.
+
+    As onnx's own loader does, a symbolic link or a file with other hard links is refused:
+    either could make a file from elsewhere on the machine pass for the model's weights.
+    """
     from onnx import TensorProto
 
     base = path.parent.resolve()
@@ -49,17 +54,28 @@ def _check_external_data(model: Any, path: Path) -> None:
             continue
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
-        target = (base / location).resolve()
-        if not location or Path(location).is_absolute() or base not in target.parents:
-            raise RNNXError(f"{path}: tensor {tensor.name!r} keeps its data at {location!r}, outside the model's folder; rnnx refuses to read it")
-        if not target.is_file():
-            raise RNNXError(f"{path}: tensor {tensor.name!r} keeps its data in {location!r}, which does not exist beside the model")
+        where = f"{path}: tensor {tensor.name!r} keeps its data"
+        if not location or "\0" in location or len(location) > 4096 or Path(location).is_absolute():
+            raise RNNXError(f"{where} at {location[:80]!r}, which is not a relative file name inside the model's folder; rnnx refuses to read it")
         try:
-            offset, length = int(info.get("offset", 0)), int(info.get("length", target.stat().st_size))
+            target = (base / location).resolve()
+            inside = base in target.parents
+            status = (base / location).lstat() if inside else None
+        except FileNotFoundError:
+            raise RNNXError(f"{where} in {location[:80]!r}, which does not exist beside the model") from None
+        except (OSError, RuntimeError, ValueError) as exc:  # a name too long, a symlink loop
+            raise RNNXError(f"{where} at {location[:80]!r}, which cannot be opened ({getattr(exc, 'strerror', None) or exc}); the model is damaged") from None
+        if not inside:
+            raise RNNXError(f"{where} at {location[:80]!r}, outside the model's folder; rnnx refuses to read it")
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1:  # type: ignore[union-attr]
+            kind = "a symbolic link" if stat.S_ISLNK(status.st_mode) else "a file with other hard links" if stat.S_ISREG(status.st_mode) else "not a regular file"  # type: ignore[union-attr]
+            raise RNNXError(f"{where} in {location[:80]!r}, which is {kind}; as onnx does, rnnx reads external data only from plain files inside the model's folder")
+        try:
+            offset, length = int(info.get("offset", 0)), int(info.get("length", status.st_size))  # type: ignore[union-attr]
         except ValueError:
             raise RNNXError(f"{path}: tensor {tensor.name!r} has a non-numeric external-data offset or length") from None
-        if offset < 0 or length < 0 or offset + length > target.stat().st_size:
-            raise RNNXError(f"{path}: tensor {tensor.name!r} claims bytes {offset}..{offset + length} of {location!r}, which has {target.stat().st_size}")
+        if offset < 0 or length < 0 or offset + length > status.st_size:  # type: ignore[union-attr]
+            raise RNNXError(f"{path}: tensor {tensor.name!r} claims bytes {offset}..{offset + length} of {location!r}, which has {status.st_size}")  # type: ignore[union-attr]
 
 
 def load_model(path: Path) -> Any:
@@ -74,8 +90,8 @@ def load_model(path: Path) -> Any:
     _check_external_data(model, path)
     try:
         external_data_helper.load_external_data_for_model(model, str(path.parent))
-    except (OSError, ValueError) as exc:
-        raise RNNXError(f"{path}: cannot read its external data ({exc})") from None
+    except Exception as exc:  # noqa: BLE001  OSError, ValueError, onnx's ValidationError: the data is not readable as claimed
+        raise RNNXError(f"{path}: cannot read its external data ({' '.join(str(exc).split())[:200]})") from None
     return model
 
 

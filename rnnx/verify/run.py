@@ -103,9 +103,12 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], d
             if name == "ort":
                 if model is None:
                     raise RNNXError("no ONNX model given")
-                from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+                from rnnx.engines.isolated import IsolatedOnnxRuntime
+                from rnnx.graphs.find import load_model
 
-                runners[name] = OnnxRuntimeRunner(model)
+                # A file from elsewhere: its external data is checked by load_model, and it runs in
+                # a child process under rnnx's time and memory limits.
+                runners[name] = IsolatedOnnxRuntime(load_model(model).SerializeToString(), str(model))
             elif name == "reference":
                 from rnnx.engines.reference import ReferenceRunner
 

@@ -1,0 +1,194 @@
+"""ONNX Runtime on a graph rnnx did not build, in a child process with a time and memory limit.
+
+A graph is a program: a Loop with a trip count of 1e15 runs until killed, a ConstantOfShape
+can ask for terabytes, and a bug in a kernel can take the process down. So the session lives
+in a child process whose address space is capped at :func:`rnnx.limits.memory_budget` and
+whose runs, together, must finish within :func:`rnnx.limits.time_limit`; past either, the
+child is killed and the user gets one line. Only numpy arrays and JSON cross the pipe, never
+pickles, so even a child subverted by its graph cannot run code in rnnx.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import struct
+import subprocess
+import sys
+import time
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from rnnx import limits
+from rnnx.errors import RNNXError
+
+_LENGTH = struct.Struct("<Q")
+_MAX_HEADER = 1 << 20
+
+
+class IsolatedOnnxRuntime:
+    """The same interface as :class:`~rnnx.engines.onnxruntime.OnnxRuntimeRunner` (``input_names``,
+    ``output_names``, ``runner(feed) -> outputs``), for an untrusted model given as bytes."""
+
+    precision = "as the model's tensors"
+    device = "cpu"
+
+    def __init__(self, model_bytes: bytes, label: str = "the model") -> None:
+        self.label = label
+        self.budget = limits.memory_budget(len(model_bytes))
+        self.seconds = limits.time_limit(len(model_bytes))
+        self._deadline = time.monotonic() + self.seconds
+        self._child = subprocess.Popen(
+            [sys.executable, "-c", "from rnnx.engines.isolated import serve; serve()", str(self.budget)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            # glibc reserves 64 MiB of address space per thread arena; with one per core the cap
+            # on address space would bind long before the memory actually used did.
+            env={**os.environ, "MALLOC_ARENA_MAX": "2"},
+        )
+        try:
+            _send(self._child.stdin, {"model": len(model_bytes)}, [np.frombuffer(model_bytes, np.uint8)])  # type: ignore[arg-type]
+            answer, _ = self._receive()
+        except BaseException:
+            self.close()
+            raise
+        if "error" in answer:
+            self.close()
+            raise RNNXError(f"ONNX Runtime refused {label}: {answer['error']}")
+        self.input_names: list[str] = answer["inputs"]
+        self.output_names: list[str] = answer["outputs"]
+
+    def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feed = {k: np.ascontiguousarray(v) for k, v in inputs.items() if k in self.input_names}
+        missing = [n for n in self.input_names if n not in feed]
+        if missing:
+            raise RNNXError(f"ONNX model: expected inputs {self.input_names}, missing {missing}")
+        if self._child.poll() is not None:
+            raise RNNXError(f"ONNX Runtime's process for {self.label} is gone")
+        try:
+            _send(self._child.stdin, {"feed": list(feed)}, list(feed.values()))  # type: ignore[arg-type]
+        except BrokenPipeError:
+            self._died()
+        answer, arrays = self._receive()
+        if "error" in answer:
+            raise RNNXError(f"ONNX Runtime could not run {self.label}: {answer['error']}")
+        return dict(zip(self.output_names, arrays))
+
+    def close(self) -> None:
+        if self._child.poll() is None:
+            self._child.kill()
+        self._child.wait()
+        for pipe in (self._child.stdin, self._child.stdout):
+            if pipe is not None:
+                pipe.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_child", None) is not None:
+            self.close()
+
+    def _receive(self) -> tuple[dict[str, Any], list[np.ndarray]]:
+        try:
+            return _recv(self._child.stdout, self._deadline)  # type: ignore[arg-type]
+        except TimeoutError:
+            self.close()
+            raise RNNXError(f"ONNX Runtime ran {self.label} for over {self.seconds:.0f} s without finishing (a Loop that never ends?); "
+                            "if the model is trusted and large, raise the limit with --time-limit SECONDS") from None
+        except EOFError:
+            self._died()
+            raise  # unreachable; _died raises
+
+    def _died(self) -> None:
+        code = self._child.wait()
+        self.close()
+        why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        raise RNNXError(f"ONNX Runtime's process stopped while running {self.label} ({why}); it may have passed the memory budget of "
+                        f"{self.budget >> 20} MiB: if the model is trusted, raise it with --max-memory")
+
+
+def _send(pipe: BinaryIO, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
+    header = {**header, "arrays": [[a.dtype.str, list(a.shape)] for a in arrays]}
+    data = json.dumps(header).encode()
+    pipe.write(_LENGTH.pack(len(data)) + data)
+    for a in arrays:
+        pipe.write(memoryview(np.ascontiguousarray(a)).cast("B"))
+    pipe.flush()
+
+
+def _read_exactly(pipe: BinaryIO, n: int, deadline: float | None) -> bytes:
+    chunks, left = [], n
+    fd = pipe.fileno()
+    while left:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise TimeoutError
+        chunk = os.read(fd, min(left, 1 << 24))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(pipe: BinaryIO, deadline: float | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
+    (n,) = _LENGTH.unpack(_read_exactly(pipe, _LENGTH.size, deadline))
+    if n > _MAX_HEADER:
+        raise EOFError
+    header = json.loads(_read_exactly(pipe, n, deadline))
+    arrays = []
+    for dtype_str, shape in header.pop("arrays"):
+        dtype = np.dtype(dtype_str)
+        if dtype.hasobject:
+            raise EOFError
+        count = int(np.prod(shape, dtype=np.int64))
+        arrays.append(np.frombuffer(_read_exactly(pipe, count * dtype.itemsize, deadline), dtype).reshape(shape).copy())
+    return header, arrays
+
+
+def serve() -> None:
+    """The child: cap the address space, open the session, run feeds until the parent closes the pipe."""
+    import resource
+
+    budget = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but frames may reach the parent
+    try:
+        _, (model,) = _recv(stdin)
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 4
+        session = ort.InferenceSession(model.tobytes(), options, providers=["CPUExecutionProvider"])
+        del model
+        names = [o.name for o in session.get_outputs()]
+        _send(stdout, {"inputs": [i.name for i in session.get_inputs()], "outputs": names}, [])
+    except (EOFError, BrokenPipeError):
+        return
+    except Exception as exc:  # noqa: BLE001  onnxruntime's own Fail/InvalidGraph classes, MemoryError
+        _send(stdout, {"error": _one_line(exc)}, [])
+        return
+    while True:
+        try:
+            request, arrays = _recv(stdin)
+        except EOFError:
+            return
+        try:
+            outputs = session.run(names, dict(zip(request["feed"], arrays)))
+            if any(np.asarray(o).dtype.hasobject for o in outputs):
+                raise TypeError("the model returns strings or sequences, not tensors")
+            _send(stdout, {}, [np.asarray(o) for o in outputs])
+        except BrokenPipeError:
+            return
+        except Exception as exc:  # noqa: BLE001
+            _send(stdout, {"error": _one_line(exc)}, [])
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError) or "Failed to allocate memory" in str(exc):
+        return (f"it needs more memory than the budget of {int(sys.argv[1]) >> 20} MiB (or this machine) allows; "
+                "if the model is trusted, raise the budget with --max-memory")
+    if "failed to map segment" in str(exc):
+        return f"the memory budget of {int(sys.argv[1]) >> 20} MiB is too small to start ONNX Runtime; raise it with --max-memory"
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
