@@ -27,7 +27,12 @@ def load(path: str | Path, format: str | None = None, select: str | None = None,
     fmt = formats.get(format) if format else formats.detect(path)
     if fmt.read is None:
         raise RNNXError(f"format {fmt.name}: has no file reader; load the object yourself and call rnnx.from_format")
-    return fmt.read(path, select, _spec(spec))
+    try:
+        return fmt.read(path, select, _spec(spec))
+    except RNNXError as exc:  # every refusal names the file it is about
+        if str(path) in str(exc) or path.name in str(exc):
+            raise
+        raise type(exc)(f"{path}: {exc}") from None
 
 
 def save(weights: RNNWeights, path: str | Path, format: str | None = None) -> None:

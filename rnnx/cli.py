@@ -18,7 +18,7 @@ from typing import Any
 
 from rnnx import __version__
 from rnnx.errors import ParityError, RNNXError
-from rnnx.fileio import refuse_overwriting
+from rnnx.fileio import refuse_overwriting, remove_partial_outputs
 
 INTERNAL_ERROR = 3
 _MAX_CHECK_SIZE = 100_000  # verify's lengths and batches: each one is run, in float64 too
@@ -404,23 +404,34 @@ def _budgets(args: argparse.Namespace) -> Any:
     return limits.budgets(limits.parse_size(args.max_memory) if args.max_memory else None, args.time_limit)
 
 
-class _Terminated(BaseException):
-    """SIGTERM or SIGHUP (what `timeout`, CI runners and closed terminals send), raised where
-    the process is, so that half-written outputs are removed on the way out as for Ctrl-C."""
-
-
 def _terminate(signum: int, frame: object) -> None:
-    raise _Terminated(signum)
+    """SIGTERM or SIGHUP (what `timeout`, CI runners and closed terminals send): remove the
+    half-written outputs and leave at once. Raising an exception here instead could unwind
+    through a native library's frames (torch's, mid-import) and abort the process."""
+    remove_partial_outputs()
+    os.write(2, f"rnnx {_running[0]}: stopped by {signal.Signals(signum).name}; no output was left behind\n".encode())
+    os._exit(128 + signum)
+
+
+_running = ["rnnx"]  # the verb, for the signal handler's message
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _terminate)
+    handlers = {sig: signal.signal(sig, _terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _main(argv)
+    finally:  # called in-process (tests, notebooks): give the caller its own handlers back
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # argparse itself exits 2 on usage errors
     if args.command is None:
         parser.print_help()
         return 2
+    _running[0] = args.command
     try:
         with _budgets(args):
             if args.debug:
@@ -453,10 +464,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rnnx {args.command}: interrupted; no output was left behind", file=sys.stderr)
         return 130
-    except _Terminated as exc:
-        signum = int(exc.args[0])
-        print(f"rnnx {args.command}: stopped by {signal.Signals(signum).name}; no output was left behind", file=sys.stderr)
-        return 128 + signum
     except Exception as exc:  # anything else is a bug in rnnx, not the user's input
         if args.debug:
             raise

@@ -47,10 +47,18 @@ class ConvertResult:
 
 
 def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], batch_first: bool, seq_lens: bool, states: bool) -> parity.ParityReport:
+    why = f"{fmt_name} has no runtime here"
     if fmt_name == "onnx":
         from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 
-        return parity.check("onnxruntime", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first, states=states)
+        # The file's inputs have its weights' dtype (float16, float32 or float64).
+        try:
+            return parity.check("onnxruntime", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first, states=states,
+                                dtype=weights.dtype.name)
+        except RNNXError as exc:
+            if "does not support" not in str(exc) or weights.dtype == np.float32:
+                raise
+            why = f"ONNX Runtime has no {weights.dtype.name} kernel for this {weights.spec.cell.upper().split('_')[0]} on the CPU"
     reread = api.load(path, format=fmt_name, spec=weights.spec)
     if fmt_name == "torch":
         try:
@@ -60,7 +68,7 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
         except RNNXError as exc:
             notes.append(f"torch check skipped: {exc}")
     # The reference on the re-read weights must reproduce the reference on the source.
-    notes.append(f"{fmt_name} has no runtime here: checked by re-reading the file and running the reference on it")
+    notes.append(f"{why}: checked by re-reading the file and running the reference on it")
     return parity.check(f"{fmt_name} (reread)", lambda inputs: parity.reference_outputs(reread, inputs), weights)
 
 
@@ -91,7 +99,7 @@ def convert(
         notes.append(f"tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); converted anyway (--nonfinite warn)")
         check = False
     result = ConvertResult(str(source), src_fmt.name, str(output), out_fmt.name, str(weights.spec), weights.num_parameters(), notes=notes)
-    if out_fmt.name != "onnx" and (opset or batch_first or seq_lens or not states):
+    if out_fmt.name != "onnx" and (opset is not None or batch_first or seq_lens or not states):
         raise RNNXError(f"--opset, --batch-first, --seq-lens and --no-states apply to --to onnx only, not {out_fmt.name}")
     try:
         _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states)
@@ -120,7 +128,7 @@ def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name:
     if fmt_name == "onnx":
         from rnnx.graphs.build import DEFAULT_OPSET, build_stack_model, save_model
 
-        model = build_stack_model(weights, opset=opset or DEFAULT_OPSET, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
+        model = build_stack_model(weights, opset=DEFAULT_OPSET if opset is None else opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
         save_model(model, output)  # into ``written``: the output's write is under way
     else:
         api.save(weights, output, format=fmt_name)

@@ -27,6 +27,15 @@ _MAX_HEADER = 100 * 1024 * 1024
 # nested inside a checked write (convert: write, then run the written file, then rename)
 # writes into the outer temporary file instead of renaming its own over the final name.
 _pending: contextvars.ContextVar[dict[Path, Path]] = contextvars.ContextVar("rnnx_pending_outputs", default={})
+# Every temporary output file in this process, for the signal handler (which may run in any context).
+_in_flight: set[str] = set()
+
+
+def remove_partial_outputs() -> None:
+    """Delete every temporary output still being written (from a SIGTERM/SIGHUP handler)."""
+    for tmp in list(_in_flight):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 @contextlib.contextmanager
@@ -54,6 +63,7 @@ def atomic_output(path: Path) -> Iterator[Path]:
     except OSError as exc:
         raise RNNXError(f"{path}: cannot create a file in {path.parent or '.'} ({exc.strerror}); choose a writable folder") from None
     os.close(fd)
+    _in_flight.add(tmp)
     token = _pending.set({**outer, key: Path(tmp)})
     try:
         yield Path(tmp)
@@ -79,6 +89,7 @@ def atomic_output(path: Path) -> Iterator[Path]:
         _pending.reset(token)
         if os.path.lexists(tmp):
             os.unlink(tmp)
+        _in_flight.discard(tmp)
 
 
 def _fsync(path: Path | str, folder: bool = False) -> None:

@@ -110,14 +110,17 @@ def check(
     ragged: bool = False,
     batch_first: bool = False,
     states: bool = True,
+    dtype: str = "float32",
 ) -> ParityReport:
-    """Run ``run`` at each (seq_len, batch) on fresh seeded inputs against the reference."""
+    """Run ``run`` at each (seq_len, batch) on fresh seeded inputs against the reference;
+    ``dtype`` is what the backend takes (a float16 ONNX file takes float16 inputs), and the
+    reference runs on those same rounded inputs."""
     report = ParityReport()
     for k, (seq_len, batch) in enumerate(shapes):
-        inputs = random_inputs(weights, seq_len, batch, seed=seed + k, ragged=ragged, states=states)
+        inputs = random_inputs(weights, seq_len, batch, seed=seed + k, ragged=ragged, states=states, dtype=dtype)
         feed = dict(inputs)
         if batch_first:
             feed["X"] = inputs["X"].transpose(1, 0, 2).copy()
         want = reference_outputs(weights, feed, batch_first=batch_first)
-        report.rows += compare(backend, run(feed), want, seq_len, batch)
+        report.rows += compare(backend, run(feed), want, seq_len, batch, dtype)
     return report

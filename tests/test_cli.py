@@ -390,3 +390,26 @@ def test_other_libraries_warnings_stay_out_of_a_refusal(monkeypatch: pytest.Monk
     assert err == ["rnnx formats: x.onnx: expected an ONNX model, found nothing"]
     with pytest.warns(UserWarning), pytest.raises(RNNXError):
         cli.main(["formats", "--debug"])
+
+
+@pytest.mark.parametrize(("dtype", "module", "backend"), [("float16", "LSTM", "onnxruntime"), ("float64", "LSTM", None), ("float64", "GRU", None)])
+def test_half_and_double_checkpoints_convert_to_onnx_with_the_check_on(tmp_path: Path, dtype: str, module: str, backend: str | None) -> None:
+    """The written file takes inputs of its weights' dtype; where ONNX Runtime has no CPU kernel
+    for that dtype, the check says so and re-reads the file instead of failing."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(5)
+    layer = getattr(torch.nn, module)(3, 4, num_layers=2).to(getattr(torch, dtype))
+    torch.save(layer.state_dict(), tmp_path / "ck.pt")
+    out = run("convert", tmp_path / "ck.pt", "-o", tmp_path / "m.onnx", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["check"]["passed"] and report["written"]
+    backends = {row["backend"] for row in report["check"]["rows"]}
+    if backend:
+        assert backends == {backend}
+        import onnx
+
+        assert onnx.load(str(tmp_path / "m.onnx")).graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    else:
+        assert backends == {"onnx (reread)"} or backends == {"onnxruntime"}
+        assert backends == {"onnxruntime"} or any("no float64 kernel" in n for n in report["notes"])

@@ -150,6 +150,7 @@ def serve() -> None:
     """The child: cap the address space, open the session, run feeds until the parent closes the pipe."""
     import resource
 
+    _die_with_parent()
     budget = int(sys.argv[1])
     resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -183,6 +184,20 @@ def serve() -> None:
             return
         except Exception as exc:  # noqa: BLE001
             _send(stdout, {"error": _one_line(exc)}, [])
+
+
+def _die_with_parent() -> None:
+    """A killed rnnx (SIGKILL, or SIGTERM mid-run) must not leave a child spinning in a Loop."""
+    parent = os.getppid()
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG, Linux only
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent left before the request took effect
+        os._exit(0)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -93,14 +93,13 @@ def load_checkpoint(module: Any, path: Path) -> None:
     """Load a state_dict (weights-only .pt/.pth, or .safetensors) into ``module``, strictly."""
     import torch
 
-    from rnnx.fileio import require_file
+    from rnnx.fileio import check_archive, read_safetensors, require_file
 
     path = require_file(Path(path))
-    if path.suffix.lower() == ".safetensors":
-        from safetensors.torch import load_file
-
-        state: Any = load_file(str(path))
+    if path.suffix.lower() == ".safetensors":  # rnnx's own bounded reader, then torch tensors
+        state: Any = {k: torch.from_numpy(v) for k, v in read_safetensors(path)[0].items()}
     else:
+        check_archive(path)
         try:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
         except Exception as exc:  # UnpicklingError and friends

@@ -85,11 +85,12 @@ _LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
 _CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
 _RNN_ACTIVATIONS = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
 # Limits for untrusted files: how deep the HDF5 tree is walked, how many groups, how big a
-# JSON config, and how far a dataset may claim to exceed its file (Keras stores raw data).
+# JSON config, and how far the datasets together may claim to exceed their file: Keras stores
+# raw data, so only HDF5's own small objects (a scalar's fill value, say) may be left out.
 _MAX_DEPTH = 32
 _MAX_GROUPS = 100_000
 _MAX_CONFIG = 64 * 1024 * 1024
-_MAX_EXPANSION = 64
+_SLACK = 1 << 16
 #: Root attribute of the .weights.h5 files rnnx writes: the spec, a fixed-length string (no HDF5 string heap).
 SPEC_ATTR = "rnnx_spec"
 
@@ -398,13 +399,25 @@ def _choose(found: list[_Found], select: str | None, where: str) -> _Found:
     return found[0]
 
 
-def _read_dataset(ds: Any, where: str, limit: int, h5py: Any) -> np.ndarray:
+class _Budget:
+    """What the datasets read so far may claim together: Keras stores arrays uncompressed, so
+    all of them fit inside the file; a claim beyond it is a damaged or hostile file."""
+
+    def __init__(self, file_size: int) -> None:
+        self.left = file_size + _SLACK
+
+    def take(self, nbytes: int, where: str, shape: tuple[int, ...]) -> None:
+        if nbytes > self.left:
+            raise RNNXError(f"{where}: shape {shape} claims more data than the file holds; the file is damaged")
+        self.left -= nbytes
+
+
+def _read_dataset(ds: Any, where: str, budget: _Budget, h5py: Any) -> np.ndarray:
     if not isinstance(ds, h5py.Dataset):
         raise RNNXError(f"{where}: expected an array, found {type(ds).__name__}; the file is damaged or not Keras 3's")
     if ds.is_virtual or ds.external:
         raise RNNXError(f"{where}: the array's data lives in another file; rnnx reads only data stored inside the file itself")
-    if ds.size * ds.dtype.itemsize > limit:
-        raise RNNXError(f"{where}: shape {ds.shape} claims more data than the file holds; the file is damaged")
+    budget.take(int(ds.size) * ds.dtype.itemsize, where, ds.shape)
     data = np.asarray(ds[()])
     # Keras stores bfloat16 as 2-byte opaque values marked by a "dtype" attribute. Only the mark's presence
     # is checked: reading a string attribute goes through HDF5's global heap, which can hang on a damaged file.
@@ -416,11 +429,11 @@ def _read_dataset(ds: Any, where: str, limit: int, h5py: Any) -> np.ndarray:
     return data
 
 
-def _load_cells(h5: Any, found: _Found, limit: int, h5py: Any) -> list[list[np.ndarray]]:
+def _load_cells(h5: Any, found: _Found, budget: _Budget, h5py: Any) -> list[list[np.ndarray]]:
     cells = []
     for vars_path in found.cells:
         group = h5[vars_path]
-        cells.append([_read_dataset(_child(group, k, h5py), f"{vars_path}/{k}", limit, h5py) for k in sorted(group, key=int)])
+        cells.append([_read_dataset(_child(group, k, h5py), f"{vars_path}/{k}", budget, h5py) for k in sorted(group, key=int)])
     return cells
 
 
@@ -541,16 +554,16 @@ def groups(path: Path) -> list[str]:
 
 def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
     with _opened(Path(path)) as (h5py, h5, config, size):
-        limit = _MAX_EXPANSION * max(size, 1 << 20)
+        budget = _Budget(size)
         try:
             found = _find(h5, config, h5py)
             stored = _stored_spec(h5) if config is None and select is None else None
             if stored is not None and found:
-                stack = [_load_cells(h5, f, limit, h5py) for f in found]
+                stack = [_load_cells(h5, f, budget, h5py) for f in found]
             else:
                 stack = None
                 one = _choose(found, select, str(path))
-                cells = _load_cells(h5, one, limit, h5py)
+                cells = _load_cells(h5, one, budget, h5py)
         except RNNXError as exc:
             message = str(exc)
             raise RNNXError(message if message.startswith(str(path)) else f"{path}: {message}") from None

@@ -73,10 +73,18 @@ def to_native(weights: RNNWeights, cell: bool = False, prefix: str = "") -> dict
     return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in to_arrays(weights, cell, prefix).items()}
 
 
-def _as_numpy(value: Any) -> np.ndarray:
+def _as_numpy(value: Any, key: str = "") -> np.ndarray:
     if hasattr(value, "detach"):
+        what = f"tensor {key!r}" if key else "a tensor"
+        if getattr(value, "is_meta", False):
+            raise RNNXError(f"{what} is a meta tensor, which holds no data; save the checkpoint from a model with real weights")
+        if getattr(value, "is_quantized", False) or str(getattr(value, "layout", "torch.strided")) != "torch.strided":
+            raise RNNXError(f"{what} is stored {'quantized' if value.is_quantized else 'sparse'}; rnnx reads dense floating-point weights: "
+                            "dequantize or densify them first")
+        if not value.dtype.is_floating_point or "float8" in str(value.dtype):
+            raise RNNXError(f"{what} holds {str(value.dtype).replace('torch.', '')}; rnnx reads float32/16/64 and bfloat16 weights")
         value = value.detach().cpu()
-        if str(value.dtype) == "torch.bfloat16":
+        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16; widening is exact
             value = value.float()
         return value.numpy()
     return np.asarray(value)
@@ -101,8 +109,10 @@ def _infer_spec(group: Mapping[str, np.ndarray], name: str) -> RNNSpec:
             raise RNNXError(f"group {name!r}: expected {key}, found only {sorted(group)}; pass --spec if the layer numbering is unusual")
     w_ih, w_hh = group[f"weight_ih{sfx0}"], group[f"weight_hh{sfx0}"]
     w_hr = group.get(f"weight_hr{sfx0}")
+    if w_ih.ndim != 2 or w_hh.ndim != 2 or (w_hr is not None and w_hr.ndim != 2):
+        raise RNNXError(f"group {name!r}: weight_ih{sfx0} and weight_hh{sfx0} must be matrices, found shapes {tuple(w_ih.shape)} and {tuple(w_hh.shape)}")
     hidden = w_hr.shape[1] if w_hr is not None else w_hh.shape[1]
-    if w_ih.ndim != 2 or w_hh.ndim != 2 or hidden == 0 or w_hh.shape[0] % hidden:
+    if hidden == 0 or w_hh.shape[0] % hidden:
         raise RNNXError(f"group {name!r}: weight_hh{sfx0} of shape {tuple(w_hh.shape)} is no recurrent matrix (gates*hidden, hidden)")
     n_gates = w_hh.shape[0] // hidden
     if n_gates not in _CELLS_BY_GATES:
@@ -128,7 +138,7 @@ def _infer_spec(group: Mapping[str, np.ndarray], name: str) -> RNNSpec:
 
 
 def _group_to_weights(group: Mapping[str, Any], spec: RNNSpec | None, name: str) -> RNNWeights:
-    arrays = {k: _as_numpy(v) for k, v in group.items()}
+    arrays = {k: _as_numpy(v, f"{name}.{k}" if name else k) for k, v in group.items()}
     cell_style = "weight_ih" in arrays
     if spec is None:
         spec = _infer_spec(arrays, name)
@@ -197,14 +207,21 @@ def _import_torch(why: str) -> Any:
     return torch
 
 
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+_MAX_NESTING = 64
+
+
+def _flatten(obj: Any) -> dict[str, Any]:
     """Nested checkpoints ({"model": {...}, "optimizer": ...}) flattened to dotted keys."""
     flat: dict[str, Any] = {}
-    if isinstance(obj, Mapping):
-        for key, value in obj.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
-    elif hasattr(obj, "detach") or isinstance(obj, np.ndarray):
-        flat[prefix[:-1]] = obj
+    todo: list[tuple[Any, str, int]] = [(obj, "", 0)]
+    while todo:  # a loop, not recursion: a hostile file may nest thousands deep
+        item, prefix, depth = todo.pop()
+        if isinstance(item, Mapping):
+            if depth >= _MAX_NESTING:
+                raise RNNXError(f"the checkpoint nests dictionaries over {_MAX_NESTING} deep at {prefix[:80]!r}; the file is damaged or not a state_dict")
+            todo.extend((value, f"{prefix}{key}.", depth + 1) for key, value in reversed(list(item.items())))
+        elif hasattr(item, "detach") or isinstance(item, np.ndarray):
+            flat[prefix[:-1]] = item
     return flat
 
 

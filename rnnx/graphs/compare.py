@@ -32,14 +32,14 @@ def random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:
     return feeds
 
 
-def compare_models(original: Any, rewritten: Any, seed: int = 0) -> parity.ParityReport:
+def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "the input model") -> parity.ParityReport:
     """Every output of ``rewritten`` against ``original``'s on the same seeded inputs; with
     boolean inputs (an If's condition, say) once with all of them true and once false."""
     from rnnx.engines.isolated import IsolatedOnnxRuntime
 
     # Both run in child processes under rnnx's time and memory limits: the input is a graph from
     # elsewhere, and the rewrite keeps whatever else it holds.
-    before = IsolatedOnnxRuntime(original.SerializeToString(), "the input model")
+    before = IsolatedOnnxRuntime(original.SerializeToString(), label)
     after = IsolatedOnnxRuntime(rewritten.SerializeToString(), "the rewritten model")
     feeds = random_feeds(original, seed)
     flags = [k for k, v in feeds.items() if v.dtype == np.bool_]

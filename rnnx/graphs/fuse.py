@@ -70,7 +70,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0) -> 
     chains = fuse_steps(model)
     report = FuseReport(str(output), before, len(model.graph.node), cells.fused, chains.fused, cells.left_alone + chains.left_alone)
     if check and (cells or chains):
-        report.check = compare_models(original, model, seed)
+        report.check = compare_models(original, model, seed, str(source))
         if not report.check:
             raise ParityError(f"the fused model differs from {source} in ONNX Runtime; nothing was written:\n{report.check}")
     save_model(model, output)

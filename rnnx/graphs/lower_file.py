@@ -25,7 +25,7 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
     result = lower_recurrences(model, select)
     report: parity.ParityReport | None = None
     if check and result:
-        report = compare_models(original, model, seed)
+        report = compare_models(original, model, seed, str(source))
         if not report:
             raise ParityError(f"the lowered model differs from {source} in ONNX Runtime; nothing was written:\n{report}")
     save_model(model, output)

@@ -25,3 +25,50 @@ def test_runners_share_one_interface(text: str) -> None:
         assert runner.device == "cpu" and runner.precision
         for name, want in results[0].items():
             np.testing.assert_allclose(res[name], want, atol=3e-5, err_msg=f"{type(runner).__name__} {name}")
+
+
+@pytest.mark.parametrize(("text", "dtype"), [("lstm,input=3,hidden=4,layers=2,bidirectional", "float32"), ("gru,input=1,hidden=3", "float16")])
+def test_the_isolated_runner_gives_onnx_runtimes_own_answers(text: str, dtype: str) -> None:
+    """The child process changes where ONNX Runtime runs, not what it answers: bit-identical
+    outputs, names, dtypes and shapes, at batch 1 and more, across several calls to one session."""
+    from rnnx.engines.isolated import IsolatedOnnxRuntime
+
+    weights = RNNWeights.random(RNNSpec.parse(text), seed=3).astype(np.dtype(dtype))
+    model = build_stack_model(weights, sequence_lens=True)
+    direct, isolated = OnnxRuntimeRunner(model), IsolatedOnnxRuntime(model.SerializeToString(), "test model")
+    assert (isolated.input_names, isolated.output_names) == (direct.input_names, direct.output_names)
+    for k, (seq, batch) in enumerate([(1, 1), (7, 3), (2, 5)]):
+        inputs = parity.random_inputs(weights, seq, batch, seed=k, ragged=True, dtype=dtype)
+        want, got = direct(inputs), isolated(inputs)
+        for name in want:
+            assert got[name].dtype == want[name].dtype and got[name].shape == want[name].shape
+            np.testing.assert_array_equal(got[name], want[name])
+    isolated.close()
+
+
+def test_the_isolated_runner_stops_a_graph_that_never_ends() -> None:
+    import time
+
+    from onnx import TensorProto, helper, numpy_helper
+
+    from rnnx import RNNXError, limits
+    from rnnx.engines.isolated import IsolatedOnnxRuntime
+
+    body = helper.make_graph(
+        [helper.make_node("Add", ["a", "one"], ["a_out"]), helper.make_node("Identity", ["c"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("a", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("a_out", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.array(1, np.float32), "one")])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "x"], ["y"], body=body)], "spin",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.array(10**15, np.int64), "trips")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with limits.budgets(seconds=2):
+        runner = IsolatedOnnxRuntime(model.SerializeToString(), "spin.onnx")
+        start = time.monotonic()
+        with pytest.raises(RNNXError, match="spin.onnx for over 2 s without finishing"):
+            runner({"x": np.zeros((), np.float32)})
+    assert time.monotonic() - start < 10
+    assert runner._child.poll() is not None  # the child was killed, not left spinning
