@@ -92,6 +92,26 @@ def atomic_output(path: Path) -> Iterator[Path]:
         _in_flight.discard(tmp)
 
 
+# How a library's own write error reads when the disk, quota or file-size limit is the cause:
+# h5py, safetensors and torch wrap the OS error in their own exception types.
+_IO_FAILURE = ("errno", "os error", "i/o error", "no space", "file too large", "quota", "read-only file system", "failed writing")
+
+
+@contextlib.contextmanager
+def library_write(path: Path) -> Iterator[None]:
+    """Around a library's serialiser (h5py, safetensors, torch.save, onnx.save): a write that
+    fails for lack of room is the user's to fix, so it is one line, not an internal error."""
+    try:
+        yield
+    except RNNXError:
+        raise
+    except Exception as exc:
+        text = " ".join(str(exc).split())
+        if isinstance(exc, OSError) or any(marker in text.lower() for marker in _IO_FAILURE):
+            raise RNNXError(f"{path}: writing failed ({text[:160]}); nothing was written, free space or choose another path") from None
+        raise
+
+
 def _fsync(path: Path | str, folder: bool = False) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if folder else 0))
@@ -190,7 +210,7 @@ def _safetensors_header(path: Path) -> tuple[dict, int, int]:
             raise RNNXError(f"{path}: safetensors header claims {n} bytes but the file has {size}; the file is damaged")
         try:
             header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # JSONDecodeError, bad UTF-8, integers past 4300 digits
             raise RNNXError(f"{path}: safetensors header is not valid JSON; the file is damaged") from None
     if not isinstance(header, dict):
         raise RNNXError(f"{path}: safetensors header is not a JSON object; the file is damaged")
@@ -247,5 +267,5 @@ def read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
     from safetensors.numpy import save_file
 
-    with atomic_output(path) as tmp:
+    with atomic_output(path) as tmp, library_write(path):
         save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp), metadata=metadata)

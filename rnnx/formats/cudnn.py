@@ -168,7 +168,7 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
     if "table" in meta:
         try:
             stored_table = json.loads(meta["table"])
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):
             raise RNNXError(f"{path}: the blob's offset table in its metadata is not valid JSON; the file is damaged") from None
         ours = [[e.offset, list(e.shape)] for e in offset_table(spec)]
         if stored_table != ours:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.fileio import atomic_output, check_archive, require_file
+from rnnx.fileio import atomic_output, check_archive, library_write, require_file
 from rnnx.formats.registry import Format, register, settle_spec
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
@@ -94,7 +94,7 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
 
 def write(weights: RNNWeights, path: Path) -> None:
     vector = to_native(weights)
-    with atomic_output(path) as tmp:
+    with atomic_output(path) as tmp, library_write(path):
         with open(tmp, "wb") as f:
             np.savez(f, **{NPZ_KEY: vector, "spec": np.array(str(weights.spec))})
 

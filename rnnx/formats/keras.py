@@ -66,7 +66,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.fileio import atomic_output, check_archive, require_file
+from rnnx.fileio import atomic_output, check_archive, library_write, require_file
 from rnnx.formats.registry import Format, register, settle_spec
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
@@ -594,7 +594,7 @@ def write(weights: RNNWeights, path: Path) -> None:
     h5py = _import_h5py("writing .weights.h5")
     per_cell = _arrays_per_cell(spec)
     kind = "bidirectional" if spec.direction == "bidirectional" else LAYER_GROUP[spec.cell]
-    with atomic_output(path) as tmp, h5py.File(tmp, "w") as f:
+    with atomic_output(path) as tmp, library_write(path), h5py.File(tmp, "w") as f:
         f.attrs[SPEC_ATTR] = np.bytes_(str(spec))
         f.create_group("vars")
         k = 0

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.fileio import atomic_output, check_archive, read_safetensors, require_file, safetensors_metadata, write_safetensors
+from rnnx.fileio import atomic_output, check_archive, library_write, read_safetensors, require_file, safetensors_metadata, write_safetensors
 from rnnx.formats.registry import Format, register
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
@@ -260,7 +260,7 @@ def write(weights: RNNWeights, path: Path) -> None:
         write_safetensors(path, arrays, {"format": "torch", "spec": str(weights.spec)})
         return
     torch = _import_torch(f"writing {path.suffix}")
-    with atomic_output(path) as tmp:
+    with atomic_output(path) as tmp, library_write(path):
         torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}, str(tmp))
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.fileio import atomic_output
+from rnnx.fileio import atomic_output, library_write
 from rnnx.formats import onnx as onnx_format
 from rnnx.graphs.lower import DOMAIN as LOWER_DOMAIN
 from rnnx.graphs.lower import LSTM_PROJECTED, lower_projections
@@ -135,11 +135,16 @@ def save_model(model: Any, path: Path) -> bool:
 def write_model(model: Any, tmp: Path, final_name: str) -> bool:
     """Write ``model`` to ``tmp``, which will be renamed to ``final_name`` in the same folder;
     external data, when the weights pass protobuf's limit, goes to ``<final_name>.data``."""
+    external = sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES
+    with library_write(tmp.with_name(final_name)):
+        _save(model, tmp, final_name, external)
+    return external
+
+
+def _save(model: Any, tmp: Path, final_name: str, external: bool) -> None:
     import onnx
 
-    external = sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES
     if external:
         onnx.save(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True, location=final_name + ".data")
     else:
         onnx.save(model, str(tmp))
-    return external

@@ -38,7 +38,7 @@ def read_metadata(proto: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any
     try:
         export = json.loads(props[EXPORT_KEY]) if EXPORT_KEY in props else None
         recurrences = json.loads(props.get(RECURRENCES_KEY, "[]"))
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):
         return None, []
     if not isinstance(export, dict) or not isinstance(recurrences, list):
         return None, []

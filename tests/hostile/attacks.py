@@ -39,6 +39,7 @@ class Attack:
     term_after: float | None = None  # send SIGTERM after this many seconds
     max_rss_mib: int = 1024
     check: Callable[[Path], str | None] | None = None  # extra check after the run: a failure message or None
+    file_size_limit: int | None = None  # RLIMIT_FSIZE for the run: writes past it fail as on a full disk
 
 
 ATTACKS: dict[str, Callable[[Path, np.random.Generator], Attack]] = {}
@@ -92,6 +93,14 @@ def safetensors_nested_json_header(folder: Path, rng: np.random.Generator) -> At
     depth = int(rng.integers(2000, 200000))
     (folder / "w.safetensors").write_bytes(struct.pack("<Q", 2 * depth) + b"[" * depth + b"]" * depth)
     return Attack(["convert", "w.safetensors", "-o", "out.onnx"], says="damaged")
+
+
+@attack
+def safetensors_header_integer_too_long(folder: Path, rng: np.random.Generator) -> Attack:
+    digits = "9" * int(rng.integers(4400, 20000))
+    head = ('{"weight_ih_l0": {"dtype": "F32", "shape": [' + digits + '], "data_offsets": [0, 4]}}').encode()
+    (folder / "w.safetensors").write_bytes(struct.pack("<Q", len(head)) + head + b"\0" * 4)
+    return Attack(["convert", "w.safetensors", "-o", "out.onnx", "--from", "torch"], says="damaged")
 
 
 @attack
@@ -602,6 +611,19 @@ def output_name_too_long(folder: Path, rng: np.random.Generator) -> Attack:
 def output_folder_missing(folder: Path, rng: np.random.Generator) -> Attack:
     _torch_state(folder, rng)
     return Attack(["convert", "ck.pt", "-o", "nowhere/out.onnx"], says="does not exist")
+
+
+@attack
+def disk_full_while_writing(folder: Path, rng: np.random.Generator) -> Attack:
+    import torch
+
+    torch.manual_seed(0)
+    torch.save(torch.nn.GRU(64, 128, num_layers=2).state_dict(), folder / "ck.pt")
+    out = str(rng.choice(["out.onnx", "out.pt", "out.safetensors", "out.npz", "out.weights.h5"]))
+    to = {"out.npz": ["--to", "jax", "--spec", "lstm,input=64,hidden=128"]}.get(out, [])
+    if out == "out.npz":  # jax holds LSTMs only: give it one
+        torch.save(torch.nn.LSTM(64, 128).state_dict(), folder / "ck.pt")
+    return Attack(["convert", "ck.pt", "-o", out, *to], says="writing failed", file_size_limit=int(rng.integers(1000, 100_000)))
 
 
 @attack

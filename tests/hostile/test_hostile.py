@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -51,13 +52,26 @@ def _snapshot(folder: Path) -> dict[str, tuple[str, int, str]]:
     return seen
 
 
-def _run(argv: list[str], folder: Path, term_after: float | None, timeout: float = 120) -> tuple[int, str, float, int]:
+def _limit_file_size(nbytes: int | None) -> Callable[[], None] | None:
+    if nbytes is None:
+        return None
+
+    def limit() -> None:
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, nbytes))
+
+    return limit
+
+
+def _run(argv: list[str], folder: Path, term_after: float | None, timeout: float = 120, file_size_limit: int | None = None) -> tuple[int, str, float, int]:
     """(exit status, stderr, seconds, peak RSS in KiB of the process and its children)."""
     err_path = folder.parent / f"{folder.name}.stderr"
     with open(err_path, "wb") as err:
         start = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "rnnx.cli", *argv], cwd=folder, stdout=subprocess.DEVNULL, stderr=err,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_limit_file_size(file_size_limit))
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         if term_after is not None:
@@ -73,7 +87,7 @@ def run_attack(name: str, folder: Path, seed: int) -> None:
     folder.mkdir()
     attack: Attack = ATTACKS[name](folder, np.random.default_rng(seed))
     before = _snapshot(folder)
-    code, stderr, seconds, rss_kib = _run(attack.argv, folder, attack.term_after)
+    code, stderr, seconds, rss_kib = _run(attack.argv, folder, attack.term_after, file_size_limit=attack.file_size_limit)
     after = _snapshot(folder)
     where = f"attack {name} (seed {seed}): rnnx {' '.join(a[:60] for a in attack.argv)}"
     assert "Traceback" not in stderr, f"{where}: traceback\n{stderr[-2000:]}"
