@@ -21,6 +21,7 @@ from rnnx.errors import RNNXError
 
 # safetensors' own limit on the JSON header; anything larger is not a safetensors file.
 _MAX_HEADER = 100 * 1024 * 1024
+_MAX_RANK = 32  # numpy holds 64 dimensions at most; no weight has more than a handful
 
 
 # The temporary file of each output being written in this thread, by final path. A writer
@@ -246,18 +247,21 @@ def read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]
             dtype, shape, offsets = info.get("dtype"), info["shape"], info["data_offsets"]
             if isinstance(dtype, str) and dtype.startswith("F8"):
                 raise RNNXError(f"{where} is {dtype}; rnnx reads float32/16/64 and bfloat16 weights: dequantize the checkpoint first")
-            if dtype not in _SAFETENSORS_DTYPES:
+            if not isinstance(dtype, str) or dtype not in _SAFETENSORS_DTYPES:
                 raise RNNXError(f"{where}: unknown dtype {dtype!r}; expected one of {', '.join(_SAFETENSORS_DTYPES)}")
-            if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape) or len(offsets) != 2 \
+            if len(shape) > _MAX_RANK or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 48 for d in shape) or len(offsets) != 2 \
                     or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
-                raise RNNXError(f"{where}: shape {shape} or offsets {offsets} are not non-negative integers; the file is damaged")
+                raise RNNXError(f"{where}: shape {str(shape)[:80]} or offsets {str(offsets)[:80]} are not {_MAX_RANK} or fewer sizes and two offsets; the file is damaged")
             np_dtype = np.dtype(_SAFETENSORS_DTYPES[dtype])
             begin, end = offsets
             count = int(np.prod(shape, dtype=object))
             if not 0 <= begin <= end <= size - start or end - begin != count * np_dtype.itemsize:
                 raise RNNXError(f"{where}: its bytes ({begin}..{end}) do not fit its shape {shape} and dtype {dtype} inside the file; the file is damaged")
             f.seek(start + begin)
-            array = np.frombuffer(bytearray(f.read(end - begin)), dtype=np_dtype).reshape(shape)  # writable, not copied again
+            try:
+                array = np.frombuffer(bytearray(f.read(end - begin)), dtype=np_dtype).reshape(shape)  # writable, not copied again
+            except ValueError:  # numpy refuses the shape itself (an empty tensor with absurd other sizes)
+                raise RNNXError(f"{where}: shape {str(shape)[:80]} is not one numpy can hold; the file is damaged") from None
             if dtype == "BF16":  # the top half of a float32
                 array = (array.astype(np.uint32) << 16).view(np.float32)
             tensors[name] = array

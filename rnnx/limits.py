@@ -24,6 +24,7 @@ MIN_MEMORY = 1 << 30
 MEMORY_PER_INPUT_BYTE = 16
 BASE_SECONDS = 20.0
 SECONDS_PER_BYTE = 1.0 / 10e6
+WORKING_COPIES = 4  # a conversion holds about this many copies of the weights at its peak (measured: 3.2)
 MAX_PARAMETERS = 1 << 34  # a spec's default ceiling: 64 GiB of float32, past any real recurrent network
 
 _memory: contextvars.ContextVar[int | None] = contextvars.ContextVar("rnnx_max_memory", default=None)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx import limits
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, check_archive, library_write, read_safetensors, require_file, safetensors_metadata, write_safetensors
 from rnnx.formats.registry import Format, register
@@ -76,6 +77,8 @@ def to_native(weights: RNNWeights, cell: bool = False, prefix: str = "") -> dict
 def _as_numpy(value: Any, key: str = "") -> np.ndarray:
     if hasattr(value, "detach"):
         what = f"tensor {key!r}" if key else "a tensor"
+        if getattr(value, "is_nested", False):
+            raise RNNXError(f"{what} is a nested tensor; rnnx reads dense floating-point weights")
         if getattr(value, "is_meta", False):
             raise RNNXError(f"{what} is a meta tensor, which holds no data; save the checkpoint from a model with real weights")
         if getattr(value, "is_quantized", False) or str(getattr(value, "layout", "torch.strided")) != "torch.strided":
@@ -240,7 +243,19 @@ def load_state(path: Path) -> dict[str, Any]:
             f"{path}: cannot load as weights only ({first[:200]}); rnnx never runs code inside a pickle: "
             "save a plain state_dict (torch.save(model.state_dict(), ...)) or a .safetensors file"
         ) from None
-    return _flatten(obj)
+    flat = _flatten(obj)
+    # A tensor may be a view far larger than its storage (an expanded 0-stride tensor): what the
+    # tensors will take once made dense is checked against the budget, not the file's size.
+    claimed = sum(_dense_bytes(v) for v in flat.values()) * limits.WORKING_COPIES
+    limits.check_claim(f"{path}: converting its tensors (made dense: expanded views take their full size)", claimed, path.stat().st_size)
+    return flat
+
+
+def _dense_bytes(value: Any) -> int:
+    try:
+        return int(value.numel()) * int(value.element_size()) if hasattr(value, "numel") else int(np.asarray(value).nbytes)
+    except (RuntimeError, TypeError, ValueError):  # nested and other tensors without one size: refused later, one by one
+        return 0
 
 
 def groups(path: Path) -> list[str]:

@@ -78,6 +78,20 @@ def _check_external_data(model: Any, path: Path) -> None:
             raise RNNXError(f"{path}: tensor {tensor.name!r} claims bytes {offset}..{offset + length} of {location!r}, which has {status.st_size}")  # type: ignore[union-attr]
 
 
+def _check_opsets(model: Any, path: Path) -> None:
+    """Each opset version must be one onnx can look schemas up for: a positive 32-bit integer,
+    and for the default domain no newer than this onnx knows."""
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    for entry in model.opset_import:
+        default = entry.domain in ("", "ai.onnx")
+        if not 1 <= entry.version < (newest + 1 if default else 1 << 31):
+            domain = "the default domain" if default else f"domain {entry.domain!r}"
+            hint = f"; this onnx knows opsets 1 to {newest}: upgrade onnx if the file is newer" if default else ""
+            raise RNNXError(f"{path}: imports opset {entry.version} of {domain}{hint}; the file is damaged or from a newer onnx")
+
+
 def load_model(path: Path) -> Any:
     import onnx
     from onnx import external_data_helper
@@ -88,6 +102,7 @@ def load_model(path: Path) -> Any:
     except Exception as exc:  # protobuf's DecodeError and friends: the file is not a model
         raise RNNXError(f"{path}: cannot parse as an ONNX model ({type(exc).__name__}); the file is damaged or not ONNX") from None
     _check_external_data(model, path)
+    _check_opsets(model, path)
     try:
         external_data_helper.load_external_data_for_model(model, str(path.parent))
     except Exception as exc:  # noqa: BLE001  OSError, ValueError, onnx's ValidationError: the data is not readable as claimed

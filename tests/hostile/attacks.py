@@ -104,6 +104,21 @@ def safetensors_header_integer_too_long(folder: Path, rng: np.random.Generator) 
 
 
 @attack
+def safetensors_fields_of_the_wrong_kind(folder: Path, rng: np.random.Generator) -> Attack:
+    entry = [{"dtype": ["F32"], "shape": [4, 1], "data_offsets": [0, 16]},
+             {"dtype": "F32", "shape": [0, 10**20], "data_offsets": [0, 0]},
+             {"dtype": "F32", "shape": [0, 1 << 62, 1 << 62], "data_offsets": [0, 0]},
+             {"dtype": "F32", "shape": [1] * 100, "data_offsets": [0, 4]},
+             {"dtype": "F32", "shape": "4x1", "data_offsets": [0, 16]},
+             {"dtype": "F32", "shape": [4, 1], "data_offsets": {"a": 1}},
+             {"dtype": "F32", "shape": [4, True], "data_offsets": [0, 16]},
+             "F32"][int(rng.integers(8))]
+    header = {"weight_ih_l0": entry, "weight_hh_l0": {"dtype": "F32", "shape": [4, 1], "data_offsets": [0, 16]}}
+    (folder / "w.safetensors").write_bytes(_safetensors_bytes(header, b"\0" * 16))
+    return Attack(["convert", "w.safetensors", "-o", "out.onnx", "--from", "torch"], says="weight_ih_l0")
+
+
+@attack
 def safetensors_offsets_outside_data(folder: Path, rng: np.random.Generator) -> Attack:
     n = int(rng.integers(1, 64))
     header = {"weight_ih_l0": {"dtype": "F32", "shape": [4 * n, n], "data_offsets": [0, 16 * n * n]}}
@@ -256,16 +271,27 @@ def torch_unusual_tensors(folder: Path, rng: np.random.Generator) -> Attack:
     import torch
 
     n = int(rng.integers(1, 5))
-    kind = str(rng.choice(["sparse", "meta", "float8", "int", "complex"]))
+    kind = str(rng.choice(["sparse", "meta", "float8", "int", "complex", "nested"]))
     make = {
         "sparse": lambda: torch.zeros(4 * n, n).to_sparse(),
         "meta": lambda: torch.zeros(4 * n, n, device="meta"),
         "float8": lambda: torch.zeros(4 * n, n).to(torch.float8_e4m3fn),
         "int": lambda: torch.zeros(4 * n, n, dtype=torch.int32),
         "complex": lambda: torch.zeros(4 * n, n, dtype=torch.complex64),
+        "nested": lambda: torch.nested.nested_tensor([torch.zeros(4 * n, n), torch.zeros(2, n)]),
     }[kind]
     torch.save({"weight_ih_l0": make(), "weight_hh_l0": torch.zeros(4 * n, n)}, folder / "odd.pt")
     return Attack(["convert", "odd.pt", "-o", "out.onnx"], says="weight_ih_l0")
+
+
+@attack
+def torch_expanded_view_bomb(folder: Path, rng: np.random.Generator) -> Attack:
+    """A 0-stride view: a few bytes of storage on disk, gigabytes once made dense."""
+    import torch
+
+    n = int(rng.integers(6000, 20000))
+    torch.save({"weight_ih_l0": torch.zeros(1, 1).expand(3 * n, n), "weight_hh_l0": torch.zeros(1, 1).expand(3 * n, n)}, folder / "view.pt")
+    return Attack(["convert", "view.pt", "-o", "out.safetensors"], says="memory budget")
 
 
 @attack
@@ -551,6 +577,19 @@ def onnx_opset_out_of_range(folder: Path, rng: np.random.Generator) -> Attack:
     model.opset_import[0].version = int(rng.choice([99999, 0, -5, 2**40]))
     onnx.save(model, str(path))
     return Attack(["lower", "m.onnx", "-o", "out.onnx"], says="m.onnx")
+
+
+@attack
+def onnx_opset_version_absurd(folder: Path, rng: np.random.Generator) -> Attack:
+    import onnx
+
+    path, _ = _onnx(folder, rng)
+    model = onnx.load(str(path))
+    model.opset_import[0].version = int(rng.choice([1 << 62, 99999, -1]))
+    onnx.save(model, str(path))
+    verb = str(rng.choice(["fuse", "lower", "inspect"]))
+    argv = {"inspect": ["inspect", "m.onnx"], "fuse": ["fuse", "m.onnx", "-o", "out.onnx"], "lower": ["lower", "m.onnx", "-o", "out.onnx"]}[verb]
+    return Attack(argv, says="opset")
 
 
 @attack
