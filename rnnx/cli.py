@@ -61,7 +61,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from rnnx.exporters.torch_export import export
 
     model, example = load_model(args.model)
-    refuse_overwriting(_export_inputs(args.model) + [args.checkpoint], {"-o": args.output})
+    refuse_overwriting(_export_inputs(args.model) + [args.checkpoint], {"-o": args.output, "-o's external data": args.output.with_name(args.output.name + ".data")})
     if args.checkpoint:
         load_checkpoint(model, args.checkpoint)
     if args.input:
@@ -77,7 +77,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
         name, dim, _ = parse_dim(text, "--static")
         static.setdefault(name, []).append(dim)
     if not args.json:
-        print(f"exporting {args.model}: tracing, translating, checking in ONNX Runtime...", file=sys.stderr)
+        # Progress for a person at a terminal; in a pipeline stderr holds only the one-line refusal, if any.
+        if sys.stderr.isatty():
+            print(f"exporting {args.model}: tracing, translating, checking in ONNX Runtime...", file=sys.stderr)
     report = export(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
                     input_names=_names(args.input_names), output_names=_names(args.output_names), check=not args.no_check, seed=args.seed)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
@@ -93,6 +95,16 @@ def _export_inputs(target: str) -> list[Path]:
         return [Path(source)]
     module = sys.modules.get(source)
     return [Path(module.__file__)] if module is not None and getattr(module, "__file__", None) else []
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 1 << 63:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer below 2**63, found {text!r}")
+    return value
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -193,7 +205,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         except ValueError:
             raise RNNXError(f"--tol {item!r}: expected BACKEND=ATOL,RTOL like ort=1e-4,1e-3") from None
         tolerances[backend] = (atol, rtol)
-    refuse_overwriting([args.against, args.model], {"--report": args.report, "--html": args.html})
+    from rnnx.graphs.find import data_files
+
+    model_files = [args.model, *data_files(args.model)] if args.model and args.model.suffix.lower() == ".onnx" else [args.model]
+    against_files = [args.against, *data_files(args.against)] if args.against.suffix.lower() == ".onnx" else [args.against]
+    refuse_overwriting(model_files + against_files, {"--report": args.report, "--html": args.html})
     report = verify(
         args.against, args.model, backends=[b.strip() for b in args.backends.split(",") if b.strip()],
         seq_lens=_ints(args.seq_lens, "--seq-lens"), batches=_ints(args.batch, "--batch"), dtypes=[d.strip() for d in args.dtype.split(",")],
@@ -251,7 +267,7 @@ def _add_graph_rewrite_arguments(p: argparse.ArgumentParser, what: str) -> None:
     """The arguments every ONNX-to-ONNX verb shares."""
     p.add_argument("model", type=Path, help="ONNX model (never modified)")
     p.add_argument("-o", "--output", type=Path, required=True, help=f"{what} ONNX model (written atomically)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the check's inputs")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the check's inputs")
     p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime comparison")
     p.add_argument("--json", action="store_true", help="print JSON on stdout")
 
@@ -311,7 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-names", metavar="A,B,...", help="names of the graph inputs, one per tensor input (default: forward's parameter names)")
     p.add_argument("--output-names", metavar="A,B,...", help="names of the graph outputs (default: dict keys or output_0, output_1, ...)")
     p.add_argument("--opset", type=int, default=17, help="ONNX opset, 14 to the newest onnx knows (default 17, what TensorRT 8.6 on JetPack 5 parses)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the check's inputs")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the check's inputs")
     p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime check")
     p.add_argument("--json", action="store_true", help="print the export report as JSON on stdout")
     p.set_defaults(func=_cmd_export)
@@ -375,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", default="1,8", help="batch sizes (default 1,8)")
     p.add_argument("--dtype", default="fp32", help="input dtypes, e.g. fp32,fp16 (default fp32)")
     p.add_argument("--tol", action="append", metavar="BACKEND=ATOL,RTOL", help="override a backend's tolerance")
-    p.add_argument("--seed", type=int, default=0, help="seed of the inputs")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the inputs")
     p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
     p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML page with plots here")
     p.add_argument("--json", action="store_true", help="print the JSON report on stdout")

@@ -89,8 +89,14 @@ def convert(
     source, output = Path(source), Path(output)
     refuse_overwriting([source], {"-o": output})
     src_fmt = formats.get(from_format) if from_format else formats.detect(source)
-    weights = api.load(source, format=src_fmt.name, select=select, spec=spec)
     out_fmt = formats.get(to_format) if to_format else formats.detect(output, output=True)
+    if src_fmt.name == "onnx" or out_fmt.name == "onnx":
+        from rnnx.graphs.find import data_files
+
+        # An ONNX input's external data are inputs too, and an ONNX output may write a .data file beside it.
+        refuse_overwriting([source, *(data_files(source) if src_fmt.name == "onnx" else [])],
+                           {"-o": output, **({"-o's external data": output.with_name(output.name + ".data")} if out_fmt.name == "onnx" else {})})
+    weights = api.load(source, format=src_fmt.name, select=select, spec=spec)
     notes = []
     bad = weights.nonfinite()
     if bad and nonfinite == "error":

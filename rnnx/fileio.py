@@ -55,9 +55,9 @@ def atomic_output(path: Path) -> Iterator[Path]:
     if key in outer:
         yield outer[key]
         return
+    _refuse_special(path, "output")
     if path.parent and not path.parent.exists():
         raise RNNXError(f"{path}: the folder {path.parent} does not exist; create it first")
-    _refuse_special(path, "output")
     try:
         # The name ends as the final one does, so that readers that go by extension can check it.
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".part" + "".join(path.suffixes[-2:])[:40], dir=path.parent or ".")
@@ -134,15 +134,22 @@ def _refuse_special(path: Path, role: str) -> None:
         limit = 255
     if len(os.fsencode(path.name)) > limit:
         raise RNNXError(f"{path.name[:40]}...: the {role} name is {len(os.fsencode(path.name))} bytes, over this file system's limit of {limit}; choose a shorter name")
-    if path.is_dir():
+    try:
+        is_dir, exists, is_file = path.is_dir(), path.exists(), path.is_file()
+    except OSError as exc:  # a path too long, a loop of links
+        raise RNNXError(f"{str(path)[:60]}...: the {role} cannot be used ({exc.strerror}); choose another path") from None
+    if is_dir:
         raise RNNXError(f"{path}: the {role} is a folder; give a file name")
-    if path.exists() and not path.is_file():
+    if exists and not is_file:
         raise RNNXError(f"{path}: the {role} exists and is not a regular file (a device, pipe or socket); rnnx writes by renaming and would replace it; choose another path")
 
 
 def _same(a: Path, b: Path) -> bool:
-    if a.resolve() == b.resolve():
-        return True
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except (OSError, RuntimeError):
+        return False
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b)  # hard links, bind mounts
     except OSError:
@@ -183,7 +190,8 @@ def check_archive(path: Path) -> None:
             raise RNNXError(f"{path}: archive member {info.filename[:80]!r} claims {info.file_size} bytes stored in {info.compress_size}, "
                             f"in a {size}-byte file; the archive is damaged")
         total += info.file_size
-    limits.check_claim(f"{path}: inflating its {len(infos)} archive member(s)", total, size)
+    # The inflated bytes are held while the arrays are built from them: two copies at the peak.
+    limits.check_claim(f"{path}: inflating its {len(infos)} archive member(s)", 2 * total, size)
 
 
 def require_file(path: Path) -> Path:

@@ -413,3 +413,22 @@ def test_half_and_double_checkpoints_convert_to_onnx_with_the_check_on(tmp_path:
     else:
         assert backends == {"onnx (reread)"} or backends == {"onnxruntime"}
         assert backends == {"onnxruntime"} or any("no float64 kernel" in n for n in report["notes"])
+
+
+def test_two_writers_to_one_output_each_check_their_own_file(tmp_path: Path) -> None:
+    """Each run writes and checks its own temporary file and renames it whole: the output is one
+    run's file, complete, whichever renames last, and no temporary is left."""
+    torch = pytest.importorskip("torch")
+    for name, hidden in (("a.pt", 48), ("b.pt", 40)):
+        torch.manual_seed(hidden)
+        torch.save(torch.nn.LSTM(16, hidden, num_layers=2).state_dict(), tmp_path / name)
+    out = tmp_path / "out.onnx"
+    argv = [[sys.executable, "-m", "rnnx.cli", "convert", str(tmp_path / n), "-o", str(out), "--json"] for n in ("a.pt", "b.pt")]
+    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for a in argv]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [r[1] for r in results]
+    assert all(json.loads(r[0])["check"]["passed"] for r in results)
+    written = rnnx.load(out)
+    assert written.spec.hidden_size in (48, 40)
+    assert written.equal(rnnx.load(tmp_path / ("a.pt" if written.spec.hidden_size == 48 else "b.pt")))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "b.pt", "out.onnx"]

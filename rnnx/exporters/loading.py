@@ -9,6 +9,8 @@ checkpoints, in contrast, are loaded weights-only.
 
 from __future__ import annotations
 
+import math
+
 import importlib
 import importlib.util
 import sys
@@ -134,14 +136,19 @@ def parse_input(text: str) -> tuple[str | None, Any]:
             values = [float(v) if dtype in (None, "float32", "float64", "float16") else int(v) for v in body[len("values="):].split(",")]
         except ValueError:
             raise RNNXError(f"--input {text!r}: expected values like values=7,5,2") from None
-        return name, torch.tensor(values, dtype=getattr(torch, dtype or ("int64" if all(float(v).is_integer() for v in values) else "float32")))
+        if len(values) > 1 << 20:
+            raise RNNXError(f"--input {text[:60]!r}...: expected at most {1 << 20} values, found {len(values)}")
+        try:
+            return name, torch.tensor(values, dtype=getattr(torch, dtype or ("int64" if all(float(v).is_integer() for v in values) else "float32")))
+        except (OverflowError, RuntimeError):
+            raise RNNXError(f"--input {text[:80]!r}: a value does not fit {dtype or 'int64'}") from None
     shape_text = body[1:-1] if body.startswith("[") and body.endswith("]") else body
     separator = "," if body.startswith("[") else "x"
     try:
         shape = [int(v) for v in shape_text.split(separator)] if shape_text else []
     except ValueError:
         raise RNNXError(f"--input {text!r}: expected a shape like 5x3x8 or [5,3,8] (for values write values=7,5,2)") from None
-    if any(d < 0 for d in shape) or int(np.prod(shape, dtype=np.int64)) > 1 << 28:
+    if any(d < 0 for d in shape) or math.prod(shape) > 1 << 28:
         raise RNNXError(f"--input {text!r}: expected non-negative sizes totalling at most 2**28 elements, found {shape}")
     dtype = dtype or "float32"
     if dtype in ("int64", "int32"):

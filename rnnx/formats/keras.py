@@ -418,6 +418,8 @@ def _read_dataset(ds: Any, where: str, budget: _Budget, h5py: Any) -> np.ndarray
     if ds.is_virtual or ds.external:
         raise RNNXError(f"{where}: the array's data lives in another file; rnnx reads only data stored inside the file itself")
     budget.take(int(ds.size) * ds.dtype.itemsize, where, ds.shape)
+    if ds.dtype.kind == "f" and ds.dtype.itemsize not in (2, 4, 8):
+        raise RNNXError(f"{where}: expected float16/32/64 or bfloat16 weights, found {ds.dtype}; the file is damaged or not Keras 3's")
     data = np.asarray(ds[()])
     # Keras stores bfloat16 as 2-byte opaque values marked by a "dtype" attribute. Only the mark's presence
     # is checked: reading a string attribute goes through HDF5's global heap, which can hang on a damaged file.

@@ -24,6 +24,8 @@ def random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:
             continue
         t = vi.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") else UNKNOWN_DIM for d in t.shape.dim]
+        if any(d < 0 for d in shape):
+            raise RNNXError(f"graph input {vi.name!r}: shape {shape} has a negative size; the model is damaged")
         try:
             dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
         except KeyError:

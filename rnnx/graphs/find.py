@@ -92,6 +92,24 @@ def _check_opsets(model: Any, path: Path) -> None:
             raise RNNXError(f"{path}: imports opset {entry.version} of {domain}{hint}; the file is damaged or from a newer onnx")
 
 
+def data_files(path: Path) -> list[Path]:
+    """The external-data files an ONNX file names (inputs too: no output may replace them)."""
+    import onnx
+    from onnx import TensorProto
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001  not a model: its reader refuses it in its own words
+        return []
+    found = []
+    for tensor in _tensors(model.graph):
+        if tensor.data_location == TensorProto.EXTERNAL:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            if location and "\0" not in location:
+                found.append(path.parent / location)
+    return sorted(set(found))
+
+
 def load_model(path: Path) -> Any:
     import onnx
     from onnx import external_data_helper

@@ -20,7 +20,7 @@ from rnnx import parity
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.graphs.compare import compare_models
-from rnnx.graphs.find import load_model
+from rnnx.graphs.find import data_files, load_model
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.graphs.legalize import drop_newer_attributes
@@ -57,7 +57,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0) -> 
     from rnnx.graphs.build import save_model
 
     source, output = Path(source), Path(output)
-    refuse_overwriting([source], {"-o": output})
+    refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
     original = load_model(source)
     drop_newer_attributes(original, strict=False)  # a graph from another tool: repair what the converter left, refuse nothing
     model = copy.deepcopy(original)

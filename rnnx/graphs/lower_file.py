@@ -11,7 +11,7 @@ from rnnx import parity
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.graphs.compare import compare_models
-from rnnx.graphs.find import load_model
+from rnnx.graphs.find import data_files, load_model
 from rnnx.graphs.lower import lower_recurrences
 
 
@@ -19,7 +19,7 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
     from rnnx.graphs.build import save_model
 
     source, output = Path(source), Path(output)
-    refuse_overwriting([source], {"-o": output})
+    refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
     original = load_model(source)
     model = copy.deepcopy(original)
     result = lower_recurrences(model, select)

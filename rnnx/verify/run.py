@@ -153,6 +153,7 @@ def verify(
     from rnnx import api
 
     weights = api.load(source, select=select, spec=spec)
+    _check_run_sizes(weights, source, model, seq_lens, batches)
     report = VerifyReport(str(model) if model else "-", str(source), str(weights.spec))
     runners, report.backends = _runners(weights, model, backends, dtypes[0])
     takes_lengths = ragged if ragged is not None else _model_takes("seq_lens", runners.get("ort"))
@@ -191,6 +192,17 @@ def verify(
         hyps, matches = diagnose(weights, inputs, y, atol=max(tol[0] * 10, 1e-3))
         report.diagnosis.append({"backend": name, "matches": matches, "hypotheses": [asdict(h) for h in hyps]})
     return report
+
+
+def _check_run_sizes(weights: RNNWeights, source: Path, model: Path | None, seq_lens: Sequence[int], batches: Sequence[int]) -> None:
+    """The largest case's activations, in float64 for the reference and once per backend, must fit the budget."""
+    from rnnx import limits
+
+    spec = weights.spec
+    per_step = spec.input_size + 2 * spec.num_layers * spec.num_directions * (spec.output_size + spec.hidden_size)
+    claimed = max(seq_lens, default=0) * max(batches, default=0) * per_step * 8 * limits.WORKING_COPIES
+    files = sum(Path(p).stat().st_size for p in (source, model) if p is not None and Path(p).is_file())
+    limits.check_claim(f"the largest case (T={max(seq_lens, default=0)}, B={max(batches, default=0)})", claimed, files)
 
 
 def _model_takes(name: str, runner: Any) -> bool:
