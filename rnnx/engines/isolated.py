@@ -35,11 +35,13 @@ class IsolatedOnnxRuntime:
     precision = "as the model's tensors"
     device = "cpu"
 
-    def __init__(self, model_bytes: bytes, label: str = "the model") -> None:
+    def __init__(self, model_bytes: bytes, label: str = "the model", deadline: float | None = None) -> None:
+        """``deadline`` (a ``time.monotonic()`` value) lets several sessions share one time limit."""
         self.label = label
         self.budget = limits.memory_budget(len(model_bytes))
         self.seconds = limits.time_limit(len(model_bytes))
-        self._deadline = time.monotonic() + self.seconds
+        self._deadline = deadline if deadline is not None else time.monotonic() + self.seconds
+        self.limit_text = f"{self.seconds:.0f} s" if deadline is None else "shared with the model it is compared with"
         self._child = subprocess.Popen(
             [sys.executable, "-c", "from rnnx.engines.isolated import serve; serve()", str(self.budget)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -92,7 +94,7 @@ class IsolatedOnnxRuntime:
             return _recv(self._child.stdout, self._deadline)  # type: ignore[arg-type]
         except TimeoutError:
             self.close()
-            raise RNNXError(f"ONNX Runtime ran {self.label} for over {self.seconds:.0f} s without finishing (a Loop that never ends?); "
+            raise RNNXError(f"ONNX Runtime ran {self.label} past the time limit ({self.limit_text}) without finishing (a Loop that never ends?); "
                             "if the model is trusted and large, raise the limit with --time-limit SECONDS") from None
         except EOFError:
             self._died()
@@ -201,7 +203,7 @@ def _die_with_parent() -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, MemoryError) or "Failed to allocate memory" in str(exc):
+    if isinstance(exc, MemoryError) or "Failed to allocate memory" in str(exc) or "bad_alloc" in str(exc):
         return (f"it needs more memory than the budget of {int(sys.argv[1]) >> 20} MiB (or this machine) allows; "
                 "if the model is trusted, raise the budget with --max-memory")
     if "failed to map segment" in str(exc):

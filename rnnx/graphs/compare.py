@@ -41,8 +41,14 @@ def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "t
 
     # Both run in child processes under rnnx's time and memory limits: the input is a graph from
     # elsewhere, and the rewrite keeps whatever else it holds.
-    before = IsolatedOnnxRuntime(original.SerializeToString(), label)
-    after = IsolatedOnnxRuntime(rewritten.SerializeToString(), "the rewritten model")
+    import time
+
+    from rnnx import limits
+
+    first, second = original.SerializeToString(), rewritten.SerializeToString()
+    deadline = time.monotonic() + limits.time_limit(len(first))  # one limit for both sessions and all their runs
+    before = IsolatedOnnxRuntime(first, label, deadline)
+    after = IsolatedOnnxRuntime(second, f"the rewritten {label}", deadline)
     feeds = random_feeds(original, seed)
     flags = [k for k, v in feeds.items() if v.dtype == np.bool_]
     report = parity.ParityReport()
