@@ -196,7 +196,11 @@ def check_archive(path: Path) -> None:
 
 def require_file(path: Path) -> Path:
     path = Path(path)
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        raise RNNXError(f"{str(path)[:60]}: expected an existing file, found a path that cannot be opened ({getattr(exc, 'strerror', None) or exc})") from None
+    if not found:
         raise RNNXError(f"{path}: expected an existing file, found {'a folder' if path.is_dir() else 'nothing'}")
     return path
 
