@@ -28,6 +28,18 @@ _LENGTH = struct.Struct("<Q")
 _MAX_HEADER = 1 << 20
 
 
+class TimeBudget:
+    """Seconds ONNX Runtime may spend, counted only while rnnx waits for it (not while rnnx
+    itself computes between runs); several sessions may share one."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.spent = 0.0
+
+    def deadline(self) -> float:
+        return time.monotonic() + self.seconds - self.spent
+
+
 class IsolatedOnnxRuntime:
     """The same interface as :class:`~rnnx.engines.onnxruntime.OnnxRuntimeRunner` (``input_names``,
     ``output_names``, ``runner(feed) -> outputs``), for an untrusted model given as bytes."""
@@ -35,13 +47,11 @@ class IsolatedOnnxRuntime:
     precision = "as the model's tensors"
     device = "cpu"
 
-    def __init__(self, model_bytes: bytes, label: str = "the model", deadline: float | None = None) -> None:
-        """``deadline`` (a ``time.monotonic()`` value) lets several sessions share one time limit."""
+    def __init__(self, model_bytes: bytes, label: str = "the model", time_budget: TimeBudget | None = None) -> None:
+        """``time_budget`` lets several sessions share one limit (default: :func:`rnnx.limits.time_limit`)."""
         self.label = label
         self.budget = limits.memory_budget(len(model_bytes))
-        self.seconds = limits.time_limit(len(model_bytes))
-        self._deadline = deadline if deadline is not None else time.monotonic() + self.seconds
-        self.limit_text = f"{self.seconds:.0f} s" if deadline is None else "shared with the model it is compared with"
+        self.time = time_budget or TimeBudget(limits.time_limit(len(model_bytes)))
         self._child = subprocess.Popen(
             [sys.executable, "-c", "from rnnx.engines.isolated import serve; serve()", str(self.budget)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -90,15 +100,18 @@ class IsolatedOnnxRuntime:
             self.close()
 
     def _receive(self) -> tuple[dict[str, Any], list[np.ndarray]]:
+        start = time.monotonic()
         try:
-            return _recv(self._child.stdout, self._deadline)  # type: ignore[arg-type]
+            return _recv(self._child.stdout, self.time.deadline())  # type: ignore[arg-type]
         except TimeoutError:
             self.close()
-            raise RNNXError(f"ONNX Runtime ran {self.label} past the time limit ({self.limit_text}) without finishing (a Loop that never ends?); "
+            raise RNNXError(f"ONNX Runtime ran {self.label} past the time limit of {self.time.seconds:.0f} s without finishing (a Loop that never ends?); "
                             "if the model is trusted and large, raise the limit with --time-limit SECONDS") from None
         except EOFError:
             self._died()
             raise  # unreachable; _died raises
+        finally:
+            self.time.spent += time.monotonic() - start
 
     def _died(self) -> None:
         code = self._child.wait()

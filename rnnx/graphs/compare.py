@@ -37,18 +37,16 @@ def random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:
 def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "the input model") -> parity.ParityReport:
     """Every output of ``rewritten`` against ``original``'s on the same seeded inputs; with
     boolean inputs (an If's condition, say) once with all of them true and once false."""
-    from rnnx.engines.isolated import IsolatedOnnxRuntime
+    from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
 
     # Both run in child processes under rnnx's time and memory limits: the input is a graph from
     # elsewhere, and the rewrite keeps whatever else it holds.
-    import time
-
     from rnnx import limits
 
     first, second = original.SerializeToString(), rewritten.SerializeToString()
-    deadline = time.monotonic() + limits.time_limit(len(first))  # one limit for both sessions and all their runs
-    before = IsolatedOnnxRuntime(first, label, deadline)
-    after = IsolatedOnnxRuntime(second, f"the rewritten {label}", deadline)
+    shared = TimeBudget(limits.time_limit(len(first)))  # one limit for both sessions and all their runs
+    before = IsolatedOnnxRuntime(first, label, shared)
+    after = IsolatedOnnxRuntime(second, f"the rewritten {label}", shared)
     feeds = random_feeds(original, seed)
     flags = [k for k, v in feeds.items() if v.dtype == np.bool_]
     report = parity.ParityReport()

@@ -65,10 +65,10 @@ def test_the_isolated_runner_stops_a_graph_that_never_ends() -> None:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
         [numpy_helper.from_array(np.array(10**15, np.int64), "trips")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with limits.budgets(seconds=2):
+    with limits.budgets(seconds=6):
         runner = IsolatedOnnxRuntime(model.SerializeToString(), "spin.onnx")
         start = time.monotonic()
-        with pytest.raises(RNNXError, match="spin.onnx past the time limit .2 s. without finishing"):
+        with pytest.raises(RNNXError, match="spin.onnx past the time limit of 6 s without finishing"):
             runner({"x": np.zeros((), np.float32)})
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 20
     assert runner._child.poll() is not None  # the child was killed, not left spinning
