@@ -269,7 +269,7 @@ def _add_graph_rewrite_arguments(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, help=f"{what} ONNX model (written atomically)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the check's inputs")
     p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime comparison")
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON on stdout")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -280,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"rnnx {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--json", action="store_true", help="print JSON on stdout (also accepted after the verb)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_parser = sub.add_parser
 
@@ -308,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-states", action="store_true", help="ONNX model starts from zero states instead of taking h0/c0")
     p.add_argument("--no-check", action="store_true", help="skip running the written file against the reference")
     p.add_argument("--nonfinite", choices=["error", "warn"], default="error", help="NaN/Inf weights: refuse (default) or convert with a warning, unchecked")
-    p.add_argument("--json", action="store_true", help="print a JSON report on stdout")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print a JSON report on stdout")
     p.set_defaults(func=_cmd_convert)
 
     p = sub.add_parser("export", help="export a PyTorch model to ONNX with native LSTM/GRU/RNN nodes, checked",
@@ -329,14 +330,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opset", type=int, default=17, help="ONNX opset, 14 to the newest onnx knows (default 17, what TensorRT 8.6 on JetPack 5 parses)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the check's inputs")
     p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime check")
-    p.add_argument("--json", action="store_true", help="print the export report as JSON on stdout")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the export report as JSON on stdout")
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("inspect", help="list the LSTM/GRU/RNN nodes of an ONNX model and which backends accept them",
                        description="Find every LSTM, GRU and RNN node (subgraphs included), say what it is, where its weights come from, "
                        "and whether ONNX Runtime, TensorRT's ONNX parser and cuDNN accept it as it is.")
     p.add_argument("model", type=Path, help="ONNX model")
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON on stdout")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("fuse", help="turn decomposed or unrolled LSTM cells of an ONNX model into native nodes, checked",
@@ -349,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="show what is installed and check the cuDNN layout against this GPU",
                        description="Print versions of rnnx's dependencies, ONNX Runtime providers and the GPU; where a GPU with cuDNN is present, "
                        "check rnnx's cuDNN offset table against cudnnGetRNNWeightParams and PyTorch's flattened buffer (exit 1 on a mismatch).")
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON on stdout")
     p.set_defaults(func=_cmd_doctor)
 
     p = sub.add_parser("lower", help="rewrite LSTM/GRU/RNN nodes as Scans with the input product hoisted (TensorRT form), checked",
@@ -376,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dla-core", type=int, metavar="N", help="build for this DLA core, with GPU fallback")
     p.add_argument("--hardware-compatible", action="store_true", help="engine runs on Ampere and later GPUs (TensorRT 8.6+)")
     p.add_argument("--version-compatible", action="store_true", help="engine runs on later TensorRT versions (TensorRT 8.6+)")
-    p.add_argument("--json", action="store_true", help="print the engine's metadata as JSON")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the engine's metadata as JSON")
     p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("verify", help="run every available backend against the float64 reference and the source framework",
@@ -394,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_seed, default=0, help="seed of the inputs")
     p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
     p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML page with plots here")
-    p.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the JSON report on stdout")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("layout", help="print cuDNN's offset table for a spec or a weights file",
@@ -403,11 +404,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", metavar="SPEC", help="spec string instead of a file")
     p.add_argument("--from", dest="from_format", metavar="FORMAT", help="format of FILE")
     p.add_argument("--select", metavar="GROUP", help="recurrent group of FILE")
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON on stdout")
     p.set_defaults(func=_cmd_layout)
 
     p = sub.add_parser("formats", help="list the weight formats rnnx reads and writes")
-    p.add_argument("--json", action="store_true", help="print JSON on stdout")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON on stdout")
     p.set_defaults(func=_cmd_formats)
     return parser
 

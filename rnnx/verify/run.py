@@ -131,8 +131,8 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], d
                 raise RNNXError(f"unknown backend {name!r}; expected {', '.join(BACKENDS)}")
             status.append(BackendResult(name, "ran"))
         except RNNXError as exc:
-            if str(exc).startswith("unknown backend"):
-                raise
+            if str(exc).startswith("unknown backend") or (name == "ort" and model is not None and model.suffix.lower() != ".engine"):
+                raise  # the file under test does not load: bad input, not a backend to skip
             status.append(BackendResult(name, "skipped", str(exc)))
     return runners, status
 
@@ -152,10 +152,12 @@ def verify(
 ) -> VerifyReport:
     from rnnx import api
 
+    source, model = Path(source), (Path(model) if model is not None else None)
     weights = api.load(source, select=select, spec=spec)
     _check_run_sizes(weights, source, model, seq_lens, batches)
     report = VerifyReport(str(model) if model else "-", str(source), str(weights.spec))
     runners, report.backends = _runners(weights, model, backends, dtypes[0])
+    _require_the_artefact_runs(model, runners, report.backends)
     takes_lengths = ragged if ragged is not None else _model_takes("seq_lens", runners.get("ort"))
     takes_states = "ort" not in runners or _model_takes("h0", runners["ort"])
     first_mismatch: dict[str, Any] = {}
@@ -192,6 +194,26 @@ def verify(
         hyps, matches = diagnose(weights, inputs, y, atol=max(tol[0] * 10, 1e-3))
         report.diagnosis.append({"backend": name, "matches": matches, "hypotheses": [asdict(h) for h in hyps]})
     return report
+
+
+# The backends that run each kind of artefact; torch and the reference run the source's weights.
+_ARTEFACT_BACKENDS = {".onnx": ("ort",), ".engine": ("trt",)}
+_WEIGHT_BACKENDS = ("cudnn",)  # runs the weights through cuDNN's packed layout: a check of that layout
+
+
+def _require_the_artefact_runs(model: Path | None, runners: dict[str, Any], status: list[BackendResult]) -> None:
+    """A verdict needs the thing under test to have run: the model file in its backend, or, with
+    no model, the weights in a layout backend (cuDNN). torch against the reference checks only
+    the source and the reference; that alone is never a PASS."""
+    why = {b.name: b.reason for b in status if b.status == "skipped"}
+    if model is not None:
+        wanted = _ARTEFACT_BACKENDS.get(model.suffix.lower(), ("ort",))
+        if not any(b in runners for b in wanted):
+            reasons = "; ".join(f"{b}: {why.get(b, 'not in --backends')}" for b in wanted)
+            raise RNNXError(f"{model}: no backend here ran it ({reasons}); nothing was verified")
+    elif not any(b in runners for b in _WEIGHT_BACKENDS):
+        raise RNNXError("nothing to verify: give MODEL (an ONNX file or TensorRT engine) to check it against --against, "
+                        f"or run where cuDNN is available; torch and the reference alone check only the source ({'; '.join(f'{k}: {v}' for k, v in why.items()) or 'no other backend asked for'})")
 
 
 def _check_run_sizes(weights: RNNWeights, source: Path, model: Path | None, seq_lens: Sequence[int], batches: Sequence[int]) -> None:

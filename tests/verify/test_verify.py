@@ -112,3 +112,37 @@ def test_a_dtype_a_backend_cannot_take_is_listed_as_skipped(stack) -> None:
     skipped = {b.name: b.reason for b in report.backends if b.status == "skipped"}
     assert "ort (fp16)" in skipped and "torch (fp16)" in skipped and report.passed
     assert {r.dtype for r in report.rows} == {"fp32"}
+
+
+def _refused_by_onnx_runtime(folder: Path, weights: RNNWeights) -> Path:
+    """A well-formed ONNX file with an operator ONNX Runtime does not know."""
+    model = build_stack_model(weights, sequence_lens=True)
+    model.graph.node.append(onnx.helper.make_node("NoSuchOp", ["X"], ["extra"], domain="com.example"))
+    model.opset_import.append(onnx.helper.make_opsetid("com.example", 1))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("extra", onnx.TensorProto.FLOAT, None))
+    path = folder / "refused.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("case", ["garbage", "missing", "refused", "torch_and_reference", "reference_only", "no_model"])
+def test_a_verdict_needs_the_file_under_test_to_have_run(stack, tmp_path: Path, case: str) -> None:
+    """Each of these once printed PASS (or an empty FAIL) without running the file: now bad input, exit 2."""
+    source, model, weights = stack
+    args: list[object] = []
+    if case == "garbage":
+        (tmp_path / "garbage.onnx").write_bytes(b"\x08\x07 not a model")
+        args = [tmp_path / "garbage.onnx", "--against", source]
+    elif case == "missing":
+        args = [tmp_path / "missing.onnx", "--against", source]
+    elif case == "refused":
+        args = [_refused_by_onnx_runtime(tmp_path, weights), "--against", source]
+    elif case == "torch_and_reference":
+        args = [model, "--against", source, "--backends", "torch,reference"]
+    elif case == "reference_only":
+        args = [model, "--against", source, "--backends", "reference"]
+    else:
+        args = ["--against", source, "--backends", "ort,torch,reference"]
+    out = _cli(*args)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "PASS" not in out.stdout and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
