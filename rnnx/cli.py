@@ -206,6 +206,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             raise RNNXError(f"--tol {item!r}: expected BACKEND=ATOL,RTOL like ort=1e-4,1e-3") from None
         tolerances[backend] = (atol, rtol)
     from rnnx.graphs.find import data_files
+    from rnnx.verify.drive import parse_map
 
     model_files = [args.model, *data_files(args.model)] if args.model and args.model.suffix.lower() == ".onnx" else [args.model]
     against_files = [args.against, *data_files(args.against)] if args.against.suffix.lower() == ".onnx" else [args.against]
@@ -214,6 +215,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         args.against, args.model, backends=[b.strip() for b in args.backends.split(",") if b.strip()],
         seq_lens=_ints(args.seq_lens, "--seq-lens"), batches=_ints(args.batch, "--batch"), dtypes=[d.strip() for d in args.dtype.split(",")],
         tolerances=tolerances, seed=args.seed, select=args.select, spec=args.spec,
+        input_map=parse_map(args.input_map), batch_first=True if args.batch_first else None,
     )
     if args.report:
         report.dump(args.report)
@@ -392,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", default="1,8", help="batch sizes (default 1,8)")
     p.add_argument("--dtype", default="fp32", help="input dtypes, e.g. fp32,fp16 (default fp32)")
     p.add_argument("--tol", action="append", metavar="BACKEND=ATOL,RTOL", help="override a backend's tolerance")
+    p.add_argument("--input-map", action="append", metavar="NAME=ROLE", help="what a graph input or output is (X, h0, c0, seq_lens, Y, h_n, c_n), "
+                   "where neither rnnx export's record nor the graph's wiring says; repeated")
+    p.add_argument("--batch-first", action="store_true", help="the model takes X and gives Y as (batch, seq, features), where its wiring does not show it")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the inputs")
     p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
     p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML page with plots here")

@@ -53,8 +53,10 @@ class TorchRunner:
         if inputs["X"].dtype != want:
             raise RNNXError(f"the torch runner holds {np.dtype(want).name} weights; found {inputs['X'].dtype} inputs")
         x = torch.from_numpy(np.ascontiguousarray(inputs["X"]))
-        h0 = torch.from_numpy(inputs["h0"])
-        state: Any = (h0, torch.from_numpy(inputs["c0"])) if self.spec.cell == "lstm" else h0
+        state: Any = None  # no states given: torch starts from zeros, as ONNX does
+        if "h0" in inputs:
+            h0 = torch.from_numpy(inputs["h0"])
+            state = (h0, torch.from_numpy(inputs["c0"])) if self.spec.cell == "lstm" else h0
         with torch.no_grad():
             if "seq_lens" in inputs:
                 total = x.shape[1 if self.batch_first else 0]

@@ -52,6 +52,7 @@ class VerifyReport:
     backends: list[BackendResult] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     diagnosis: list[dict[str, Any]] = field(default_factory=list)
+    driven: dict[str, Any] = field(default_factory=dict)  # how the file's inputs and outputs were mapped
 
     @property
     def passed(self) -> bool:
@@ -68,6 +69,10 @@ class VerifyReport:
 
     def __str__(self) -> str:
         lines = [f"verify {self.model} against {self.source} ({self.spec})"]
+        if self.driven:
+            d = self.driven
+            roles = ", ".join(f"{k}={v}" for k, v in {**d["inputs"], **d["outputs"]}.items())
+            lines.append(f"  driven by {d['source']}: {roles}" + (" (batch-major X and Y)" if d["batch_first"] else ""))
         lines += [f"  {b.name:<10} {b.status}" + (f": {b.reason}" if b.reason else "") for b in self.backends]
         lines.append(f"{'backend':<10} {'vs':<9} {'dtype':<7} {'output':<6} {'T':>4} {'B':>3} {'max abs':>10} {'mean abs':>10} {'max rel':>10}  result")
         for r in self.rows:
@@ -95,7 +100,8 @@ def _row(backend: str, name: str, got: np.ndarray, want: np.ndarray, T: int, B: 
                float(rel.max(initial=0)), float(rel.mean()) if rel.size else 0.0, atol, rtol, passed, per_step)
 
 
-def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], dtype: str) -> tuple[dict[str, Callable[..., Any]], list[BackendResult]]:
+def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], input_map: dict[str, str] | None = None,
+             batch_first: bool | None = None) -> tuple[dict[str, Callable[..., Any]], list[BackendResult]]:
     runners: dict[str, Callable[..., Any]] = {}
     status = []
     for name in backends:
@@ -105,10 +111,14 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], d
                     raise RNNXError("no ONNX model given")
                 from rnnx.engines.isolated import IsolatedOnnxRuntime
                 from rnnx.graphs.find import load_model
+                from rnnx.verify.drive import DrivenRunner, plan
 
                 # A file from elsewhere: its external data is checked by load_model, and it runs in
-                # a child process under rnnx's time and memory limits.
-                runners[name] = IsolatedOnnxRuntime(load_model(model).SerializeToString(), str(model))
+                # a child process under rnnx's time and memory limits, fed by the roles its record
+                # or its wiring gives each input.
+                proto = load_model(model)
+                drive = plan(proto, weights.spec, input_map, batch_first)
+                runners[name] = DrivenRunner(IsolatedOnnxRuntime(proto.SerializeToString(), str(model)), drive)
             elif name == "reference":
                 from rnnx.engines.reference import ReferenceRunner
 
@@ -149,6 +159,8 @@ def verify(
     seed: int = 0,
     select: str | None = None,
     spec: str | None = None,
+    input_map: dict[str, str] | None = None,
+    batch_first: bool | None = None,
 ) -> VerifyReport:
     from rnnx import api
 
@@ -156,10 +168,13 @@ def verify(
     weights = api.load(source, select=select, spec=spec)
     _check_run_sizes(weights, source, model, seq_lens, batches)
     report = VerifyReport(str(model) if model else "-", str(source), str(weights.spec))
-    runners, report.backends = _runners(weights, model, backends, dtypes[0])
+    runners, report.backends = _runners(weights, model, backends, input_map, batch_first)
     _require_the_artefact_runs(model, runners, report.backends)
     takes_lengths = ragged if ragged is not None else _model_takes("seq_lens", runners.get("ort"))
     takes_states = "ort" not in runners or _model_takes("h0", runners["ort"])
+    if "ort" in runners:
+        drive = runners["ort"].drive  # type: ignore[attr-defined]
+        report.driven = {"source": drive.source, "batch_first": drive.batch_first, "inputs": drive.inputs, "outputs": drive.outputs}
     first_mismatch: dict[str, Any] = {}
     for dtype_name in dtypes:
         dtype = DTYPES.get(dtype_name)
@@ -184,6 +199,8 @@ def verify(
                     raise RNNXError(f"{name} could not run at T={T}, B={B}, {dtype_name}: {exc}") from None
                 tol = (tolerances or {}).get(name) or parity.TOLERANCES[dtype]
                 for out_name, ref in want.items():
+                    if out_name not in got:  # the file does not return it (say, a model returning only Y)
+                        continue
                     row = _row(name, out_name, got[out_name], ref, T, B, dtype_name, "reference", tol)
                     report.rows.append(row)
                     if not row.passed and name not in first_mismatch and out_name == "Y":
