@@ -14,7 +14,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rnnx import __version__
 from rnnx.errors import ParityError, RNNXError
@@ -22,6 +22,7 @@ from rnnx.fileio import refuse_overwriting, remove_partial_outputs
 
 INTERNAL_ERROR = 3
 _MAX_CHECK_SIZE = 100_000  # verify's lengths and batches: each one is run, in float64 too
+_MAX_CHECK_VALUES = 32
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -191,6 +192,8 @@ def _ints(text: str, what: str) -> list[int]:
         raise RNNXError(f"{what}: expected positive integers, found {text!r}")
     if max(values) > _MAX_CHECK_SIZE:
         raise RNNXError(f"{what}: expected at most {_MAX_CHECK_SIZE} (a check runs at every value), found {max(values)}")
+    if len(values) > _MAX_CHECK_VALUES:
+        raise RNNXError(f"{what}: expected at most {_MAX_CHECK_VALUES} values (each pairs with every other option's), found {len(values)}")
     return values
 
 
@@ -235,7 +238,7 @@ def _cmd_layout(args: argparse.Namespace) -> int:
     from rnnx.spec import RNNSpec
 
     if (args.spec is None) == (args.file is None):
-        raise RNNXError("rnnx layout: expected exactly one of --spec SPEC or FILE, found " + ("both" if args.spec else "neither"))
+        raise RNNXError("expected exactly one of --spec SPEC or FILE, found " + ("both" if args.spec else "neither"))
     if args.spec is not None:
         spec, itemsize = RNNSpec.parse(args.spec), 4
     else:
@@ -274,8 +277,15 @@ def _add_graph_rewrite_arguments(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON on stdout")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line like every other refusal (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rnnx",
         description="Move recurrent networks (LSTM, GRU, RNN) between frameworks, ONNX and cuDNN, with parity checked.",
         epilog="Specs are written like lstm,input=8,hidden=16,layers=2,bidirectional,proj=4. Exit status: 0 ok, 1 parity failure, 2 bad input, 3 internal error (a bug: please report it with --debug's traceback).",

@@ -140,7 +140,7 @@ def parse_input(text: str) -> tuple[str | None, Any]:
             raise RNNXError(f"--input {text[:60]!r}...: expected at most {1 << 20} values, found {len(values)}")
         try:
             return name, torch.tensor(values, dtype=getattr(torch, dtype or ("int64" if all(float(v).is_integer() for v in values) else "float32")))
-        except (OverflowError, RuntimeError):
+        except (OverflowError, RuntimeError, ValueError):
             raise RNNXError(f"--input {text[:80]!r}: a value does not fit {dtype or 'int64'}") from None
     shape_text = body[1:-1] if body.startswith("[") and body.endswith("]") else body
     separator = "," if body.startswith("[") else "x"

@@ -10,6 +10,22 @@ from rnnx import parity
 from rnnx.errors import RNNXError
 
 UNKNOWN_DIM = 3  # the size fed to dynamic axes
+# What a rewrite holds per node, measured: the input and its copy as Python protobuf objects
+# (about 4 KiB a node), and for each lowered recurrence its Scan body and hoisted product.
+NODE_BYTES = 4 << 10
+LOWERED_BYTES = 256 << 10
+
+
+def check_rewrite_size(model: Any, source: Any, lowered: int = 0) -> None:
+    """Refuse, before copying it, a graph whose rewrite would pass the memory budget
+    (300,000 Identity nodes fit in 9 MB of protobuf and take a gigabyte as objects)."""
+    from pathlib import Path
+
+    from rnnx import limits
+    from rnnx.graphs.index import all_graphs
+
+    nodes = sum(len(g.node) for g in all_graphs(model.graph))
+    limits.check_claim(f"{source}: rewriting its {nodes} nodes", nodes * NODE_BYTES + lowered * LOWERED_BYTES, Path(source).stat().st_size)
 
 
 def random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:

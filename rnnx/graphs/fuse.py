@@ -19,7 +19,7 @@ from typing import Any
 from rnnx import parity
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
-from rnnx.graphs.compare import compare_models
+from rnnx.graphs.compare import check_rewrite_size, compare_models
 from rnnx.graphs.find import data_files, load_model
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
@@ -59,6 +59,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0) -> 
     source, output = Path(source), Path(output)
     refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
     original = load_model(source)
+    check_rewrite_size(original, source)
     drop_newer_attributes(original, strict=False)  # a graph from another tool: repair what the converter left, refuse nothing
     model = copy.deepcopy(original)
     before = len(model.graph.node)

@@ -10,7 +10,9 @@ from typing import Any
 from rnnx import parity
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
-from rnnx.graphs.compare import compare_models
+from rnnx.graphs.compare import check_rewrite_size, compare_models
+from rnnx.formats.onnx import NATIVE_OPS
+from rnnx.graphs.index import all_graphs
 from rnnx.graphs.find import data_files, load_model
 from rnnx.graphs.lower import lower_recurrences
 
@@ -21,6 +23,7 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
     source, output = Path(source), Path(output)
     refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
     original = load_model(source)
+    check_rewrite_size(original, source, lowered=sum(n.op_type in NATIVE_OPS for g in all_graphs(original.graph) for n in g.node))
     model = copy.deepcopy(original)
     result = lower_recurrences(model, select)
     report: parity.ParityReport | None = None

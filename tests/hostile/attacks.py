@@ -593,6 +593,34 @@ def onnx_opset_version_absurd(folder: Path, rng: np.random.Generator) -> Attack:
 
 
 @attack
+def onnx_too_many_nodes_to_rewrite(folder: Path, rng: np.random.Generator) -> Attack:
+    """A few MB of protobuf that would take a gigabyte as Python objects once copied."""
+    import onnx
+    from onnx import helper as h
+
+    path, _ = _onnx(folder, rng)
+    model = onnx.load(str(path))
+    n = int(rng.integers(270_000, 320_000))
+    model.graph.node.extend(h.make_node("Identity", [f"t{i}" if i else "X"], [f"t{i + 1}"]) for i in range(n))
+    model.graph.output.append(h.make_tensor_value_info(f"t{n}", onnx.TensorProto.FLOAT, None))
+    onnx.save(model, str(path))
+    return Attack([str(rng.choice(["lower", "fuse"])), "m.onnx", "-o", "out.onnx"], says="memory budget")
+
+
+@attack
+def verify_with_thousands_of_cases(folder: Path, rng: np.random.Generator) -> Attack:
+    _onnx(folder, rng)
+    lengths = ",".join(["100"] * int(rng.integers(40, 3000)))
+    return Attack(["verify", "m.onnx", "--against", "w.safetensors", "--seq-lens", lengths], says="at most")
+
+
+@attack
+def usage_errors(folder: Path, rng: np.random.Generator) -> Attack:
+    argv = [["explode"], ["verify", "m.onnx", "--seed", "-1", "--against", "w"], ["convert"], ["layout", "--spec"], ["convert", "a", "-o", "b", "--opset", "x"]]
+    return Attack(argv[int(rng.integers(len(argv)))], says="--help")
+
+
+@attack
 def onnx_not_a_model(folder: Path, rng: np.random.Generator) -> Attack:
     (folder / "m.onnx").write_bytes(bytes(rng.integers(0, 256, int(rng.integers(0, 4096)), dtype=np.uint8)))
     verb = str(rng.choice(["inspect", "fuse", "lower", "convert"]))
