@@ -59,13 +59,17 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
             if "does not support" not in str(exc) or weights.dtype == np.float32:
                 raise
             why = f"ONNX Runtime has no {weights.dtype.name} kernel for this {weights.spec.cell.upper().split('_')[0]} on the CPU"
-    if fmt_name == "jax":
+    if fmt_name in ("jax", "keras"):  # run by the framework that owns the format, where installed
         try:
-            from rnnx.engines.jax import JaxRunner
+            if fmt_name == "jax":
+                from rnnx.engines.jax import JaxRunner
 
-            return parity.check("jax", JaxRunner(path, weights.spec), weights, ragged=True)
+                return parity.check("jax", JaxRunner(path, weights.spec), weights, ragged=True)
+            from rnnx.engines.keras import KerasRunner
+
+            return parity.check("keras", KerasRunner(path, weights.spec), weights)
         except RNNXError as exc:
-            why = f"jax cannot run it here ({exc})"
+            why = f"{fmt_name} cannot run it here ({exc})"
     reread = api.load(path, format=fmt_name, spec=weights.spec)
     if fmt_name == "torch":
         try:

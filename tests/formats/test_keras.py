@@ -379,3 +379,27 @@ def test_refusals(tmp_path: Path, text: str, fragment: str) -> None:
     with pytest.raises(RNNXError, match=fragment):
         rnnx.save(weights, tmp_path / "w.weights.h5")
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("text", ["lstm,input=3,hidden=4,layers=2,bidirectional", "gru,input=2,hidden=3,reset_before"])
+def test_convert_runs_the_written_file_in_keras_and_a_wrong_gate_order_fails(tmp_path: Path, text: str) -> None:
+    """convert's check of a .weights.h5 is Keras loading the file into the model it is for and
+    running it: with the writer's gate order planted wrong it fails and leaves nothing behind."""
+    import json
+    import subprocess
+    import sys
+
+    weights = RNNWeights.random(RNNSpec.parse(text), seed=9)
+    rnnx.save(weights, tmp_path / "w.safetensors")
+    run = "import sys, rnnx.formats.keras as k; {plant}from rnnx.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = ["convert", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "m.weights.h5"), "--json"]
+    good = subprocess.run([sys.executable, "-c", run.format(plant=""), *argv], capture_output=True, text=True, timeout=300)
+    assert good.returncode == 0, good.stderr
+    rows = json.loads(good.stdout)["check"]["rows"]
+    assert {r["backend"] for r in rows} == {"keras"} and all(r["ran"] for r in rows)
+    (tmp_path / "m.weights.h5").unlink()
+    swapped = {"lstm": "('i', 'g', 'f', 'o')", "gru": "('r', 'z', 'n')"}[weights.spec.cell]
+    plant = f"k.GATE_ORDER = {{**k.GATE_ORDER, '{weights.spec.cell}': {swapped}}}; "
+    bad = subprocess.run([sys.executable, "-c", run.format(plant=plant), *argv], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1, bad.stdout[-1000:] + bad.stderr
+    assert "parity check failed: keras" in bad.stderr and not (tmp_path / "m.weights.h5").exists()
