@@ -65,22 +65,40 @@ def _limit_file_size(nbytes: int | None) -> Callable[[], None] | None:
     return limit
 
 
+# The CLI is started by this small launcher, not by pytest itself: Linux counts a forked
+# child's resident set from its parent's at the fork, so a child of a pytest process that has
+# grown to a gigabyte would report that gigabyte as its own peak. The launcher reports the
+# CLI's own peak (its ONNX Runtime child included) and exit status, and passes SIGTERM on.
+_LAUNCHER = """
+import os, signal, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, lambda s, f: child.send_signal(s))
+_, status, usage = os.wait4(child.pid, 0)
+child.returncode = os.waitstatus_to_exitcode(status)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{child.returncode} {usage.ru_maxrss}")
+"""
+
+
 def _run(argv: list[str], folder: Path, term_after: float | None, timeout: float = 120, file_size_limit: int | None = None) -> tuple[int, str, float, int]:
-    """(exit status, stderr, seconds, peak RSS in KiB of the process and its children)."""
+    """(exit status, stderr, seconds, peak RSS in KiB of the CLI and its children)."""
     err_path = folder.parent / f"{folder.name}.stderr"
+    result_path = folder.parent / f"{folder.name}.result"
     with open(err_path, "wb") as err:
         start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "rnnx.cli", *argv], cwd=folder, stdout=subprocess.DEVNULL, stderr=err,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_limit_file_size(file_size_limit))
-        timer = threading.Timer(timeout, proc.kill)
+        proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(result_path), sys.executable, "-m", "rnnx.cli", *argv], cwd=folder,
+                                stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                preexec_fn=_limit_file_size(file_size_limit), start_new_session=True)
+        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
         timer.start()
         if term_after is not None:
             threading.Timer(term_after, lambda: proc.poll() is None and proc.send_signal(signal.SIGTERM)).start()
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc.wait()
         timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.monotonic() - start
-    return proc.returncode, err_path.read_text(errors="replace"), seconds, usage.ru_maxrss
+    code, rss_kib = (int(v) for v in result_path.read_text().split())
+    return code, err_path.read_text(errors="replace"), seconds, rss_kib
 
 
 def run_attack(name: str, folder: Path, seed: int) -> None:
