@@ -47,17 +47,25 @@ class _Cell:
         self.P = {g: f64(weights.get(layer, direction, "P", g)) for g in ("i", "f", "o")} if spec.peepholes else None
         self.proj = f64(weights.get(layer, direction, "proj"))
 
-    def x_part(self, gate: str, x: np.ndarray) -> np.ndarray:
-        return x @ self.W[gate].T + self.bW[gate]
+        # The recurrent matrices stacked in gate order: one product per step instead of one per gate.
+        self.R_all = np.concatenate([self.R[g] for g in spec.gates], axis=0)
+        self.bR_all = np.concatenate([self.bR[g] for g in spec.gates])
 
-    def h_part(self, gate: str, h: np.ndarray) -> np.ndarray:
-        return h @ self.R[gate].T + self.bR[gate]
+    def x_parts(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        """Every step's input product at once, (T, B, hidden) per gate: it does not depend on the state."""
+        return {g: x @ self.W[g].T + self.bW[g] for g in self.spec.gates}
 
-    def step(self, x: np.ndarray, h: np.ndarray, c: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    def h_parts(self, h: np.ndarray) -> dict[str, np.ndarray]:
+        parts = np.split(h @ self.R_all.T + self.bR_all, len(self.spec.gates), axis=-1)
+        return dict(zip(self.spec.gates, parts))
+
+    def step(self, xp: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """One step from this step's input products ``xp`` (by gate) and the state."""
         cell = self.spec.cell
+        hp = self.h_parts(h)
         if cell == "lstm":
             assert c is not None
-            pre = {g: self.x_part(g, x) + self.h_part(g, h) for g in "ifgo"}
+            pre = {g: xp[g] + hp[g] for g in "ifgo"}
             if self.P is not None:
                 pre["i"] = pre["i"] + self.P["i"] * c
                 pre["f"] = pre["f"] + self.P["f"] * c
@@ -70,14 +78,14 @@ class _Cell:
                 h_new = h_new @ self.proj.T
             return h_new, c_new
         if cell == "gru":
-            r = _sigmoid(self.x_part("r", x) + self.h_part("r", h))
-            z = _sigmoid(self.x_part("z", x) + self.h_part("z", h))
+            r = _sigmoid(xp["r"] + hp["r"])
+            z = _sigmoid(xp["z"] + hp["z"])
             if self.spec.reset_after:
-                n = np.tanh(self.x_part("n", x) + r * self.h_part("n", h))
-            else:
-                n = np.tanh(self.x_part("n", x) + self.h_part("n", r * h))
+                n = np.tanh(xp["n"] + r * hp["n"])
+            else:  # the reset gate scales the state before its product: that product cannot be shared
+                n = np.tanh(xp["n"] + (r * h) @ self.R["n"].T + self.bR["n"])
             return (1.0 - z) * n + z * h, None
-        pre = self.x_part("h", x) + self.h_part("h", h)
+        pre = xp["h"] + hp["h"]
         return (np.tanh(pre) if cell == "rnn_tanh" else np.maximum(pre, 0.0)), None
 
 
@@ -125,9 +133,10 @@ def forward(
             c = c0[k].copy() if c0 is not None else None
             y = np.zeros((T, B, spec.output_size))
             steps = range(T - 1, -1, -1) if direction == "reverse" else range(T)
+            xp = cell.x_parts(layer_in)
             for t in steps:
                 active = (t < lens)[:, None]
-                h_new, c_new = cell.step(layer_in[t], h, c)
+                h_new, c_new = cell.step({g: part[t] for g, part in xp.items()}, h, c)
                 h = np.where(active, h_new, h)
                 if c is not None:
                     c = np.where(active, c_new, c)
