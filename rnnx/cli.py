@@ -216,9 +216,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     refuse_overwriting(model_files + against_files, {"--report": args.report, "--html": args.html})
     report = verify(
         args.against, args.model, backends=[b.strip() for b in args.backends.split(",") if b.strip()],
-        seq_lens=_ints(args.seq_lens, "--seq-lens"), batches=_ints(args.batch, "--batch"), dtypes=[d.strip() for d in args.dtype.split(",")],
+        seq_lens=_ints(args.seq_lens, "--seq-lens") if args.seq_lens else None, batches=_ints(args.batch, "--batch") if args.batch else None, dtypes=[d.strip() for d in args.dtype.split(",")],
         tolerances=tolerances, seed=args.seed, select=args.select, spec=args.spec,
         input_map=parse_map(args.input_map), batch_first=True if args.batch_first else None,
+        progress=sys.stderr.isatty() and not args.json,
     )
     if args.report:
         report.dump(args.report)
@@ -400,8 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--select", metavar="GROUP", help="recurrent group of SOURCE")
     p.add_argument("--spec", metavar="SPEC", help="spec for a SOURCE that does not describe itself")
     p.add_argument("--backends", default="ort,torch,cudnn,trt,reference", help="comma-separated, from ort,trt,cudnn,torch,reference (default all; unavailable ones are listed as skipped)")
-    p.add_argument("--seq-lens", default="1,17,64", help="sequence lengths (default 1,17,64)")
-    p.add_argument("--batch", default="1,8", help="batch sizes (default 1,8)")
+    p.add_argument("--seq-lens", help="sequence lengths (default 1,17,64; 1,17 for models over 20M parameters)")
+    p.add_argument("--batch", help="batch sizes (default 1,8)")
     p.add_argument("--dtype", default="fp32", help="input dtypes, e.g. fp32,fp16 (default fp32)")
     p.add_argument("--tol", action="append", metavar="BACKEND=ATOL,RTOL", help="override a backend's tolerance")
     p.add_argument("--input-map", action="append", metavar="NAME=ROLE", help="what a graph input or output is (X, h0, c0, seq_lens, Y, h_n, c_n), "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ class VerifyReport:
     rows: list[Row] = field(default_factory=list)
     diagnosis: list[dict[str, Any]] = field(default_factory=list)
     driven: dict[str, Any] = field(default_factory=dict)  # how the file's inputs and outputs were mapped
+    shapes: dict[str, Any] = field(default_factory=dict)  # the lengths and batches that ran
 
     @property
     def passed(self) -> bool:
@@ -73,6 +75,8 @@ class VerifyReport:
             d = self.driven
             roles = ", ".join(f"{k}={v}" for k, v in {**d["inputs"], **d["outputs"]}.items())
             lines.append(f"  driven by {d['source']}: {roles}" + (" (batch-major X and Y)" if d["batch_first"] else ""))
+        if self.shapes:
+            lines.append(f"  shapes: lengths {self.shapes['seq_lens']} x batches {self.shapes['batches']}" + (f" ({self.shapes['note']})" if self.shapes["note"] else ""))
         lines += [f"  {b.name:<10} {b.status}" + (f": {b.reason}" if b.reason else "") for b in self.backends]
         lines.append(f"{'backend':<10} {'vs':<9} {'dtype':<7} {'output':<6} {'T':>4} {'B':>3} {'max abs':>10} {'mean abs':>10} {'max rel':>10}  result")
         for r in self.rows:
@@ -151,8 +155,8 @@ def verify(
     source: Path,
     model: Path | None = None,
     backends: Sequence[str] = ("ort", "torch", "reference"),
-    seq_lens: Sequence[int] = (1, 17, 64),
-    batches: Sequence[int] = (1, 8),
+    seq_lens: Sequence[int] | None = None,
+    batches: Sequence[int] | None = None,
     dtypes: Sequence[str] = ("fp32",),
     ragged: bool | None = None,
     tolerances: dict[str, tuple[float, float]] | None = None,
@@ -161,17 +165,21 @@ def verify(
     spec: str | None = None,
     input_map: dict[str, str] | None = None,
     batch_first: bool | None = None,
+    progress: bool = False,
 ) -> VerifyReport:
     from rnnx import api
 
     source, model = Path(source), (Path(model) if model is not None else None)
     weights = api.load(source, select=select, spec=spec)
+    seq_lens, batches, scaled = _default_shapes(weights, seq_lens, batches)
     _check_run_sizes(weights, source, model, seq_lens, batches)
     report = VerifyReport(str(model) if model else "-", str(source), str(weights.spec))
     runners, report.backends = _runners(weights, model, backends, input_map, batch_first)
     _require_the_artefact_runs(model, runners, report.backends)
     takes_lengths = ragged if ragged is not None else _model_takes("seq_lens", runners.get("ort"))
     takes_states = "ort" not in runners or _model_takes("h0", runners["ort"])
+    report.shapes = {"seq_lens": seq_lens, "batches": batches,
+                     "note": f"lengths {seq_lens}: fewer than the default {list(DEFAULT_SEQ_LENS)} for a model over {LARGE_MODEL:,} parameters" if scaled else ""}
     if "ort" in runners:
         drive = runners["ort"].drive  # type: ignore[attr-defined]
         report.driven = {"source": drive.source, "batch_first": drive.batch_first, "inputs": drive.inputs, "outputs": drive.outputs}
@@ -180,7 +188,8 @@ def verify(
         dtype = DTYPES.get(dtype_name)
         if dtype is None:
             raise RNNXError(f"--dtype {dtype_name!r}: expected one of {', '.join(DTYPES)}")
-        for k, (T, B) in enumerate((t, b) for t in seq_lens for b in batches):
+        cases = [(t, b) for t in seq_lens for b in batches]
+        for k, (T, B) in enumerate(_progress(cases, f"verify {dtype_name}", progress)):
             inputs = parity.random_inputs(weights, T, B, seed=seed + k, ragged=takes_lengths, states=takes_states)
             want = parity.reference_outputs(weights, inputs)
             torch_out = runners["torch"](inputs) if "torch" in runners else None
@@ -216,6 +225,28 @@ def verify(
 # The backends that run each kind of artefact; torch and the reference run the source's weights.
 _ARTEFACT_BACKENDS = {".onnx": ("ort",), ".engine": ("trt",)}
 _WEIGHT_BACKENDS = ("cudnn",)  # runs the weights through cuDNN's packed layout: a check of that layout
+
+
+DEFAULT_SEQ_LENS, DEFAULT_BATCHES = (1, 17, 64), (1, 8)
+LARGE_MODEL = 20_000_000  # parameters; past it the float64 reference dominates and the default check shrinks
+
+
+def _default_shapes(weights: RNNWeights, seq_lens: Sequence[int] | None, batches: Sequence[int] | None) -> tuple[list[int], list[int], bool]:
+    """The lengths and batches to run: the caller's, else the defaults, shorter for large models
+    (batch 1 and a length past 1 always stay)."""
+    large = weights.num_parameters() > LARGE_MODEL
+    lens = list(seq_lens) if seq_lens else list(DEFAULT_SEQ_LENS[:2] if large else DEFAULT_SEQ_LENS)
+    bats = list(batches) if batches else list(DEFAULT_BATCHES)
+    return lens, bats, large and not seq_lens
+
+
+def _progress(items: list[Any], label: str, shown: bool) -> Any:
+    """A progress bar on stderr (for a person at a terminal; the CLI turns it off for pipes and --json)."""
+    if not shown:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=label, unit="case", file=sys.stderr, leave=False)
 
 
 def _require_the_artefact_runs(model: Path | None, runners: dict[str, Any], status: list[BackendResult]) -> None:

@@ -146,3 +146,15 @@ def test_a_verdict_needs_the_file_under_test_to_have_run(stack, tmp_path: Path, 
     out = _cli(*args)
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "PASS" not in out.stdout and len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_default_shapes_shrink_for_large_models_and_keep_batch_one() -> None:
+    from rnnx.verify.run import LARGE_MODEL, _default_shapes
+
+    small = RNNWeights.random(RNNSpec.parse("lstm,input=8,hidden=16"))
+    large = RNNWeights.random(RNNSpec.parse("lstm,input=1024,hidden=1024,layers=3,bidirectional"))
+    assert large.num_parameters() > LARGE_MODEL > small.num_parameters()
+    assert _default_shapes(small, None, None) == ([1, 17, 64], [1, 8], False)
+    lens, batches, scaled = _default_shapes(large, None, None)
+    assert scaled and 1 in batches and max(lens) > 1 and len(lens) < 3
+    assert _default_shapes(large, [5, 9], [2]) == ([5, 9], [2], False)  # what the user asks for runs as asked
