@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -207,6 +208,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             atol, rtol = (float(v) for v in values.split(","))
         except ValueError:
             raise RNNXError(f"--tol {item!r}: expected BACKEND=ATOL,RTOL like ort=1e-4,1e-3") from None
+        if not all(math.isfinite(v) and v >= 0 for v in (atol, rtol)):
+            raise RNNXError(f"--tol {item!r}: expected finite, non-negative tolerances like ort=1e-4,1e-3")
         tolerances[backend] = (atol, rtol)
     from rnnx.graphs.find import data_files
     from rnnx.verify.drive import parse_map
