@@ -17,6 +17,7 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -25,6 +26,7 @@ from rnnx import limits
 from rnnx.errors import RNNXError
 
 _LENGTH = struct.Struct("<Q")
+_ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the rnnx package
 _MAX_HEADER = 1 << 20
 
 
@@ -57,10 +59,14 @@ class IsolatedOnnxRuntime:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             # glibc reserves 64 MiB of address space per thread arena; with one per core the cap
             # on address space would bind long before the memory actually used did.
-            env={**os.environ, "MALLOC_ARENA_MAX": "2"},
+            # and the child imports this rnnx, installed or not.
+            env={**os.environ, "MALLOC_ARENA_MAX": "2", "PYTHONPATH": os.pathsep.join(filter(None, [_ROOT, os.environ.get("PYTHONPATH")]))},
         )
         try:
-            _send(self._child.stdin, {"model": len(model_bytes)}, [np.frombuffer(model_bytes, np.uint8)])  # type: ignore[arg-type]
+            try:
+                _send(self._child.stdin, {"model": len(model_bytes)}, [np.frombuffer(model_bytes, np.uint8)])  # type: ignore[arg-type]
+            except BrokenPipeError:
+                self._died()
             answer, _ = self._receive()
         except BaseException:
             self.close()
