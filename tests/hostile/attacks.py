@@ -621,6 +621,50 @@ def usage_errors(folder: Path, rng: np.random.Generator) -> Attack:
 
 
 @attack
+def output_onto_an_inputs_external_data(folder: Path, rng: np.random.Generator) -> Attack:
+    import onnx
+
+    path, _ = _onnx(folder, rng)
+    target = str(rng.choice(["out.safetensors", "w.bin", "o.onnx.data"]))
+    onnx.save(onnx.load(str(path)), str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=target, size_threshold=0)
+    argv = {"out.safetensors": ["convert", "m.onnx", "-o", "out.safetensors", "--no-check"], "w.bin": ["lower", "m.onnx", "-o", "w.bin", "--no-check"],
+            "o.onnx.data": ["convert", "m.onnx", "-o", "o.onnx", "--no-check"]}[target]
+    return Attack(argv, says="would overwrite the input")
+
+
+@attack
+def onnx_graph_input_of_negative_size(folder: Path, rng: np.random.Generator) -> Attack:
+    import onnx
+
+    path, _ = _onnx(folder, rng)
+    model = onnx.load(str(path))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -int(rng.integers(1, 9))
+    onnx.save(model, str(path))
+    return Attack(["lower", "m.onnx", "-o", "out.onnx"], says="negative")
+
+
+@attack
+def keras_long_double_weights(folder: Path, rng: np.random.Generator) -> Attack:
+    path = _keras_weights(folder, rng)
+    _replace_dataset(path, lambda f, name, shape, dt: f.create_dataset(name, data=np.zeros(shape, np.longdouble)))  # type: ignore[attr-defined]
+    return Attack(["convert", path.name, "-o", "out.safetensors"], says="float16/32/64")
+
+
+@attack
+def output_path_too_long(folder: Path, rng: np.random.Generator) -> Attack:
+    _torch_state(folder, rng)
+    deep = "/".join(["d" * 250] * int(rng.integers(17, 30)))
+    return Attack(["convert", "ck.pt", "-o", f"{deep}/x.onnx"], says="cannot be used")
+
+
+@attack
+def export_input_values_out_of_range(folder: Path, rng: np.random.Generator) -> Attack:
+    (folder / "model.py").write_text("import torch\nmodel = torch.nn.GRU(3, 4)\n")
+    values = ",".join([str(10 ** int(rng.integers(20, 40)))] * 3)
+    return Attack(["export", "model.py:model", "--input", "x:5x3x3", "--input", f"lengths:values={values}:int64", "-o", "out.onnx"], says="does not fit")
+
+
+@attack
 def onnx_not_a_model(folder: Path, rng: np.random.Generator) -> Attack:
     (folder / "m.onnx").write_bytes(bytes(rng.integers(0, 256, int(rng.integers(0, 4096)), dtype=np.uint8)))
     verb = str(rng.choice(["inspect", "fuse", "lower", "convert"]))
