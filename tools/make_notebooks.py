@@ -97,26 +97,78 @@ print(f"max output error if cuDNN were handed the forum blob: {np.abs(y_wrong - 
 ]
 
 ENGINE = [
-    new_markdown_cell("# 03: build and check an engine\n\nThe TensorRT-oriented form (input product hoisted out of the loop, only the recurrent product inside) is checked in ONNX Runtime on the CPU; building and running the engine needs TensorRT and a GPU, and those cells say so and skip where they are missing."),
+    new_markdown_cell("# 03: build and check an engine\n\nThe TensorRT-oriented form (input product hoisted out of the loop, only the recurrent product inside) is made by `rnnx lower`'s function, checked in ONNX Runtime on the CPU, and its error drawn step by step against the float64 reference beside the native-node model's. Building and running the engine needs TensorRT and a GPU: the last cell says so and skips where they are missing, and the cell before it says what it would add."),
     new_code_cell(SETUP),
     new_code_cell("""import collections, importlib.util, onnx, rnnx
 from rnnx import RNNSpec, RNNWeights, parity
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.graphs.build import build_stack_model
-from rnnx.graphs.lower import lower_recurrences
+from rnnx.graphs.build import build_stack_model, save_model
+from rnnx.graphs.lower_file import lower_file
 
 weights = RNNWeights.random(RNNSpec.parse("lstm,input=16,hidden=32,layers=2,bidirectional"), seed=1)
-model = build_stack_model(weights)
-lower_recurrences(model)
-print(collections.Counter(n.op_type for n in model.graph.node))
-print(parity.check("onnxruntime (lowered)", OnnxRuntimeRunner(model), weights, shapes=[(1, 1), (50, 8), (200, 4)]))"""),
+rnnx.save(weights, "stack.safetensors")
+save_model(build_stack_model(weights), "stack.onnx")  # native LSTM nodes
+result = lower_file("stack.onnx", "stack_lowered.onnx")  # what `rnnx lower stack.onnx -o stack_lowered.onnx` does
+print(f"lowered {', '.join(result['lowered'])}; checked against stack.onnx in ONNX Runtime before writing: {'passed' if result['check']['passed'] else 'FAILED'}")
+lowered = onnx.load("stack_lowered.onnx")
+print(collections.Counter(n.op_type for n in lowered.graph.node))
+print(parity.check("onnxruntime (lowered)", OnnxRuntimeRunner(lowered), weights, shapes=[(1, 1), (50, 8), (200, 4)]))"""),
+    new_markdown_cell("Error per time step, on one seeded batch of 200 steps. Like with like: each lowered node keeps the ONNX node's `Y` layout, (seq, dirs, batch, hidden), and the stack graph's `Transpose` + `Reshape` after it (still there after lowering) merge it to (seq, batch, dirs·hidden), the reference's layout; the cell shows that on the last node's `Y` and checks the shapes before subtracting."),
+    new_code_cell("""import numpy as np, matplotlib.pyplot as plt
+
+T, B = 200, 8
+inputs = parity.random_inputs(weights, T, B, seed=7)  # X, h0, c0 in float32
+want = parity.reference_outputs(weights, inputs)["Y"]  # float64, (seq, batch, dirs*hidden)
+
+probe = onnx.load("stack_lowered.onnx")  # the lowered file, with the last node's own Y as an extra output
+probe.graph.output.append(onnx.helper.make_tensor_value_info("l1_Y", onnx.TensorProto.FLOAT, None))
+out = OnnxRuntimeRunner(probe)(inputs)
+assert np.array_equal(out["l1_Y"].transpose(0, 2, 1, 3).reshape(T, B, -1), out["Y"])
+print(f"last lowered node's Y {out['l1_Y'].shape} (seq, dirs, batch, hidden) -> graph's Y {out['Y'].shape}; reference Y {want.shape}")
+
+per_step = {}  # max |error| of Y over batch and features, per time step
+for name, path in [("native LSTM nodes", "stack.onnx"), ("lowered (TensorRT form)", "stack_lowered.onnx")]:
+    got = OnnxRuntimeRunner(path)(inputs)["Y"]
+    assert got.shape == want.shape, (name, got.shape, want.shape)
+    per_step[name] = np.abs(got.astype(np.float64) - want).max(axis=(1, 2))
+
+atol, rtol = parity.TOLERANCES["float32"]
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), sharey=True)
+for ax, name, color in zip(axes, ["native LSTM nodes", "lowered (TensorRT form)"], ["tab:blue", "tab:orange"]):
+    ax.semilogy(np.arange(T), np.maximum(per_step[name], 1e-12), color=color, linewidth=0.9, label=f"{name}, ONNX Runtime fp32")
+    ax.axhline(atol, color="grey", linestyle=":", linewidth=1, label=f"float32 tolerance (atol {atol:g})")
+    ax.set_title(name); ax.set_xlabel("time step"); ax.legend(fontsize=8, loc="center right")
+axes[0].set_ylabel("max |error| of Y vs float64")
+axes[0].set_ylim(1e-9, 1e-3)
+fig.suptitle(f"{weights.spec}: error along the sequence, T={T}, B={B}")
+fig.tight_layout()
+plt.show()
+print(f"per-step max |error| of Y against the float64 reference, T={T}, B={B}:")
+for name, err in per_step.items():
+    print(f"  {name:<24} worst step {err.max():.3e} (step {int(err.argmax())}), mean {err.mean():.3e}")
+print(f"  float32 tolerance        atol {atol:g}, rtol {rtol:g}")"""),
+    new_markdown_cell("""**What a GPU with TensorRT adds (not run here: this machine has neither).** The engine is built from the same lowered file, `stack_lowered.onnx`, through TensorRT's ONNX parser, e.g. at TF32:
+
+    rnnx build stack_lowered.onnx -o stack_tf32.engine --precision tf32 \\
+        --profile "X:1x1x16,50x8x16,200x32x16;h0:4x1x32,4x8x32,4x32x32;c0:4x1x32,4x8x32,4x32x32"
+    rnnx verify stack_tf32.engine --against stack.safetensors --seq-lens 1,17,200 --tol trt=1e-2,1e-2 --html tf32.html
+
+(`rnnx build --from-weights stack.safetensors -o stack_tf32.engine --precision tf32` lowers the same way and uses that profile by default.) `rnnx verify` runs the engine on seeded inputs against the float64 reference and draws the same error-per-step curve in `tf32.html`; builds at `--precision fp16` (and fp32) give their own curves. The next cell does the same in the notebook: it builds fp32, TF32 and FP16 engines from `stack_lowered.onnx`, runs them on the inputs above and adds their curves to the right-hand plot. TF32 rounds the matrix products' inputs to a 10-bit mantissa and FP16 computes in half precision, so their curves are expected above the float32 line; what the plot shows is whether the error stays flat along the sequence or grows with it. `rnnx verify` holds every engine to the float32 tolerance unless `--tol trt=ATOL,RTOL` says otherwise."""),
     new_code_cell("""if importlib.util.find_spec("tensorrt") is None:
-    print("skipped: TensorRT's Python bindings are not installed here (on Jetson they come with JetPack)")
+    print("skipped: TensorRT's Python bindings are not installed here (on Jetson they come with JetPack); no engine was built or run")
 else:
-    from rnnx.engines.tensorrt import BuildOptions, TensorRTRunner, build_from_weights
-    meta = build_from_weights(weights, "stack.engine", BuildOptions(precision="fp32"))
-    print(meta)
-    print(parity.check("tensorrt", TensorRTRunner("stack.engine"), weights, shapes=[(1, 1), (50, 8), (200, 32)]))"""),
+    from IPython.display import display
+    from rnnx.engines.tensorrt import BuildOptions, TensorRTRunner, build_engine, default_profile
+    for precision, color in [("fp32", "tab:green"), ("tf32", "tab:red"), ("fp16", "tab:purple")]:
+        meta = build_engine("stack_lowered.onnx", f"stack_{precision}.engine", BuildOptions(precision=precision, profiles=[default_profile(weights.spec)]))
+        got = TensorRTRunner(f"stack_{precision}.engine")(inputs)["Y"]
+        err = np.abs(got.astype(np.float64) - want).max(axis=(1, 2))
+        per_step[f"TensorRT {precision}"] = err
+        axes[1].semilogy(np.arange(T), np.maximum(err, 1e-12), color=color, linewidth=0.9, label=f"TensorRT {meta['tensorrt']} {precision}")
+        print(f"  TensorRT {precision:<15} worst step {err.max():.3e} (step {int(err.argmax())}), mean {err.mean():.3e}")
+    axes[1].set_ylim(1e-9, 1); axes[1].legend(fontsize=8, loc="upper left")
+    display(fig)
+    print(parity.check("tensorrt fp32", TensorRTRunner("stack_fp32.engine"), weights, shapes=[(1, 1), (50, 8), (200, 32)]))"""),
 ]
 
 NOTEBOOK_CELLS = {"01_export_and_verify.ipynb": EXPORT, "02_cudnn_layout.ipynb": LAYOUT, "03_build_and_check_engine.ipynb": ENGINE}
@@ -135,7 +187,9 @@ def main() -> None:
         executed = execute(path, NOTEBOOKS)
         nbformat.write(executed, path)
         print(f"wrote and ran {path}")
-    for leftover in ("tagger.onnx", "tagger_rnn.onnx", "tagger_rnn.safetensors", "stack.engine", "stack.engine.json", "stack.engine.onnx"):
+    leftovers = ["tagger.onnx", "tagger_rnn.onnx", "tagger_rnn.safetensors", "stack.safetensors", "stack.onnx", "stack_lowered.onnx"]
+    leftovers += [f"stack_{p}.engine{suffix}" for p in ("fp32", "tf32", "fp16") for suffix in ("", ".json")]
+    for leftover in leftovers:
         (NOTEBOOKS / leftover).unlink(missing_ok=True)
 
 
