@@ -21,6 +21,7 @@ from typing import Any
 
 from rnnx.formats.onnx import NATIVE_OPS
 from rnnx.graphs.index import all_graphs
+from rnnx.graphs.lower import read_lowered
 from rnnx.graphs.self_description import EXPORT_KEY, RECURRENCES_KEY, read_metadata, set_metadata
 
 # ONNX input/output positions of a native node (and of the projected-LSTM placeholder).
@@ -178,15 +179,22 @@ def free_label(naming: Any, wanted: str) -> str:
     return label
 
 
+_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+
+
 def module_of(node: Any) -> str | None:
-    for p in node.metadata_props:
-        if p.key == "pkg.torch.onnx.name_scopes":
-            try:
-                scopes = json.loads(p.value.replace("'", '"'))
-            except json.JSONDecodeError:
-                return None
-            return ".".join(s for s in scopes[1:-1])
-    return None
+    return _module_of_scopes({p.key: p.value for p in node.metadata_props}.get(_SCOPES_KEY))
+
+
+def _module_of_scopes(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        scopes = json.loads(value.replace("'", '"'))
+    except json.JSONDecodeError:
+        return None
+    # Each scope is a module's full dotted name ('', 'rnn', 'rnn.0', 'rnn.0.rnn'), then the op.
+    return str(scopes[-2]) if isinstance(scopes, list) and len(scopes) >= 2 else None
 
 
 # A value made from another's shape alone (zero states sized like the input) is not fed by it.
@@ -231,26 +239,33 @@ def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]]) -
 
     graph = proto.graph
     flow = _Flow(graph)
-    by_module: dict[str, list[Any]] = {}
+    # Each layer as (node name, its input tensors, its output tensors), native nodes and
+    # lowered ones alike (a lowered layer's Scans keep the node's tensor names).
+    by_module: dict[str, list[tuple[str, list[str], list[str]]]] = {}
     for n in graph.node:
         if n.op_type in NATIVE_OPS:
             module = module_of(n)
             if module is not None:
-                by_module.setdefault(module, []).append(n)
+                by_module.setdefault(module, []).append((n.name, list(n.input), list(n.output)))
+    for low in read_lowered(proto):
+        module = _module_of_scopes((low.get("node_metadata") or {}).get(_SCOPES_KEY))
+        if module is not None:
+            ins = [low["inputs"].get(k, "") for k in ("X", "W", "R", "B", "seq_lens", "h0", "c0")]
+            by_module.setdefault(module, []).append((str(low.get("node")), ins, [low["outputs"].get(k, "") for k in ("Y", "Y_h", "Y_c")]))
     records = []
     for r in recurrences:
         nodes = by_module.get(r["module"], [])
         layout = "steps" if r.get("cell") else "batch_first" if r.get("batch_first") else "seq_first"
-        rec = {**r, "layout": layout, "nodes": [n.name for n in nodes], "inputs": {}, "outputs": {}}
+        rec = {**r, "layout": layout, "nodes": [name for name, _, _ in nodes], "inputs": {}, "outputs": {}}
         for key, pos in NODE_INPUTS.items():
-            reached = sorted({i for n in nodes if pos < len(n.input) for i in flow.reach(n.input[pos], False)})
+            reached = sorted({i for _, ins, _ in nodes if pos < len(ins) for i in flow.reach(ins[pos], False)})
             if key == "X" and nodes:
-                reached = flow.reach(nodes[0].input[0], False)
+                reached = flow.reach(nodes[0][1][0], False)
             if reached:
                 rec["inputs"][key] = reached
         for key, pos in NODE_OUTPUTS.items():
             sources = [nodes[-1]] if key == "Y" and nodes else nodes
-            reached = sorted({o for n in sources if pos < len(n.output) for o in flow.reach(n.output[pos], True)})
+            reached = sorted({o for _, _, outs in sources if pos < len(outs) for o in flow.reach(outs[pos], True)})
             if reached:
                 rec["outputs"][key] = reached
         records.append(rec)

@@ -22,12 +22,14 @@ one node's outputs.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from rnnx.errors import RNNXError
+from rnnx.graphs.self_description import set_metadata
 from rnnx.formats.cudnn import LIN_LAYER_IDS
 from rnnx.weights import RNNWeights
 
@@ -37,10 +39,14 @@ INPUTS = ("X", "W", "R", "B", "seq_lens", "h0", "c0", "P", "proj")
 RECURRENT = ("LSTM", "GRU", "RNN")
 
 
+LOWERED_KEY = "rnnx.lowered"  # metadata: what each lowered node was, for verify's layer-by-layer check
+
+
 @dataclass
 class LowerResult:
     lowered: list[str] = field(default_factory=list)
     left_alone: list[dict[str, str]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.lowered)
@@ -262,13 +268,40 @@ def _lower_graph(model: Any, want: Any) -> LowerResult:
         names = {k: ins[k] for k in ("X", "seq_lens", "h0", "c0")}
         new_nodes.extend(lower_layer(weights, 0, names, outputs, f"{node.name or node.op_type}__", elem, merged_y=node.op_type == LSTM_PROJECTED))
         result.lowered.append(node.name or node.op_type)
+        # The Scans keep the node's input and output tensor names, so its record is enough
+        # to find the layer again: what it computed, on which tensors, from which module.
+        result.records.append({
+            "node": node.name or node.op_type, "spec": str(weights.spec), "merged_y": node.op_type == LSTM_PROJECTED,
+            "inputs": {k: v for k, v in names.items() if v}, "outputs": {k: v for k, v in zip(("Y", "Y_h", "Y_c"), outputs) if v},
+            "node_metadata": {p.key: p.value for p in node.metadata_props},
+        })
     if result:
         del graph.node[:]
         graph.node.extend(new_nodes)
+        _record_lowered(model, result.records)
         keep = [o for o in model.opset_import if o.domain != DOMAIN]
         del model.opset_import[:]
         model.opset_import.extend(keep)
     return result
+
+
+def _record_lowered(model: Any, records: list[dict[str, Any]]) -> None:
+    earlier = read_lowered(model)
+    set_metadata(model, {LOWERED_KEY: json.dumps(earlier + records)})
+
+
+def read_lowered(model: Any) -> list[dict[str, Any]]:
+    """The records of the nodes lowered in ``model`` (a damaged or foreign entry reads as none)."""
+    for p in model.metadata_props:
+        if p.key == LOWERED_KEY and len(p.value) < (16 << 20):
+            try:
+                records = json.loads(p.value)
+            except (ValueError, RecursionError):
+                return []
+            ok = [r for r in records if isinstance(r, dict) and isinstance(r.get("inputs"), dict) and isinstance(r.get("outputs"), dict)] \
+                if isinstance(records, list) else []
+            return ok
+    return []
 
 
 def lower_projections(model: Any) -> LowerResult:

@@ -1,0 +1,248 @@
+"""Layer by layer: which recurrent layer of an ONNX graph drifts.
+
+Every recurrent layer of the main graph, native (an LSTM/GRU/RNN node) or lowered (the
+Scans ``rnnx lower`` and projected exports write, which keep the node's tensor names and
+leave a record in ``rnnx.lowered``), has its input and output tensors marked as extra
+graph outputs, as ``polygraphy run --onnx-outputs mark all`` does. After a run, each
+layer's float64 reference is computed on the inputs that layer actually received and
+held against the outputs it actually produced. A layer whose own computation is right
+matches even when an earlier layer fed it something wrong, so the first layer that
+leaves the tolerance is the one that drifts.
+
+What the reference computes with is the layer's *truth*: the weights of the torch module
+it was exported from when that is known (then a weight stored wrongly in the file shows),
+else the node's own weights (then only the arithmetic is checked).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rnnx import reference
+from rnnx.errors import RNNXError
+from rnnx.spec import RNNSpec
+from rnnx.tolerance import Tolerance, compare_arrays, per_step_max
+from rnnx.weights import RNNWeights
+
+INPUT_ROLES = {"X": 0, "seq_lens": 4, "h0": 5, "c0": 6}
+OUTPUT_ROLES = {"Y": 0, "Y_h": 1, "Y_c": 2}
+
+
+@dataclass
+class Layer:
+    """One recurrent layer of the graph, by the tensors it reads and writes."""
+
+    name: str
+    op: str
+    form: str  # "native" or "lowered"
+    inputs: dict[str, str]  # role -> tensor
+    outputs: dict[str, str]  # role -> tensor
+    spec: RNNSpec | None = None  # one layer
+    own: RNNWeights | None = None  # the node's stored weights (native nodes)
+    unreadable: str = ""  # why the node's weights have no canonical form
+    layout: int = 0  # ONNX layout attribute: 1 is batch-major
+    merged_y: bool = False  # Y already (seq, batch, dirs*size): the projected placeholder's
+
+
+def single_layer(weights: RNNWeights, k: int) -> RNNWeights:
+    """Layer ``k`` of a stack as a one-layer stack."""
+    spec = weights.spec
+    one = spec.with_(num_layers=1, input_size=spec.layer_input_size(k))
+    prefix = f"l{k}."
+    return RNNWeights(one, {"l0." + name[len(prefix):]: v for name, v in weights.tensors.items() if name.startswith(prefix)})
+
+
+def find_layers(model: Any) -> list[Layer]:
+    """The recurrent layers of the main graph, in graph order."""
+    from rnnx.formats import onnx as onnx_format
+    from rnnx.graphs.find import recurrent_nodes
+    from rnnx.graphs.lower import read_lowered
+
+    position = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
+    layers = []
+    for rn in recurrent_nodes(model):
+        if rn.graph != "main":
+            continue  # inside a Loop or If body: its tensors cannot be marked as graph outputs
+        node = rn.node
+        layer = Layer(rn.name, node.op_type, "native", _named(list(node.input), INPUT_ROLES), _named(list(node.output), OUTPUT_ROLES),
+                      layout=int(rn.attributes.get("layout", 0) or 0))
+        try:
+            layer.own = onnx_format.from_native([rn.as_dict()])
+            layer.spec = layer.own.spec
+        except RNNXError as exc:
+            layer.unreadable = str(exc)
+        layers.append(layer)
+    for rec in read_lowered(model):
+        try:
+            spec = RNNSpec.parse(str(rec.get("spec")))
+        except (RNNXError, ValueError):
+            continue
+        ins = {k: str(v) for k, v in rec["inputs"].items() if k in INPUT_ROLES and v}
+        outs = {k: str(v) for k, v in rec["outputs"].items() if k in OUTPUT_ROLES and v}
+        if "X" in ins and outs and all(v in position for v in outs.values()):
+            layers.append(Layer(str(rec.get("node")), spec.cell.upper().replace("RNN_TANH", "RNN").replace("RNN_RELU", "RNN"), "lowered",
+                                ins, outs, spec=spec, merged_y=bool(rec.get("merged_y"))))
+    layers.sort(key=lambda la: min(position.get(t, len(position)) for t in la.outputs.values()))
+    return layers
+
+
+def _named(names: list[str], roles: dict[str, int]) -> dict[str, str]:
+    return {role: names[i] for role, i in roles.items() if i < len(names) and names[i]}
+
+
+def mark_outputs(model: Any, layers: list[Layer]) -> tuple[Any, list[str]]:
+    """A copy of ``model`` whose outputs also give every layer's input and output tensors;
+    and the names added (graph inputs and initializers are known already and not marked)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    marked = copy.deepcopy(model)
+    graph = marked.graph
+    have = {o.name for o in graph.output} | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    types: dict[str, int] = {}
+    try:  # only for the element types of the tensors to mark; a graph it cannot follow still runs
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        types = {vi.name: vi.type.tensor_type.elem_type for vi in inferred.graph.value_info}
+    except Exception:  # noqa: BLE001  onnx raises several types on graphs it cannot infer
+        types = {}
+    added = []
+    for layer in layers:
+        elem = types.get(layer.outputs.get("Y", ""), TensorProto.FLOAT)
+        for role, name in {**layer.inputs, **layer.outputs}.items():
+            if name in have:
+                continue
+            have.add(name)
+            elem_type = types.get(name) or (TensorProto.INT32 if role == "seq_lens" else elem)
+            graph.output.append(helper.make_tensor_value_info(name, elem_type, None))
+            added.append(name)
+    return marked, added
+
+
+@dataclass
+class LayerCheck:
+    name: str
+    op: str
+    form: str
+    truth: str  # what the reference computed with
+    status: str  # "ok", "drifts" or "not checked"
+    reason: str = ""
+    max_abs: float = 0.0
+    worst_case: str = ""
+    per_step: list[float] = field(default_factory=list)  # Y's max abs error per step, at the worst case
+    outputs: dict[str, float] = field(default_factory=dict)  # max abs error per output, over all cases
+    tolerance: str = ""
+    diagnosis: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _as_reference_inputs(layer: Layer, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The layer's inputs in rnnx's layout: X (seq, batch, in), states (dirs, batch, size)."""
+    x = np.asarray(values[layer.inputs["X"]])
+    if x.ndim != 3:
+        raise RNNXError(f"layer {layer.name}: its X has shape {list(x.shape)}, expected 3 dimensions")
+    out = {"X": x.transpose(1, 0, 2) if layer.layout == 1 else x}
+    for role in ("h0", "c0"):
+        if role in layer.inputs:
+            state = np.asarray(values[layer.inputs[role]])
+            out[role] = state.transpose(1, 0, 2) if layer.layout == 1 else state
+    if "seq_lens" in layer.inputs:
+        out["seq_lens"] = np.asarray(values[layer.inputs["seq_lens"]]).astype(np.int64)
+    return out
+
+
+def _as_node_outputs(layer: Layer, spec: RNNSpec, y: np.ndarray, h: np.ndarray, c: np.ndarray | None) -> dict[str, np.ndarray]:
+    """The reference's (seq, batch, dirs*size) Y and (dirs, batch, size) states as the node gives them."""
+    T, B, _ = y.shape
+    D, size = spec.num_directions, spec.output_size
+    if layer.merged_y:
+        node_y = y
+    elif layer.layout == 1:
+        node_y = y.transpose(1, 0, 2).reshape(B, T, D, size)
+    else:
+        node_y = y.reshape(T, B, D, size).transpose(0, 2, 1, 3)
+    out = {"Y": node_y, "Y_h": h.transpose(1, 0, 2) if layer.layout == 1 else h}
+    if c is not None:
+        out["Y_c"] = c.transpose(1, 0, 2) if layer.layout == 1 else c
+    return out
+
+
+def _node_y_as_rnnx(layer: Layer, y: np.ndarray) -> np.ndarray:
+    y = np.asarray(y, np.float64)
+    if layer.merged_y:
+        return y
+    if layer.layout == 1:
+        B, T, D, H = y.shape
+        return y.reshape(B, T, D * H).transpose(1, 0, 2)
+    T, D, B, H = y.shape
+    return y.transpose(0, 2, 1, 3).reshape(T, B, D * H)
+
+
+def check_layers(layers: list[Layer], truths: dict[str, tuple[RNNWeights, str]], runs: list[tuple[str, dict[str, np.ndarray]]],
+                 tol: Tolerance) -> list[LayerCheck]:
+    """Each layer on every run: ``truths`` maps a layer name to (weights, description);
+    ``runs`` are (case label, every tensor's value by name)."""
+    from rnnx.verify.diagnose import diagnose
+
+    checks = []
+    for layer in layers:
+        truth, said = truths.get(layer.name) or ((layer.own, "its own weights") if layer.own is not None else (None, ""))
+        check = LayerCheck(layer.name, layer.op, layer.form, said, "ok", tolerance=str(tol))
+        checks.append(check)
+        if truth is None:
+            check.status = "not checked"
+            check.reason = layer.unreadable or "lowered, and no torch module matches it, so its weights are not known"
+            continue
+        worst: tuple[float, str, dict[str, np.ndarray], np.ndarray] | None = None
+        for label, values in runs:
+            missing = [t for t in [*layer.inputs.values(), *layer.outputs.values()] if t not in values]
+            if missing:
+                check.status, check.reason = "not checked", f"tensor {missing[0]!r} was not produced by the run"
+                break
+            inputs = _as_reference_inputs(layer, values)
+            try:
+                ref = reference.forward(truth, inputs["X"], inputs.get("h0"), inputs.get("c0"), inputs.get("seq_lens"))
+            except RNNXError as exc:
+                check.status, check.reason = "not checked", f"its inputs do not fit {truth.spec}: {exc}"
+                break
+            want = _as_node_outputs(layer, truth.spec, ref.y, ref.h_n, ref.c_n)
+            for role, tensor in layer.outputs.items():
+                if role not in want:
+                    continue
+                stats = compare_arrays(values[tensor], want[role], tol)
+                check.outputs[role] = max(check.outputs.get(role, 0.0), stats.max_abs)
+                if not stats.passed:
+                    check.status = "drifts"
+                if role == "Y" and (worst is None or stats.max_abs > worst[0]):
+                    time_axis = 1 if layer.layout == 1 and not layer.merged_y else 0
+                    check.per_step = per_step_max(values[tensor], want[role], time_axis)
+                    worst = (stats.max_abs, label, inputs, _node_y_as_rnnx(layer, values[tensor]))
+        if check.status == "not checked":
+            continue
+        check.max_abs = max(check.outputs.values(), default=0.0)
+        if worst is not None:
+            check.worst_case = worst[1]
+        if check.status == "drifts" and worst is not None:
+            check.diagnosis = _diagnose(layer, truth, worst[2], worst[3], tol, diagnose)
+    return checks
+
+
+def _diagnose(layer: Layer, truth: RNNWeights, inputs: dict[str, np.ndarray], y: np.ndarray, tol: Tolerance, diagnose: Any) -> list[str]:
+    """Which layout mistake reproduces the layer's output, and which stored tensors differ."""
+    lines = []
+    if not layer.merged_y:
+        _, matches = diagnose(truth, inputs, y, atol=max(tol.atol * 10, 1e-3))
+        lines += [f"its output is what the reference gives with {m}" for m in matches]
+    if layer.own is not None and layer.own is not truth and layer.own.spec == truth.spec:
+        differ = [(name, float(np.max(np.abs(layer.own.tensors[name].astype(np.float64) - truth.tensors[name]))))
+                  for name in truth.tensors if name in layer.own.tensors]
+        differ = [(n, d) for n, d in differ if d > 1e-6]
+        if differ:
+            lines.append("stored weights differ from the torch module's: " + ", ".join(f"{n} (by {d:.2g})" for n, d in differ[:6])
+                         + (f" and {len(differ) - 6} more" if len(differ) > 6 else ""))
+    return lines
