@@ -65,7 +65,8 @@ def groups(path: str | Path, format: str | None = None) -> list[str]:
 def export(model: Any, example_inputs: Any, path: str | Path, **options: Any) -> Any:
     """Export a PyTorch model to ONNX with native LSTM/GRU/RNN nodes, checked in ONNX Runtime.
 
-    Returns an :class:`rnnx.exporters.torch_export.ExportReport`; see that module for options.
+    Returns an :class:`rnnx.exporters.torch_export.ExportReport`; see that module for options
+    (``tolerances=rnnx.tolerance.Tolerances.parse(["1e-3"])`` sets the self-check's tolerance).
     """
     from rnnx.exporters.torch_export import export as _export
 

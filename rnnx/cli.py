@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
@@ -29,6 +28,7 @@ _MAX_CHECK_VALUES = 32
 def _cmd_convert(args: argparse.Namespace) -> int:
     from rnnx.convert import convert
 
+    tolerances = _tolerances(args)  # a bad value is refused before anything is read
     result = convert(
         args.input,
         args.output,
@@ -42,6 +42,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         states=not args.no_states,
         check=not args.no_check,
         nonfinite=args.nonfinite,
+        tolerances=tolerances,
     )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -53,8 +54,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         for note in result.notes:
             print(f"note: {note}")
     if result.report is not None and not result.report:
-        worst = result.report.worst()
-        raise ParityError(f"parity check failed: {worst.backend} {worst.output} max abs error {worst.max_abs:.3e} > atol {worst.atol:g}; nothing was written to {result.output}")  # type: ignore[union-attr]
+        raise ParityError(f"parity check failed: {result.report.failure()}; nothing was written to {result.output}")
     return 0
 
 
@@ -62,6 +62,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_dim, parse_input
     from rnnx.exporters.torch_export import export
 
+    tolerances = _tolerances(args)  # a bad value is refused before the model is imported
     model, example = load_model(args.model)
     refuse_overwriting(_export_inputs(args.model) + [args.checkpoint], {"-o": args.output, "-o's external data": args.output.with_name(args.output.name + ".data")})
     if args.checkpoint:
@@ -83,7 +84,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():
             print(f"exporting {args.model}: tracing, translating, checking in ONNX Runtime...", file=sys.stderr)
     report = export(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
-                    input_names=_names(args.input_names), output_names=_names(args.output_names), check=not args.no_check, seed=args.seed)
+                    input_names=_names(args.input_names), output_names=_names(args.output_names), check=not args.no_check, seed=args.seed,
+                    tolerances=tolerances)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     if not report.passed:
         raise ParityError(f"{report.check.failure()}; nothing was written to {args.output}")  # type: ignore[union-attr]
@@ -130,7 +132,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_fuse(args: argparse.Namespace) -> int:
     from rnnx.graphs.fuse import fuse_file
 
-    report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed)
+    tolerances = _tolerances(args)
+    report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed, tolerances=tolerances)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     return 0
 
@@ -148,7 +151,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 def _cmd_lower(args: argparse.Namespace) -> int:
     from rnnx.graphs.lower_file import lower_file
 
-    result = lower_file(args.model, args.output, select=args.select, check=not args.no_check, seed=args.seed)
+    tolerances = _tolerances(args)
+    result = lower_file(args.model, args.output, select=args.select, check=not args.no_check, seed=args.seed, tolerances=tolerances)
     report = result.pop("_report")
     if args.json:
         print(json.dumps(result, indent=2))
@@ -199,18 +203,11 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    from rnnx.tolerance import parse_tol_items
     from rnnx.verify import verify
 
-    tolerances = {}
-    for item in args.tol or []:
-        backend, _, values = item.partition("=")
-        try:
-            atol, rtol = (float(v) for v in values.split(","))
-        except ValueError:
-            raise RNNXError(f"--tol {item!r}: expected BACKEND=ATOL,RTOL like ort=1e-4,1e-3") from None
-        if not all(math.isfinite(v) and v >= 0 for v in (atol, rtol)):
-            raise RNNXError(f"--tol {item!r}: expected finite, non-negative tolerances like ort=1e-4,1e-3")
-        tolerances[backend] = (atol, rtol)
+    per_backend = parse_tol_items(args.tol)
+    tolerances = _tolerances(args)
     from rnnx.graphs.find import data_files
     from rnnx.verify.drive import parse_map
 
@@ -220,7 +217,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     report = verify(
         args.against, args.model, backends=[b.strip() for b in args.backends.split(",") if b.strip()],
         seq_lens=_ints(args.seq_lens, "--seq-lens") if args.seq_lens else None, batches=_ints(args.batch, "--batch") if args.batch else None, dtypes=[d.strip() for d in args.dtype.split(",")],
-        tolerances=tolerances, seed=args.seed, select=args.select, spec=args.spec,
+        tolerances=tolerances, backend_tolerances=per_backend, seed=args.seed, select=args.select, spec=args.spec,
         input_map=parse_map(args.input_map), batch_first=True if args.batch_first else None,
         progress=sys.stderr.isatty() and not args.json,
     )
@@ -278,7 +275,32 @@ def _add_graph_rewrite_arguments(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, help=f"{what} ONNX model (written atomically)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the check's inputs")
     p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime comparison")
+    _add_tolerance_arguments(p, "graph output")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON on stdout")
+
+
+def _add_tolerance_arguments(p: argparse.ArgumentParser, named: str) -> None:
+    """Polygraphy's tolerance options, for every verb that checks what it writes."""
+    from rnnx.tolerance import BY_DTYPE
+
+    defaults = "; ".join(f"{dtype} atol {t.atol:g}, rtol {t.rtol:g}" for dtype, t in BY_DTYPE.items())
+    group = p.add_argument_group(
+        "tolerance", "Polygraphy's semantics: an element fails when its absolute error exceeds atol and its relative error exceeds rtol "
+        "(or, with --check-error-stat max/mean/median/quantile, when that statistic of both does); NaN fails. Defaults depend on the "
+        f"dtype that ran: {defaults} (see rnnx/tolerance.py). An option given sets that field only; the others keep the dtype's. "
+        f"Each option is VALUE for every output or NAME:VALUE for one {named}; repeat it for several.")
+    group.add_argument("--atol", action="append", metavar="[NAME:]VALUE", help="absolute tolerance, e.g. 1e-3 or Y:1e-3")
+    group.add_argument("--rtol", action="append", metavar="[NAME:]VALUE", help="relative tolerance (error / |reference|), e.g. 1e-2 or h_n:1e-2")
+    group.add_argument("--check-error-stat", action="append", metavar="[NAME:]STAT",
+                       help="what the tolerances apply to: elemwise (default; every element), max, mean, median or quantile (the 99th percentile)")
+
+
+def _tolerances(args: argparse.Namespace) -> Any:
+    """The tolerance options as rnnx.tolerance.Tolerances, or None where none was given (refused, exit 2, if malformed)."""
+    from rnnx.tolerance import Tolerances
+
+    given = [getattr(args, key, None) for key in ("atol", "rtol", "check_error_stat")]
+    return Tolerances.parse(*given) if any(given) else None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -325,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-states", action="store_true", help="ONNX model starts from zero states instead of taking h0/c0")
     p.add_argument("--no-check", action="store_true", help="skip running the written file against the reference")
     p.add_argument("--nonfinite", choices=["error", "warn"], default="error", help="NaN/Inf weights: refuse (default) or convert with a warning, unchecked")
+    _add_tolerance_arguments(p, "output (Y, h_n, c_n)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print a JSON report on stdout")
     p.set_defaults(func=_cmd_convert)
 
@@ -346,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opset", type=int, default=17, help="ONNX opset, 14 to the newest onnx knows (default 17, what TensorRT 8.6 on JetPack 5 parses)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the check's inputs")
     p.add_argument("--no-check", action="store_true", help="skip the ONNX Runtime check")
+    _add_tolerance_arguments(p, "graph output (see --output-names)")
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the export report as JSON on stdout")
     p.set_defaults(func=_cmd_export)
 
@@ -406,8 +430,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backends", default="ort,torch,cudnn,trt,reference", help="comma-separated, from ort,trt,cudnn,torch,reference (default all; unavailable ones are listed as skipped)")
     p.add_argument("--seq-lens", help="sequence lengths (default 1,17,64; 1,17 for models over 20M parameters)")
     p.add_argument("--batch", help="batch sizes (default 1,8)")
-    p.add_argument("--dtype", default="fp32", help="input dtypes, e.g. fp32,fp16 (default fp32)")
-    p.add_argument("--tol", action="append", metavar="BACKEND=ATOL,RTOL", help="override a backend's tolerance")
+    p.add_argument("--dtype", default="fp32", help="dtypes to run in, from fp32,fp16,bf16,fp64, e.g. fp32,bf16 (default fp32): each backend "
+                   "that can computes in it on inputs rounded to it, against the float64 reference, with that dtype's tolerance; one that "
+                   "cannot is listed as skipped (ONNX Runtime has no bfloat16 LSTM, so bf16 runs torch)")
+    _add_tolerance_arguments(p, "output (Y, h_n, c_n)")
+    p.add_argument("--tol", action="append", metavar="BACKEND=ATOL,RTOL", help="one backend's atol and rtol (e.g. ort=1e-3,1e-2), over --atol and --rtol; repeated")
     p.add_argument("--input-map", action="append", metavar="NAME=ROLE", help="what a graph input or output is (X, h0, c0, seq_lens, Y, h_n, c_n), "
                    "where neither rnnx export's record nor the graph's wiring says; repeated")
     p.add_argument("--batch-first", action="store_true", help="the model takes X and gives Y as (batch, seq, features), where its wiring does not show it")

@@ -2,7 +2,9 @@
 
 The check re-reads what was written and runs it: ONNX files in ONNX Runtime and torch
 files in PyTorch (when installed) against the float64 reference on fresh seeded inputs
-at two shapes; every other format by running the reference on the re-read weights.
+at two shapes; every other format by running the reference on the re-read weights. Each
+output is held to ``tolerances`` (:class:`rnnx.tolerance.Tolerances`; by default the
+tolerance of the dtype that ran, :data:`rnnx.tolerance.BY_DTYPE`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from rnnx import api, formats, parity
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, refuse_overwriting
 from rnnx.spec import RNNSpec
+from rnnx.tolerance import Tolerances
 from rnnx.weights import RNNWeights
 
 
@@ -31,6 +34,7 @@ class ConvertResult:
     report: parity.ParityReport | None = None
     notes: list[str] = field(default_factory=list)
     written: bool = True  # False when the check failed: the output was not renamed into place
+    tolerances: dict[str, Any] = field(default_factory=dict)  # what the caller set (Tolerances.to_json); the rest is by dtype
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,21 +44,22 @@ class ConvertResult:
             "output_format": self.output_format,
             "spec": self.spec,
             "parameters": self.parameters,
-            "check": None if self.report is None else {"passed": bool(self.report), "rows": self.report.to_json()},
+            "check": None if self.report is None else {"passed": bool(self.report), "tolerances": self.tolerances, "rows": self.report.to_json()},
             "notes": self.notes,
             "written": self.written,
         }
 
 
-def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], batch_first: bool, seq_lens: bool, states: bool) -> parity.ParityReport:
+def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], batch_first: bool, seq_lens: bool, states: bool,
+                   tolerances: Tolerances | None = None) -> parity.ParityReport:
     why = f"{fmt_name} has no runtime here"
     if fmt_name == "onnx":
         from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 
         # The file's inputs have its weights' dtype (float16, float32 or float64).
         try:
-            return parity.check("onnxruntime", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first, states=states,
-                                dtype=weights.dtype.name)
+            return parity.check("ort", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first, states=states,
+                                dtype=weights.dtype.name, tolerances=tolerances)
         except RNNXError as exc:
             if "does not support" not in str(exc) or weights.dtype == np.float32:
                 raise
@@ -64,10 +69,10 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
             if fmt_name == "jax":
                 from rnnx.engines.jax import JaxRunner
 
-                return parity.check("jax", JaxRunner(path, weights.spec), weights, ragged=True)
+                return parity.check("jax", JaxRunner(path, weights.spec), weights, ragged=True, tolerances=tolerances)
             from rnnx.engines.keras import KerasRunner
 
-            return parity.check("keras", KerasRunner(path, weights.spec), weights)
+            return parity.check("keras", KerasRunner(path, weights.spec), weights, tolerances=tolerances)
         except RNNXError as exc:
             why = f"{fmt_name} cannot run it here ({exc})"
     reread = api.load(path, format=fmt_name, spec=weights.spec)
@@ -75,12 +80,12 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
         try:
             from rnnx.engines.torch import TorchRunner
 
-            return parity.check("torch", TorchRunner(reread.astype(np.float32)), weights, ragged=True)
+            return parity.check("torch", TorchRunner(reread.astype(np.float32)), weights, ragged=True, tolerances=tolerances)
         except RNNXError as exc:
             notes.append(f"torch check skipped: {exc}")
     # The reference on the re-read weights must reproduce the reference on the source.
     notes.append(f"{why}: read back only (the file re-read and the reference run on it; nothing ran the file itself)")
-    return parity.check(f"{fmt_name} (reread)", lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False)
+    return parity.check(f"{fmt_name} (reread)", lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False, tolerances=tolerances)
 
 
 def convert(
@@ -96,7 +101,13 @@ def convert(
     states: bool = True,
     check: bool = True,
     nonfinite: str = "error",
+    tolerances: Tolerances | None = None,
 ) -> ConvertResult:
+    """Read ``source``, write ``output`` in the target format, and (unless ``check`` is False)
+    run what was written against the float64 reference, holding each output to ``tolerances``
+    (``Tolerances.parse(["1e-3"], ["1e-2"])``, per output ``Y``, ``h_n``, ``c_n`` if wanted;
+    default: the tolerance of the dtype that ran). A failed check writes nothing
+    (``result.written`` is False, ``result.report`` says why)."""
     source, output = Path(source), Path(output)
     refuse_overwriting([source], {"-o": output})
     src_fmt = formats.get(from_format) if from_format else formats.detect(source)
@@ -115,25 +126,26 @@ def convert(
     if bad:
         notes.append(f"tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); converted anyway (--nonfinite warn)")
         check = False
-    result = ConvertResult(str(source), src_fmt.name, str(output), out_fmt.name, str(weights.spec), weights.num_parameters(), notes=notes)
+    result = ConvertResult(str(source), src_fmt.name, str(output), out_fmt.name, str(weights.spec), weights.num_parameters(), notes=notes,
+                           tolerances=tolerances.to_json() if tolerances else {})
     if out_fmt.name != "onnx" and (opset is not None or batch_first or seq_lens or not states):
         raise RNNXError(f"--opset, --batch-first, --seq-lens and --no-states apply to --to onnx only, not {out_fmt.name}")
     try:
-        _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states)
+        _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states, tolerances)
     except _CheckFailed:
         result.written = False
     return result
 
 
 def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: ConvertResult, check: bool, opset: int | None,
-                   batch_first: bool, seq_lens: bool, states: bool) -> None:
+                   batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None) -> None:
     """The written file is checked under its temporary name and renamed into place only if it
     passes: a failed check, like any failure, leaves nothing behind."""
     data = output.with_name(output.name + ".data")  # ONNX weights past protobuf's limit
     had_data = data.exists()
     try:
         with atomic_output(output) as written:
-            _write_and_check(weights, output, written, fmt_name, result, check, opset, batch_first, seq_lens, states)
+            _write_and_check(weights, output, written, fmt_name, result, check, opset, batch_first, seq_lens, states, tolerances)
     except BaseException:
         if not had_data and data.exists():
             data.unlink()
@@ -141,7 +153,7 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
 
 
 def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, check: bool,
-                     opset: int | None, batch_first: bool, seq_lens: bool, states: bool) -> None:
+                     opset: int | None, batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None) -> None:
     if fmt_name == "onnx":
         from rnnx.graphs.build import DEFAULT_OPSET, build_stack_model, save_model
 
@@ -150,7 +162,7 @@ def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name:
     else:
         api.save(weights, output, format=fmt_name)
     if check:
-        result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states)
+        result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states, tolerances)
         if not result.report:
             raise _CheckFailed
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from rnnx import reference
+from rnnx.tolerance import BY_DTYPE, ErrorStats, Tolerances, compare_arrays, quantile_label
 from rnnx.weights import RNNWeights
 
-#: Default (atol, rtol) per dtype for a float32 backend held against float64.
-TOLERANCES = {"float32": (1e-4, 1e-3), "float64": (1e-10, 1e-8), "float16": (1e-2, 1e-2)}
+#: (atol, rtol) per dtype, read from :data:`rnnx.tolerance.BY_DTYPE` (the one table; kept
+#: for callers of the older form). Changing it changes nothing: pass ``tolerances``.
+TOLERANCES = {name: (t.atol, t.rtol) for name, t in BY_DTYPE.items()}
 DEFAULT_SHAPES = ((5, 3), (11, 7))  # (seq_len, batch): two shapes, so nothing baked in passes
 
 
@@ -48,6 +50,8 @@ def reference_outputs(weights: RNNWeights, inputs: dict[str, np.ndarray], batch_
 
 @dataclass
 class Comparison:
+    """One output of one run against what it should be (see :func:`rnnx.tolerance.compare_arrays`)."""
+
     backend: str
     output: str
     seq_len: int
@@ -58,6 +62,31 @@ class Comparison:
     rtol: float
     passed: bool
     ran: bool = True  # False: the file was only read back and the reference run on it, not run by its owner
+    mean_abs: float = 0.0
+    p99_abs: float = 0.0  # the error statistic's quantile (0.99 unless the tolerance says otherwise)
+    mean_rel: float = 0.0
+    p99_rel: float = 0.0
+    stat: str = "elemwise"  # the statistic the tolerance was applied to (Polygraphy's --check-error-stat)
+    dtype: str = "float32"  # what ran, and so whose tolerance applied
+    note: str = ""  # why it failed where the numbers do not say (a shape, NaN, a missing output)
+
+    @classmethod
+    def from_stats(cls, backend: str, output: str, seq_len: int, batch: int, stats: ErrorStats, dtype: str = "float32", ran: bool = True) -> Comparison:
+        stat = quantile_label(stats.quantile) if stats.stat == "quantile" else stats.stat
+        return cls(backend, output, seq_len, batch, stats.max_abs, stats.max_rel, stats.atol, stats.rtol, stats.passed, ran,
+                   stats.mean_abs, stats.quantile_abs, stats.mean_rel, stats.quantile_rel, stat, dtype, stats.note)
+
+    @property
+    def tolerance(self) -> str:
+        return f"atol {self.atol:g}, rtol {self.rtol:g}, {self.stat}"
+
+    def describe(self) -> str:
+        """One line: which output, where, how far off, and the tolerance it was held to."""
+        where = f"{self.backend} {self.output}" + (f" at T={self.seq_len}, B={self.batch}" if self.seq_len or self.batch else "")
+        if self.note and not np.isfinite(self.max_abs):
+            return f"{where}: {self.note} ({self.tolerance})"
+        return (f"{where}: max abs error {self.max_abs:.3e} (mean {self.mean_abs:.3e}, p99 {self.p99_abs:.3e}), max rel {self.max_rel:.3e}, "
+                f"beyond {self.tolerance}" + (f"; {self.note}" if self.note else ""))
 
 
 @dataclass
@@ -72,33 +101,51 @@ class ParityReport:
     def worst(self) -> Comparison | None:
         return max(self.rows, key=lambda r: r.max_abs, default=None)
 
+    def first_failure(self) -> Comparison | None:
+        """The failing row with the largest absolute error (a NaN counts as the largest)."""
+        failed = [r for r in self.rows if not r.passed]
+        return max(failed, key=lambda r: (np.isnan(r.max_abs), r.max_abs), default=None)
+
+    def failure(self) -> str:
+        """One line naming the worst failing row and its tolerance ("" when everything passed)."""
+        row = self.first_failure()
+        if row is None:
+            return "" if self.rows else "nothing was compared"
+        return row.describe()
+
     def to_json(self) -> list[dict[str, object]]:
         return [asdict(r) for r in self.rows]
 
     def __str__(self) -> str:
-        lines = [f"{'backend':<14} {'output':<6} {'T':>4} {'B':>3} {'max abs err':>12} {'max rel err':>12}  result"]
+        lines = [f"{'backend':<14} {'output':<6} {'T':>4} {'B':>3} {'max abs':>10} {'mean abs':>10} {'p99 abs':>10} {'max rel':>10}  "
+                 f"{'tolerance (atol, rtol, stat)':<30} result"]
         for r in self.rows:
-            verdict = ("ok" if r.ran else "read back only") if r.passed else f"FAIL (atol {r.atol:g}, rtol {r.rtol:g})"
-            lines.append(f"{r.backend:<14} {r.output:<6} {r.seq_len:>4} {r.batch:>3} {r.max_abs:>12.3e} {r.max_rel:>12.3e}  {verdict}")
+            verdict = ("ok" if r.ran else "read back only") if r.passed else "FAIL" + (f" ({r.note})" if r.note else "")
+            tol = f"{r.atol:g}, {r.rtol:g}, {r.stat}"
+            lines.append(f"{r.backend:<14} {r.output:<6} {r.seq_len:>4} {r.batch:>3} {r.max_abs:>10.3e} {r.mean_abs:>10.3e} {r.p99_abs:>10.3e} "
+                         f"{r.max_rel:>10.3e}  {tol:<30} {verdict}")
         return "\n".join(lines)
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2)
 
 
-def compare(backend: str, got: dict[str, np.ndarray], want: dict[str, np.ndarray], seq_len: int, batch: int, dtype: str = "float32") -> list[Comparison]:
-    atol, rtol = TOLERANCES[dtype]
+def compare(backend: str, got: dict[str, np.ndarray], want: dict[str, np.ndarray], seq_len: int, batch: int,
+            dtype: str | Mapping[str, str] = "float32", tolerances: Tolerances | None = None) -> list[Comparison]:
+    """Each output in ``want`` against ``got``'s of that name, with :func:`rnnx.tolerance.compare_arrays`
+    under ``tolerances`` (per output; else :data:`rnnx.tolerance.BY_DTYPE`'s for the dtype
+    that ran: ``dtype``, or a dtype per output)."""
+    tolerances = tolerances or Tolerances()
     rows = []
     for name, ref in want.items():
-        value = np.asarray(got[name], dtype=np.float64)
-        if value.shape != ref.shape:
-            rows.append(Comparison(backend, name, seq_len, batch, float("inf"), float("inf"), atol, rtol, False))
-            continue
-        diff = np.abs(value - ref)
-        max_abs = float(diff.max(initial=0.0))
-        max_rel = float((diff / np.maximum(np.abs(ref), 1e-12)).max(initial=0.0))
-        passed = bool(np.all(np.isfinite(value)) and np.all(diff <= atol + rtol * np.abs(ref)))
-        rows.append(Comparison(backend, name, seq_len, batch, max_abs, max_rel, atol, rtol, passed))
+        kind = dtype if isinstance(dtype, str) else dtype.get(name, "float32")
+        tol = tolerances.get(name, kind)
+        if name not in got:
+            stats = compare_arrays(np.zeros(0), np.asarray(ref), tol)
+            stats.passed, stats.note = False, "the run did not return this output"
+        else:
+            stats = compare_arrays(got[name], ref, tol)
+        rows.append(Comparison.from_stats(backend, name, seq_len, batch, stats, kind))
     return rows
 
 
@@ -113,10 +160,12 @@ def check(
     states: bool = True,
     dtype: str = "float32",
     ran: bool = True,
+    tolerances: Tolerances | None = None,
 ) -> ParityReport:
     """Run ``run`` at each (seq_len, batch) on fresh seeded inputs against the reference;
     ``dtype`` is what the backend takes (a float16 ONNX file takes float16 inputs), and the
-    reference runs on those same rounded inputs."""
+    reference runs on those same rounded inputs. Each output is held to ``tolerances``
+    (default: :data:`rnnx.tolerance.BY_DTYPE`'s entry for ``dtype``)."""
     report = ParityReport()
     for k, (seq_len, batch) in enumerate(shapes):
         inputs = random_inputs(weights, seq_len, batch, seed=seed + k, ragged=ragged, states=states, dtype=dtype)
@@ -124,7 +173,7 @@ def check(
         if batch_first:
             feed["X"] = inputs["X"].transpose(1, 0, 2).copy()
         want = reference_outputs(weights, feed, batch_first=batch_first)
-        rows = compare(backend, run(feed), want, seq_len, batch, dtype)
+        rows = compare(backend, run(feed), want, seq_len, batch, dtype, tolerances)
         for row in rows:
             row.ran = ran
         report.rows += rows

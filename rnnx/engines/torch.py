@@ -34,29 +34,45 @@ def build_module(weights: RNNWeights, batch_first: bool = False) -> Any:
     return module.eval()
 
 
+#: What the runner computes in -> (its ``precision``, the numpy dtype that carries its inputs
+#: and outputs). numpy has no bfloat16: bfloat16 values travel in float32 arrays (exactly).
+DTYPES = {"float32": ("fp32", np.float32), "float64": ("fp64", np.float64), "float16": ("fp16", np.float16), "bfloat16": ("bf16", np.float32)}
+
+
 class TorchRunner:
-    """Runs the module with X, h0, c0 (and seq_lens as a packed sequence) like the ONNX stack."""
+    """Runs the module with X, h0, c0 (and seq_lens as a packed sequence) like the ONNX stack.
+
+    ``dtype`` (``float32``, ``float64``, ``float16`` or ``bfloat16``; default: the weights'
+    float32 or float64) is what the module computes in, on the CPU: weights and inputs are
+    rounded to it. Inputs must come in the carrier of :data:`DTYPES` (float16 arrays for
+    float16, float32 arrays for bfloat16), so that a caller never runs a dtype it did not ask for.
+    """
 
     device = "cpu"
 
-    def __init__(self, weights: RNNWeights, batch_first: bool = False) -> None:
-        self.precision = "fp64" if weights.dtype == np.float64 else "fp32"
+    def __init__(self, weights: RNNWeights, batch_first: bool = False, dtype: str | None = None) -> None:
+        dtype = dtype or ("float64" if weights.dtype == np.float64 else "float32")
+        if dtype not in DTYPES:
+            raise RNNXError(f"the torch runner computes in {', '.join(DTYPES)}; found {dtype!r}")
+        self.dtype = dtype
+        self.precision, self.carrier = DTYPES[dtype]
         self.spec = weights.spec
         self.batch_first = batch_first
-        self.module = build_module(weights, batch_first)
+        torch = torch_format._import_torch("building a torch module")
+        self.module = build_module(weights.astype(np.float64 if dtype == "float64" else np.float32), batch_first).to(getattr(torch, dtype))
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
         from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-        want = np.float64 if self.precision == "fp64" else np.float32
-        if inputs["X"].dtype != want:
-            raise RNNXError(f"the torch runner holds {np.dtype(want).name} weights; found {inputs['X'].dtype} inputs")
-        x = torch.from_numpy(np.ascontiguousarray(inputs["X"]))
+        if inputs["X"].dtype != self.carrier:
+            raise RNNXError(f"the torch runner computes in {self.dtype} and takes {np.dtype(self.carrier).name} inputs; found {inputs['X'].dtype}")
+        kind = getattr(torch, self.dtype)
+        x = torch.from_numpy(np.ascontiguousarray(inputs["X"])).to(kind)
         state: Any = None  # no states given: torch starts from zeros, as ONNX does
         if "h0" in inputs:
-            h0 = torch.from_numpy(inputs["h0"])
-            state = (h0, torch.from_numpy(inputs["c0"])) if self.spec.cell == "lstm" else h0
+            h0 = torch.from_numpy(np.ascontiguousarray(inputs["h0"])).to(kind)
+            state = (h0, torch.from_numpy(np.ascontiguousarray(inputs["c0"])).to(kind)) if self.spec.cell == "lstm" else h0
         with torch.no_grad():
             if "seq_lens" in inputs:
                 total = x.shape[1 if self.batch_first else 0]
@@ -65,9 +81,10 @@ class TorchRunner:
                 y, _ = pad_packed_sequence(y, batch_first=self.batch_first, total_length=total)
             else:
                 y, final = self.module(x, state)
-        out = {"Y": y.numpy()}
+        carry = lambda t: t.to(torch.float32).numpy() if t.dtype == torch.bfloat16 else t.numpy()  # noqa: E731
+        out = {"Y": carry(y)}
         if self.spec.cell == "lstm":
-            out["h_n"], out["c_n"] = final[0].numpy(), final[1].numpy()
+            out["h_n"], out["c_n"] = carry(final[0]), carry(final[1])
         else:
-            out["h_n"] = final.numpy()
+            out["h_n"] = carry(final)
         return out

@@ -44,7 +44,7 @@ def _axes(example: Sequence[Any], modules: Sequence[Any]) -> list[dict[int, str]
 
 
 def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int, input_names: Sequence[str] | None,
-                    output_names: Sequence[str] | None, check: bool, seed: int) -> Any:
+                    output_names: Sequence[str] | None, check: bool, seed: int, tolerances: Any = None) -> Any:
     import onnx
     import torch
     from torch.utils._pytree import tree_flatten
@@ -93,6 +93,6 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     report.notes.append("a TorchScript file is exported by torch.onnx's TorchScript exporter: rnnx cannot swap its modules")
     if cells:
         report.notes.append(f"{len(cells.fused)} decomposed cell(s) made native, {len(chains.fused)} chain(s) fused")
-    _write_checked(proto, path, report, model, leaves, structure, naming, check, seed)
+    _write_checked(proto, path, report, model, leaves, structure, naming, check, seed, tolerances)
     return report
 

@@ -12,6 +12,10 @@ longest fills the sequence; integer inputs stay within the example's range (toke
 floats are standard normal. A case where the torch module itself raises is listed as
 skipped with the model's message; one where ONNX Runtime fails or disagrees fails the
 check, naming the case and every input's shape.
+
+Each output is compared with :func:`rnnx.tolerance.compare_arrays`, held to the caller's
+``tolerances`` by graph output name, else to :data:`rnnx.tolerance.BY_DTYPE`'s entry for the
+dtype torch returned it in (a float16 model is checked in float16, with float16's tolerance).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
-from rnnx.parity import TOLERANCES
+from rnnx.tolerance import Tolerance, Tolerances, compare_arrays, quantile_label
 
 _GROWTH = {BATCH: 2, LENGTH: 3}
 _OTHER_GROWTH = 2
@@ -37,6 +41,17 @@ class OutputError:
     max_abs: float
     max_rel: float
     passed: bool
+    mean_abs: float = 0.0
+    p99_abs: float = 0.0
+    atol: float = 0.0
+    rtol: float = 0.0
+    stat: str = "elemwise"
+    dtype: str = "float32"
+    note: str = ""
+
+    @property
+    def tolerance(self) -> str:
+        return f"atol {self.atol:g}, rtol {self.rtol:g}, {self.stat}"
 
 
 @dataclass
@@ -61,8 +76,20 @@ class SelfCheck:
     """Truthy when at least one case ran and none failed."""
 
     cases: list[CheckCase] = field(default_factory=list)
-    atol: float = TOLERANCES["float32"][0]
-    rtol: float = TOLERANCES["float32"][1]
+    tolerances: Tolerances = field(default_factory=Tolerances)
+
+    @property
+    def default(self) -> Tolerance:
+        """The tolerance of a float32 output the caller did not name."""
+        return self.tolerances.get("", "float32")
+
+    @property
+    def atol(self) -> float:
+        return self.default.atol
+
+    @property
+    def rtol(self) -> float:
+        return self.default.rtol
 
     def __bool__(self) -> bool:
         ran = [c for c in self.cases if c.skipped is None]
@@ -74,24 +101,30 @@ class SelfCheck:
             if case.skipped is None and not case.passed:
                 if case.error:
                     return f"self-check at {case.where()}: {case.error}"
-                worst = max((o for o in case.outputs if not o.passed), key=lambda o: o.max_abs)
+                worst = max((o for o in case.outputs if not o.passed), key=lambda o: (np.isnan(o.max_abs), o.max_abs))
                 return (f"self-check at {case.where()}: output {worst.output!r} differs from torch by {worst.max_abs:.3e} "
-                        f"(atol {self.atol:g}, rtol {self.rtol:g})")
+                        f"(mean {worst.mean_abs:.3e}, p99 {worst.p99_abs:.3e}; {worst.dtype}, {worst.tolerance})"
+                        + (f": {worst.note}" if worst.note else ""))
         return "self-check: no case could run (the model raised at every shape tried)"
 
     def to_json(self) -> dict[str, Any]:
-        return {"passed": bool(self), "atol": self.atol, "rtol": self.rtol, "cases": [asdict(c) | {"passed": c.passed} for c in self.cases]}
+        return {"passed": bool(self), "atol": self.atol, "rtol": self.rtol, "stat": self.default.stat_label,
+                "tolerances": self.tolerances.to_json(), "cases": [asdict(c) | {"passed": c.passed} for c in self.cases]}
 
     def __str__(self) -> str:
-        lines = [f"self-check against torch in ONNX Runtime (atol {self.atol:g}, rtol {self.rtol:g}):"]
+        given = f"; set: {', '.join(f'{k}: {v}' for k, v in self.tolerances.to_json().items())}" if self.tolerances else ""
+        lines = [f"self-check against torch in ONNX Runtime ({self.default} for float32 outputs, each dtype its own{given}):"]
         for c in self.cases:
             if c.skipped:
                 verdict = f"skipped: {c.skipped}"
             elif c.error:
                 verdict = f"FAIL: {c.error}"
             else:
-                worst = max((o.max_abs for o in c.outputs), default=0.0)
-                verdict = f"{'ok' if c.passed else 'FAIL'} (max abs err {worst:.1e})"
+                worst = max(c.outputs, key=lambda o: (np.isnan(o.max_abs), o.max_abs), default=None)
+                verdict = "ok" if c.passed else "FAIL"
+                if worst is not None:
+                    verdict += (f" (max abs err {worst.max_abs:.1e}, mean {worst.mean_abs:.1e}, p99 {worst.p99_abs:.1e}"
+                                f"{'' if c.passed else f' in {worst.output!r}, {worst.tolerance}'})")
             lines.append(f"  {c.where()}: {verdict}")
         return "\n".join(lines)
 
@@ -202,15 +235,17 @@ def refused_dimensions(model: Any, leaves: Sequence[Leaf], structure: Any, namin
     return refused
 
 
-def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, path: Path, seed: int = 0) -> SelfCheck:
-    """Run every planned case; the torch model runs in eval mode."""
+def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, path: Path, seed: int = 0,
+                   tolerances: Tolerances | None = None) -> SelfCheck:
+    """Run every planned case; the torch model runs in eval mode. Outputs are held to
+    ``tolerances`` by graph output name (default: each output's dtype's)."""
     import torch
     from torch.utils._pytree import tree_flatten
 
     from rnnx.engines.onnxruntime import OnnxRuntimeRunner
     from rnnx.errors import RNNXError
 
-    check = SelfCheck()
+    check = SelfCheck(tolerances=tolerances or Tolerances())
     try:
         runner = OnnxRuntimeRunner(path)
     except RNNXError as exc:  # rnnx wrote a graph ONNX Runtime cannot load: the check has failed
@@ -235,20 +270,20 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
             case.error = f"the ONNX model has {len(got)} outputs, the torch model returned {len(want)} tensors"
             continue
         for (out_name, g), w in zip(got.items(), want):
-            case.outputs.append(_compare(out_name, np.asarray(g), w.detach().cpu().numpy(), check))
+            case.outputs.append(_compare(out_name, np.asarray(g), w, check))
     return check
 
 
-def _compare(name: str, got: np.ndarray, want: np.ndarray, check: SelfCheck) -> OutputError:
-    if got.shape != want.shape:
-        return OutputError(f"{name} (shape {list(got.shape)}, torch {list(want.shape)})", float("inf"), float("inf"), False)
-    if got.size == 0:
-        return OutputError(name, 0.0, 0.0, True)
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    diff = np.abs(g - w)
-    both_nan = np.isnan(g) & np.isnan(w)
-    diff[both_nan] = 0.0
-    max_abs = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
-    max_rel = float(np.max(diff / np.maximum(np.abs(w), 1e-12)))
-    passed = bool(np.all((diff <= check.atol + check.rtol * np.abs(w)) | both_nan))
-    return OutputError(name, max_abs, max_rel, passed)
+def _compare(name: str, got: np.ndarray, want: Any, check: SelfCheck) -> OutputError:
+    """ONNX Runtime's output against torch's (a tensor, in whatever dtype the model returned)."""
+    import torch
+
+    want = want.detach().cpu()
+    dtype = str(want.dtype).removeprefix("torch.")
+    want = want.float().numpy() if want.dtype == torch.bfloat16 else want.numpy()  # numpy has no bfloat16; widening is exact
+    tol = check.tolerances.get(name, dtype)
+    stats = compare_arrays(got, want, tol)
+    label = name if got.shape == want.shape else f"{name} (shape {list(got.shape)}, torch {list(want.shape)})"
+    stat = quantile_label(stats.quantile) if stats.stat == "quantile" else stats.stat
+    return OutputError(label, stats.max_abs, stats.max_rel, stats.passed, stats.mean_abs, stats.quantile_abs, stats.atol, stats.rtol, stat, dtype,
+                       "" if got.shape != want.shape else stats.note)

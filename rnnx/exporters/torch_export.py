@@ -28,6 +28,7 @@ from rnnx.exporters.selfcheck import SelfCheck
 from rnnx.formats.onnx import NATIVE_OPS, OP_TYPES
 from rnnx.graphs.build import DEFAULT_OPSET
 from rnnx.graphs.legalize import check_opset
+from rnnx.tolerance import Tolerances
 
 # torch.onnx builds at 18 or later; rnnx converts down itself with onnx's converter, since
 # torch.onnx's own down-conversion fails on reductions and in a process that ran its
@@ -135,6 +136,7 @@ def export(
     output_names: Sequence[str] | None = None,
     check: bool = True,
     seed: int = 0,
+    tolerances: Tolerances | None = None,
 ) -> ExportReport:
     """Export ``model`` to ``path`` with native LSTM/GRU/RNN nodes and check it.
 
@@ -143,7 +145,9 @@ def export(
     or fix single dimensions by input name and leave the rest to torch
     (``dynamic={"x": {1: "frames"}}``, ``static={"x": [2]}``). ``input_names`` and
     ``output_names`` name the graph's tensors. The file is written only if the self-check
-    passes (``report.written``); ``report.passed`` says whether it did.
+    passes (``report.written``); ``report.passed`` says whether it did. The self-check holds
+    each output to ``tolerances`` by graph output name (:class:`rnnx.tolerance.Tolerances`;
+    default: the tolerance of the dtype torch returns it in, :data:`rnnx.tolerance.BY_DTYPE`).
     """
     try:
         import onnxscript  # noqa: F401  torch.onnx's exporter and rnnx's translations are written in it
@@ -162,7 +166,8 @@ def export(
             raise RNNXError("a TorchScript model takes no dynamic shapes: rnnx finds its sequence and batch axes from its recurrent modules")
         from rnnx.exporters.scripted import export_scripted
 
-        return export_scripted(model, args, path, opset=opset, input_names=input_names, output_names=output_names, check=check, seed=seed)
+        return export_scripted(model, args, path, opset=opset, input_names=input_names, output_names=output_names, check=check, seed=seed,
+                               tolerances=tolerances)
     if not isinstance(model, torch.nn.Module):
         raise RNNXError(f"model: expected a torch.nn.Module, found a {type(model).__name__}")
     if path.is_dir():
@@ -200,7 +205,7 @@ def export(
     )
     if model.training:
         report.notes.append("the model was in training mode: it was exported, and checked, in eval mode (dropout off, batch-norm statistics used)")
-    _write_checked(proto, path, report, model, leaves, structure, naming, check, seed)
+    _write_checked(proto, path, report, model, leaves, structure, naming, check, seed, tolerances)
     return report
 
 
@@ -380,7 +385,8 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     return _Finished(dict(op_types), recurrences, lowered.lowered, fused_info, unrolled, notes)
 
 
-def _write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leaves: list[Any], structure: Any, naming: Any, check: bool, seed: int) -> None:
+def _write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leaves: list[Any], structure: Any, naming: Any, check: bool, seed: int,
+                   tolerances: Tolerances | None = None) -> None:
     from rnnx.exporters import record
     from rnnx.exporters.selfcheck import refused_dimensions, run_self_check
     from rnnx.fileio import atomic_output
@@ -398,7 +404,7 @@ def _write_checked(proto: Any, path: Path, report: ExportReport, model: Any, lea
         with atomic_output(path) as tmp:
             report.external_data = write_model(proto, tmp, path.name)
             if check:
-                report.check = run_self_check(model, leaves, structure, naming, tmp, seed=seed)
+                report.check = run_self_check(model, leaves, structure, naming, tmp, seed=seed, tolerances=tolerances)
                 if not report.check:
                     raise _CheckFailed
     except _CheckFailed:

@@ -8,6 +8,7 @@ import numpy as np
 
 from rnnx import parity
 from rnnx.errors import RNNXError
+from rnnx.tolerance import Tolerances
 
 UNKNOWN_DIM = 3  # the size fed to dynamic axes
 # What a rewrite holds per node, measured: the input and its copy as Python protobuf objects
@@ -47,12 +48,48 @@ def random_feeds(model: Any, seed: int) -> dict[str, np.ndarray]:
         except KeyError:
             raise RNNXError(f"graph input {vi.name!r}: element type {t.elem_type} is not a tensor type rnnx can feed; the model is damaged") from None
         feeds[vi.name] = rng.standard_normal(shape).astype(dtype) if dtype.kind == "f" else np.zeros(shape, dtype)
+    _fill_sequence_lengths(model, feeds, rng)
     return feeds
 
 
-def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "the input model") -> parity.ParityReport:
+_LENGTH_PATH = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze")  # what may lie between a graph input and sequence_lens
+_X_PATH = _LENGTH_PATH + ("Transpose",)
+
+
+def _fill_sequence_lengths(model: Any, feeds: dict[str, np.ndarray], rng: np.random.Generator) -> None:
+    """An integer graph input that reaches an LSTM/GRU/RNN node's sequence_lens gets seeded lengths
+    between 1 and the sequence's length (zeros, the default for integers, would run no step at all)."""
+    producers = {o: n for n in model.graph.node for o in n.output if o}
+
+    def back(name: str, through: tuple[str, ...]) -> tuple[str, int]:
+        swaps = 0
+        for _ in range(32):
+            node = producers.get(name)
+            if node is None or node.op_type not in through or not node.input:
+                break
+            if node.op_type == "Transpose":
+                swaps += next((list(a.ints) for a in node.attribute if a.name == "perm"), [])[:2] == [1, 0]
+            name = node.input[0]
+        return name, swaps
+
+    for node in model.graph.node:
+        if node.op_type not in ("LSTM", "GRU", "RNN") or len(node.input) < 5 or not node.input[4]:
+            continue
+        lengths, _ = back(node.input[4], _LENGTH_PATH)
+        if lengths not in feeds or feeds[lengths].dtype.kind not in "iu":
+            continue
+        x, swaps = back(node.input[0], _X_PATH)
+        layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+        steps = feeds[x].shape[(layout + swaps) % 2] if x in feeds and feeds[x].ndim == 3 else 1
+        feeds[lengths] = rng.integers(1, max(int(steps), 1) + 1, size=feeds[lengths].shape).astype(feeds[lengths].dtype)
+
+
+def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "the input model",
+                   tolerances: Tolerances | None = None) -> parity.ParityReport:
     """Every output of ``rewritten`` against ``original``'s on the same seeded inputs; with
-    boolean inputs (an If's condition, say) once with all of them true and once false."""
+    boolean inputs (an If's condition, say) once with all of them true and once false. Each
+    output is held to ``tolerances`` by its graph name (default: the tolerance of its dtype,
+    :data:`rnnx.tolerance.BY_DTYPE`; integer and boolean outputs get float32's)."""
     from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
 
     # Both run in child processes under rnnx's time and memory limits: the input is a graph from
@@ -71,5 +108,6 @@ def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "t
         want = before(run)
         shape = next((v.shape for v in run.values() if v.dtype.kind == "f" and v.ndim >= 2), ())
         seq, batch = (int(shape[0]) if len(shape) > 0 else 0), (int(shape[1]) if len(shape) > 1 else 0)
-        report.rows += parity.compare("onnxruntime", after(run), {k: v.astype(np.float64) for k, v in want.items()}, seq, batch)
+        dtypes = {k: np.asarray(v).dtype.name for k, v in want.items()}
+        report.rows += parity.compare("ort", after(run), want, seq, batch, dtypes, tolerances)
     return report

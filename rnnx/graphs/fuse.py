@@ -21,6 +21,7 @@ from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.graphs.compare import check_rewrite_size, compare_models
 from rnnx.graphs.find import data_files, load_model
+from rnnx.tolerance import Tolerances
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.graphs.legalize import drop_newer_attributes
@@ -35,12 +36,13 @@ class FuseReport:
     chains: list[dict[str, Any]] = field(default_factory=list)
     left_alone: list[dict[str, str]] = field(default_factory=list)
     check: parity.ParityReport | None = None
+    tolerances: dict[str, Any] = field(default_factory=dict)  # what the caller set (Tolerances.to_json); the rest is by dtype
 
     def to_json(self) -> dict[str, Any]:
         return {
             "output": self.output, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
             "cells": self.cells, "chains": self.chains, "left_alone": self.left_alone,
-            "check": None if self.check is None else {"passed": bool(self.check), "rows": self.check.to_json()},
+            "check": None if self.check is None else {"passed": bool(self.check), "tolerances": self.tolerances, "rows": self.check.to_json()},
         }
 
     def __str__(self) -> str:
@@ -53,7 +55,10 @@ class FuseReport:
         return "\n".join(lines)
 
 
-def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0) -> FuseReport:
+def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tolerances: Tolerances | None = None) -> FuseReport:
+    """Fuse ``source`` into ``output``; the result is checked against the input in ONNX Runtime,
+    each graph output held to ``tolerances`` (by output name; default: its dtype's), and
+    nothing is written if it differs (:class:`~rnnx.errors.ParityError`)."""
     from rnnx.graphs.build import save_model
 
     source, output = Path(source), Path(output)
@@ -69,10 +74,11 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0) -> 
         pass
     cells = fuse_cells(model)
     chains = fuse_steps(model)
-    report = FuseReport(str(output), before, len(model.graph.node), cells.fused, chains.fused, cells.left_alone + chains.left_alone)
+    report = FuseReport(str(output), before, len(model.graph.node), cells.fused, chains.fused, cells.left_alone + chains.left_alone,
+                        tolerances=tolerances.to_json() if tolerances else {})
     if check and (cells or chains):
-        report.check = compare_models(original, model, seed, str(source))
+        report.check = compare_models(original, model, seed, str(source), tolerances)
         if not report.check:
-            raise ParityError(f"the fused model differs from {source} in ONNX Runtime; nothing was written:\n{report.check}")
+            raise ParityError(f"the fused model differs from {source} in ONNX Runtime ({report.check.failure()}); nothing was written:\n{report.check}")
     save_model(model, output)
     return report

@@ -14,10 +14,15 @@ from rnnx.graphs.compare import check_rewrite_size, compare_models
 from rnnx.formats.onnx import NATIVE_OPS
 from rnnx.graphs.index import all_graphs
 from rnnx.graphs.find import data_files, load_model
+from rnnx.tolerance import Tolerances
 from rnnx.graphs.lower import lower_recurrences
 
 
-def lower_file(source: Path, output: Path, select: str | None = None, check: bool = True, seed: int = 0) -> dict[str, Any]:
+def lower_file(source: Path, output: Path, select: str | None = None, check: bool = True, seed: int = 0,
+               tolerances: Tolerances | None = None) -> dict[str, Any]:
+    """Lower ``source``'s recurrent nodes (or ``select``) into ``output``; the result is checked
+    against the input in ONNX Runtime, each graph output held to ``tolerances`` (by output
+    name; default: its dtype's), and nothing is written if it differs."""
     from rnnx.graphs.build import save_model
 
     source, output = Path(source), Path(output)
@@ -28,14 +33,14 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
     result = lower_recurrences(model, select)
     report: parity.ParityReport | None = None
     if check and result:
-        report = compare_models(original, model, seed, str(source))
+        report = compare_models(original, model, seed, str(source), tolerances)
         if not report:
-            raise ParityError(f"the lowered model differs from {source} in ONNX Runtime; nothing was written:\n{report}")
+            raise ParityError(f"the lowered model differs from {source} in ONNX Runtime ({report.failure()}); nothing was written:\n{report}")
     save_model(model, output)
     return {
         "output": str(output),
         "lowered": result.lowered,
         "left_alone": result.left_alone,
-        "check": None if report is None else {"passed": bool(report), "rows": report.to_json()},
+        "check": None if report is None else {"passed": bool(report), "tolerances": tolerances.to_json() if tolerances else {}, "rows": report.to_json()},
         "_report": report,
     }

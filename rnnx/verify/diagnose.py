@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rnnx.parity import reference_outputs
+from rnnx.tolerance import per_step_max
 from rnnx.weights import RNNWeights
 
 
@@ -80,8 +81,7 @@ def hypotheses(weights: RNNWeights) -> Iterator[tuple[str, Callable[[], RNNWeigh
 
 def per_step_error(got: np.ndarray, want: np.ndarray) -> list[float]:
     """Max abs error at each time step of a (seq, batch, features) output."""
-    diff = np.abs(np.asarray(got, np.float64) - want)
-    return [float(d.max(initial=0.0)) for d in diff]
+    return per_step_max(got, want, time_axis=0)
 
 
 def diagnose(weights: RNNWeights, inputs: dict[str, np.ndarray], backend_y: np.ndarray, atol: float) -> tuple[list[Hypothesis], list[str]]:

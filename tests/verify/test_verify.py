@@ -107,11 +107,51 @@ def test_tensor_names_used_by_the_planted_bug_exist(stack) -> None:
 
 
 def test_a_dtype_a_backend_cannot_take_is_listed_as_skipped(stack) -> None:
+    """An fp32 ONNX file takes no fp16, bf16 or fp64 inputs; torch computes in each, with that dtype's tolerance."""
+    from rnnx.tolerance import BY_DTYPE
+
     source, model, _ = stack
-    report = verify(source, model, backends=["ort", "torch", "reference"], seq_lens=(3,), batches=(2,), dtypes=("fp32", "fp16"))
+    report = verify(source, model, backends=["ort", "torch", "reference"], seq_lens=(3,), batches=(2,), dtypes=("fp32", "fp16", "bf16", "fp64"))
     skipped = {b.name: b.reason for b in report.backends if b.status == "skipped"}
-    assert "ort (fp16)" in skipped and "torch (fp16)" in skipped and report.passed
-    assert {r.dtype for r in report.rows} == {"fp32"}
+    assert {"ort (fp16)", "ort (bf16)", "ort (fp64)"} <= set(skipped) and not any(n.startswith("torch") for n in skipped), skipped
+    assert "bfloat16" in skipped["ort (bf16)"] and report.passed
+    assert {r.dtype for r in report.rows if r.backend == "ort"} == {"fp32"}
+    torch_rows = [r for r in report.rows if r.backend == "torch"]
+    assert {r.dtype for r in torch_rows} == {"fp32", "fp16", "bf16", "fp64"}
+    names = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
+    assert all((r.atol, r.rtol) == (BY_DTYPE[names[r.dtype]].atol, BY_DTYPE[names[r.dtype]].rtol) for r in torch_rows)
+    # each ran in its own precision: fp64 agrees with the reference to rounding, bf16 only to bf16's
+    worst = {d: max(r.max_abs for r in torch_rows if r.dtype == d) for d in names}
+    assert worst["fp64"] < 1e-12 < worst["fp32"] < 1e-5 < worst["fp16"] < worst["bf16"], worst
+
+
+def test_bf16_through_torch_passes_and_a_planted_gate_swap_fails(stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--dtype bf16 runs torch in bfloat16 against the float64 reference at bf16's tolerance: a
+    correct stack passes at every length, and the same stack with two gates swapped fails."""
+    from rnnx.engines import torch as torch_engine
+
+    pytest.importorskip("torch")
+    source, model, weights = stack
+    lens = (1, 9, 33, 64)
+    report = verify(source, model, backends=["ort", "torch"], seq_lens=lens, batches=(1, 4), dtypes=("fp32", "bf16"), seed=7)
+    bf16 = [r for r in report.rows if r.dtype == "bf16"]
+    assert report.passed and bf16 and {r.backend for r in bf16} == {"torch"} and {r.seq_len for r in bf16} == set(lens)
+    assert max(r.max_abs for r in bf16) > 1e-4  # it did run in bfloat16, not float32
+
+    build = torch_engine.build_module
+    monkeypatch.setattr(torch_engine, "build_module", lambda w, batch_first=False: build(_forum_packed(w), batch_first))
+    planted = verify(source, model, backends=["ort", "torch"], seq_lens=lens, batches=(1, 4), dtypes=("fp32", "bf16"), seed=7)
+    assert not planted.passed
+    assert not all(r.passed for r in planted.rows if r.dtype == "bf16" and r.backend == "torch")
+    assert all(r.passed for r in planted.rows if r.backend == "ort" and r.against == "reference")  # the file itself is right
+
+
+def test_a_dtype_the_file_under_test_runs_at_none_is_not_a_verdict(stack) -> None:
+    source, model, _ = stack
+    out = _cli(model, "--against", source, "--dtype", "bf16", "--backends", "ort,torch")
+    assert out.returncode == 2 and "nothing was verified" in out.stderr and "bfloat16" in out.stderr, out.stderr
+    bad = _cli(model, "--against", source, "--dtype", "fp8")
+    assert bad.returncode == 2 and "fp32, fp16, bf16, fp64" in bad.stderr
 
 
 def _refused_by_onnx_runtime(folder: Path, weights: RNNWeights) -> Path:
