@@ -8,6 +8,10 @@ between the markers in README.md). Not part of the test run. Sections:
 4. rnnx.export with its self-check vs torch.onnx.export alone (Dim.AUTO): a 2-layer
    bidirectional LSTM with H=1024, and every corpus family (tests/exporters/corpus.py)
 5. on a GPU: the cuDNN runner vs torch's cuDNN path (where a GPU is visible)
+6. verify_large: `rnnx verify` of a 67M-parameter LSTM at its default shapes vs its ONNX Runtime
+   runs alone, and the float64 reference with its BLAS thread rule vs unlimited threads, with
+   no load added and with every usable core kept busy by other processes
+Run one section with --only, e.g. `python benchmarks/run.py --only verify_large`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import gc
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +29,7 @@ import tracemalloc
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -235,6 +241,99 @@ def gpu(repeats: int) -> dict:
     return out
 
 
+LARGE_SPEC = "lstm,input=2048,hidden=2048,layers=2"  # 67,141,632 parameters
+
+
+def _burners(n: int) -> list[subprocess.Popen]:
+    """n processes that each keep one core busy: a machine where others hold the cores."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def verify_large(tmp: Path, repeats: int) -> dict:
+    """verify at its defaults (ort, torch and the reference; lengths and batches shrunk for a model
+    this size) against ONNX Runtime running the same inputs alone, in this process with its
+    default threads and the session already loaded; and the float64 reference on those inputs
+    with rnnx's BLAS thread rule vs numpy's BLAS left unlimited (the rule switched off)."""
+    from rnnx import blas_threads, parity
+    from rnnx.convert import convert
+    from rnnx.verify.run import _default_shapes, verify
+
+    weights = RNNWeights.random(RNNSpec.parse(LARGE_SPEC), seed=0)
+    source, model = tmp / "large.safetensors", tmp / "large.onnx"
+    rnnx.save(weights, source)
+    convert(source, model, check=False)  # the check would run the reference too; verify is what is timed
+    seq_lens, batches, _ = _default_shapes(weights, None, None)
+    inputs = [parity.random_inputs(weights, T, B, seed=k) for k, (T, B) in enumerate((T, B) for T in seq_lens for B in batches)]
+    t = time.perf_counter()
+    ort = OnnxRuntimeRunner(model)
+    session_s = time.perf_counter() - t
+
+    def ort_runs() -> None:
+        for inp in inputs:
+            ort({k: v for k, v in inp.items() if k in ort.input_names})
+
+    def reference_runs() -> None:
+        for inp in inputs:
+            parity.reference_outputs(weights, inp)
+
+    def verify_run() -> None:
+        report = verify(source, model)
+        assert report.passed and report.shapes["seq_lens"] == seq_lens, report
+
+    def unlimited(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            with mock.patch.object(blas_threads, "_blas", lambda: None):  # as without threadpoolctl: nothing limited
+                fn()
+        return run
+
+    candidates = {
+        "ORT runs alone": ort_runs,
+        "reference, thread rule": reference_runs,
+        "reference, threads unlimited": unlimited(reference_runs),
+        "verify, thread rule": verify_run,
+        "verify, threads unlimited": unlimited(verify_run),
+    }
+    cores = blas_threads.usable_cores()
+    out: dict = {
+        "setup": f"{LARGE_SPEC} ({weights.num_parameters():,} parameters), verify's defaults: lengths {seq_lens} x batches {batches}, "
+                 f"backends ort, torch, reference; ORT alone in-process with default threads, session loaded beforehand; {cores} usable cores",
+        "parameters": weights.num_parameters(),
+        "ORT session load s": round(session_s, 2),
+    }
+    for condition in ("quiet", "busy"):
+        burners = _burners(cores) if condition == "busy" else []
+        try:
+            time.sleep(2 if burners else 0)
+            load_before = os.getloadavg()[0]
+            ort_runs()
+            reference_runs()  # warm up (the weights' float64 copies, ORT's arenas)
+            print(f"   {condition}: bulk BLAS threads by the rule now {blas_threads.bulk_threads(cores, os.getloadavg()[0])}", flush=True)
+            times: dict[str, list[float]] = {k: [] for k in candidates}
+            for _ in range(repeats):
+                for name, fn in candidates.items():
+                    gc.collect()
+                    t = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - t)
+                    print(f"   {condition} {name}: {times[name][-1]:.2f} s", flush=True)
+            load_after = os.getloadavg()[0]
+        finally:
+            for p in burners:
+                p.kill()
+                p.wait()
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out[condition] = {
+            "condition": "no load added by the benchmark" if condition == "quiet" else f"{cores} processes each keeping a core busy",
+            "1-minute load average before / after": [round(load_before, 2), round(load_after, 2)],
+            **{f"{k} s": round(v, 2) for k, v in med.items()},
+            "ratio verify / ORT runs": round(med["verify, thread rule"] / med["ORT runs alone"], 2),
+            "ratio verify / (ORT session load + runs)": round(med["verify, thread rule"] / (session_s + med["ORT runs alone"]), 2),
+            "ratio verify unlimited / rule": round(med["verify, threads unlimited"] / med["verify, thread rule"], 2),
+            "ratio reference unlimited / rule": round(med["reference, threads unlimited"] / med["reference, thread rule"], 2),
+        }
+    return out
+
+
 def markdown(results: dict) -> str:
     s = results["stepped_cell"]
     p = results["pack_unpack"]
@@ -259,13 +358,24 @@ def markdown(results: dict) -> str:
             lines.append(f"| {name}, {results['stacks']['setup']} | " + ", ".join(f"{k} {v} ms" for k, v in row.items()) + " | |")
         elif name != "setup":
             lines.append(f"| {name} | {row} | |")
+    v = results.get("verify_large")
+    if v:
+        for c in ("quiet", "busy"):
+            r = v[c]
+            lines.append(f"| rnnx verify at its defaults / its ONNX Runtime runs alone, {LARGE_SPEC} ({v['parameters'] / 1e6:.0f}M parameters), {r['condition']} (1-minute load average {r['1-minute load average before / after'][0]}) | "
+                         f"{r['ratio verify / ORT runs']}x ({r['verify, thread rule s']} s / {r['ORT runs alone s']} s) | <= 3x {'(met)' if r['ratio verify / ORT runs'] <= 3 else '(MISSED)'} |")
+        lines.append("| the same verify, numpy's BLAS threads unlimited / the reference's thread rule, no load added / busy | "
+                     f"{v['quiet']['ratio verify unlimited / rule']}x / {v['busy']['ratio verify unlimited / rule']}x | |")
+        lines.append("| its float64 reference alone, threads unlimited / the rule, no load added / busy | "
+                     f"{v['quiet']['ratio reference unlimited / rule']}x ({v['quiet']['reference, threads unlimited s']} s / {v['quiet']['reference, thread rule s']} s) / "
+                     f"{v['busy']['ratio reference unlimited / rule']}x ({v['busy']['reference, threads unlimited s']} s / {v['busy']['reference, thread rule s']} s) | |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--only", nargs="*", default=None, help="sections to run: stepped_cell stacks pack_unpack export gpu (the others keep their last figures)")
+    parser.add_argument("--only", nargs="*", default=None, help="sections to run: stepped_cell stacks pack_unpack export gpu verify_large (the others keep their last figures)")
     args = parser.parse_args()
     import platform
 
@@ -280,6 +390,7 @@ def main() -> None:
             "pack_unpack": lambda: pack_unpack(max(args.repeats // 3, 3)),
             "export": lambda: export_time(Path(tmp), 3),
             "gpu": lambda: gpu(args.repeats),
+            "verify_large": lambda: verify_large(Path(tmp), max(args.repeats // 5, 3)),
         }
         for name, fn in sections.items():
             if args.only is None or name in args.only:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rnnx import blas_threads
 from rnnx.errors import RNNXError, shape_error
 from rnnx.weights import RNNWeights
 
@@ -40,15 +41,17 @@ class _Cell:
             return None if a is None else np.asarray(a, dtype=np.float64)
 
         self.W = {g: f64(weights.get(layer, direction, "W", g)) for g in spec.gates}
-        self.R = {g: f64(weights.get(layer, direction, "R", g)) for g in spec.gates}
+        # The recurrent matrices stacked in gate order: one product per step instead of one per
+        # gate. Cast straight into the stack, whose rows are each gate's matrix: no second copy.
+        self.R_all = np.concatenate([weights.get(layer, direction, "R", g) for g in spec.gates], axis=0, dtype=np.float64)
+        rows = spec.hidden_size
+        self.R = {g: self.R_all[k * rows:(k + 1) * rows] for k, g in enumerate(spec.gates)}
         zeros = np.zeros(spec.hidden_size)
         self.bW = {g: f64(weights.get(layer, direction, "bW", g)) if spec.bias else zeros for g in spec.gates}
         self.bR = {g: f64(weights.get(layer, direction, "bR", g)) if spec.bias else zeros for g in spec.gates}
         self.P = {g: f64(weights.get(layer, direction, "P", g)) for g in ("i", "f", "o")} if spec.peepholes else None
         self.proj = f64(weights.get(layer, direction, "proj"))
 
-        # The recurrent matrices stacked in gate order: one product per step instead of one per gate.
-        self.R_all = np.concatenate([self.R[g] for g in spec.gates], axis=0)
         self.bR_all = np.concatenate([self.bR[g] for g in spec.gates])
 
     def x_parts(self, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -124,27 +127,33 @@ def forward(
     h_n = np.zeros(h_shape)
     c_n = np.zeros(c_shape) if spec.cell == "lstm" else None
     layer_in = x
-    for layer in range(spec.num_layers):
-        outs = []
-        for d, direction in enumerate(spec.directions):
-            k = layer * spec.num_directions + d
-            cell = _Cell(weights, layer, direction)
-            h = h0[k].copy()
-            c = c0[k].copy() if c0 is not None else None
-            y = np.zeros((T, B, spec.output_size))
-            steps = range(T - 1, -1, -1) if direction == "reverse" else range(T)
-            xp = cell.x_parts(layer_in)
-            for t in steps:
-                active = (t < lens)[:, None]
-                h_new, c_new = cell.step({g: part[t] for g, part in xp.items()}, h, c)
-                h = np.where(active, h_new, h)
-                if c is not None:
-                    c = np.where(active, c_new, c)
-                y[t] = np.where(active, h_new, 0.0)
-            h_n[k] = h
-            if c_n is not None:
-                c_n[k] = c
-            outs.append(y)
-        layer_in = np.concatenate(outs, axis=2)
+    # BLAS threads (see rnnx.blas_threads): the one large whole-sequence product may use the
+    # cores that are free; the small per-step products run on one thread, because handing them
+    # to a pool costs more than they take and collapses when other processes hold the cores.
+    with blas_threads.reference_threads() as threads:
+        for layer in range(spec.num_layers):
+            outs = []
+            for d, direction in enumerate(spec.directions):
+                k = layer * spec.num_directions + d
+                cell = _Cell(weights, layer, direction)
+                h = h0[k].copy()
+                c = c0[k].copy() if c0 is not None else None
+                y = np.zeros((T, B, spec.output_size))
+                steps = range(T - 1, -1, -1) if direction == "reverse" else range(T)
+                threads.whole_sequence()
+                xp = cell.x_parts(layer_in)
+                threads.per_step()
+                for t in steps:
+                    active = (t < lens)[:, None]
+                    h_new, c_new = cell.step({g: part[t] for g, part in xp.items()}, h, c)
+                    h = np.where(active, h_new, h)
+                    if c is not None:
+                        c = np.where(active, c_new, c)
+                    y[t] = np.where(active, h_new, 0.0)
+                h_n[k] = h
+                if c_n is not None:
+                    c_n[k] = c
+                outs.append(y)
+            layer_in = np.concatenate(outs, axis=2)
     y = layer_in.transpose(1, 0, 2) if batch_first else layer_in
     return ReferenceOutput(y=y, h_n=h_n, c_n=c_n)
