@@ -87,7 +87,7 @@ class VerifyReport:
             lines.append(f"  shapes: lengths {self.shapes['seq_lens']} x batches {self.shapes['batches']}" + (f" ({self.shapes['note']})" if self.shapes["note"] else ""))
         if self.tolerances:
             t = self.tolerances
-            lines.append("  tolerance (an element fails past both atol and rtol): " + "; ".join(f"{k} {Tolerance(**v)}" for k, v in t.get("by_dtype", {}).items())
+            lines.append("  tolerance (Polygraphy's: a value fails only past both atol and rtol): " + "; ".join(f"{k} {Tolerance(**v)}" for k, v in t.get("by_dtype", {}).items())
                          + (f"; set: {', '.join(f'{k}: {v}' for k, v in t['given'].items())}" if t.get("given") else "")
                          + (f"; per backend: {', '.join(f'{k}: {Tolerance(**v)}' for k, v in t['backends'].items())}" if t.get("backends") else ""))
         lines += [f"  {b.name:<10} {b.status}" + (f": {b.reason}" if b.reason else "") for b in self.backends]
@@ -237,7 +237,7 @@ def verify(
                 torch_out = torch_ref({key: (v.astype(torch_ref.carrier) if v.dtype.kind == "f" else v) for key, v in feed.items()})
             for name, runner in list(active.items()):
                 try:
-                    got = runner(feed)
+                    got = torch_out if runner is torch_ref and torch_out is not None else runner(feed)
                 except RNNXError as exc:
                     if dtype_name != "fp32":  # e.g. an fp32 ONNX model given fp16 inputs: that backend skips this dtype
                         _skip(report.backends, f"{name} ({dtype_name})", str(exc)[:200])
