@@ -39,6 +39,18 @@ def remove_partial_outputs() -> None:
             os.unlink(tmp)
 
 
+WRITTEN_LOG = "RNNX_WRITTEN_LOG"  # environment: a file to which each ONNX file rnnx writes is appended
+
+
+def _log_written(path: Path) -> None:
+    """For audits of what a run wrote (the test suite verifies every ONNX file it makes):
+    one absolute path per line, appended in one write so parallel writers do not interleave."""
+    log = os.environ.get(WRITTEN_LOG)
+    if log and path.suffix.lower() == ".onnx":
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(str(path.absolute()) + "\n")
+
+
 @contextlib.contextmanager
 def atomic_output(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` only on success.
@@ -82,6 +94,7 @@ def atomic_output(path: Path) -> Iterator[Path]:
         except OSError as exc:
             raise RNNXError(f"{path}: cannot write it ({exc.strerror}); choose another path") from None
         _fsync(path.parent or Path("."), folder=True)
+        _log_written(path)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.ENAMETOOLONG, errno.EFBIG):
             raise RNNXError(f"{path}: writing failed ({exc.strerror}); nothing was written, free space or choose another path") from None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -19,6 +22,49 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--slow"):
         settings.load_profile("slow")
+    from rnnx.fileio import WRITTEN_LOG
+
+    # Every ONNX file rnnx writes during the run, in this process or a CLI subprocess, is
+    # appended here; the fixture below verifies each one.
+    config.rnnx_written_log = Path(tempfile.mkdtemp(prefix="rnnx-written-")) / "written.log"  # type: ignore[attr-defined]
+    config.rnnx_written_log.touch()  # type: ignore[attr-defined]
+    os.environ[WRITTEN_LOG] = str(config.rnnx_written_log)  # type: ignore[attr-defined]
+
+
+# Every written file runs at batch 1 and 3, at two lengths: its example's (as rnnx export recorded it) and a longer one.
+_WRITTEN_BATCHES = [1, 3]
+
+
+@pytest.fixture(autouse=True)
+def every_onnx_file_rnnx_writes_verifies(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, every ONNX file rnnx wrote during it (through export, convert, fuse,
+    lower or anything else) must pass ``rnnx verify`` on its own: it loads, runs in ONNX
+    Runtime at several lengths and batches, and each recurrent layer matches the float64
+    reference on the inputs it received. Files with no recurrent layer left are skipped."""
+    log: Path = request.config.rnnx_written_log  # type: ignore[attr-defined]
+    start = log.stat().st_size
+    yield
+    with open(log, encoding="utf-8") as f:
+        f.seek(start)
+        written = list(dict.fromkeys(line.strip() for line in f if line.strip()))
+    from rnnx.errors import RNNXError
+    from rnnx.verify.models import verify_file
+
+    for name in written:
+        path = Path(name)
+        if not path.is_file():
+            continue  # removed by the test itself
+        try:
+            report = verify_file(path, batches=_WRITTEN_BATCHES, isolated=False)
+        except RNNXError as exc:
+            # Skipped: a file whose recurrences were all lowered into Scans (their weights are
+            # the torch model's, which only --against gives), and float64 recurrences, which
+            # ONNX Runtime has no CPU kernel for.
+            if "nothing to check" in str(exc) or "does not support double" in str(exc):
+                continue
+            pytest.fail(f"rnnx wrote {path}, which rnnx verify cannot check: {exc}")
+        if not report.passed:
+            pytest.fail(f"rnnx wrote {path}, which fails rnnx verify:\n{report}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -233,8 +233,10 @@ class _Flow:
         return [n for n in (self.outputs if forward else self.inputs) if n in found]
 
 
-def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]]) -> None:
-    """Record the recurrences and the axes in ``metadata_props`` (see the module docstring)."""
+def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]], example: dict[str, list[int]] | None = None) -> None:
+    """Record the recurrences and the axes in ``metadata_props`` (see the module docstring);
+    ``example`` is each input's shape in the example it was exported from: the sizes a
+    dynamic dimension that is neither a batch nor a length is known to take."""
     from rnnx import __version__
 
     graph = proto.graph
@@ -269,5 +271,6 @@ def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]]) -
             if reached:
                 rec["outputs"][key] = reached
         records.append(rec)
-    export = {"rnnx_version": __version__, "inputs": naming.input_dims, "outputs": _output_dims(proto), "roles": naming.roles, "lengths_inputs": naming.lengths_inputs}
+    export = {"rnnx_version": __version__, "inputs": naming.input_dims, "outputs": _output_dims(proto), "roles": naming.roles, "lengths_inputs": naming.lengths_inputs,
+              "example": example or {}}
     set_metadata(proto, {EXPORT_KEY: json.dumps(export), RECURRENCES_KEY: json.dumps(records)})

@@ -177,14 +177,14 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
     model = load_model(path)
     groups = recurrent_groups(model)
     if not groups and select is None:
-        stack = _read_rnnx_stack(model)
+        stack = read_stored_stack(model)
         if stack is not None:
             return stack
     group = choose_group(groups, select, str(path))
     return from_native(group.layer_dicts(), spec)
 
 
-def _read_rnnx_stack(model: Any) -> RNNWeights | None:
+def read_stored_stack(model: Any) -> RNNWeights | None:
     """A stack rnnx wrote whose layers were lowered to Scans (projection): its initializers
     keep the per-layer node inputs under l{k}_W, l{k}_R, ..., and its metadata the spec."""
     from rnnx.graphs.find import to_array

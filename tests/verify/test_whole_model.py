@@ -212,7 +212,7 @@ def test_refusals_are_one_line(foreign: tuple[Path, Path], exported: dict[str, t
 
 
 def test_inputs_are_seeded_and_lengths_fill_the_sequence() -> None:
-    from rnnx.verify.models import Case, InputSpec, make_feed
+    from rnnx.verify.inputs import Case, InputSpec, make_feed
 
     specs = [InputSpec("x", np.dtype("float32"), ["seq", "batch", 3]), InputSpec("lens", np.dtype("int64"), ["batch"], lengths_of="seq"),
              InputSpec("ids", np.dtype("int64"), ["batch"], vocabulary=7)]

@@ -1,0 +1,110 @@
+"""The report of a whole-model verify: per case and output, the error against the torch
+model in float64 and float32; per recurrent layer, its error on its own inputs; and the
+first layer that drifts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rnnx.tolerance import ErrorStats
+from rnnx.verify.inputs import Case
+from rnnx.verify.layers import LayerCheck
+
+
+@dataclass
+class OutputRow:
+    case: str
+    output: str
+    against: str  # "torch float64" or "torch float32"
+    stats: ErrorStats
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case, "output": self.output, "against": self.against, **self.stats.to_json()}
+
+
+@dataclass
+class WholeModelReport:
+    model: str
+    against: str
+    inputs: dict[str, list[int | str]] = field(default_factory=dict)
+    roles: dict[str, str] = field(default_factory=dict)
+    cases: list[Case] = field(default_factory=list)
+    rows: list[OutputRow] = field(default_factory=list)
+    layers: list[LayerCheck] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    self_check: bool = False  # no torch model: each layer against its own stored weights only
+
+    @property
+    def ran(self) -> list[Case]:
+        return [c for c in self.cases if not c.skipped]
+
+    @property
+    def first_drift(self) -> LayerCheck | None:
+        return next((la for la in self.layers if la.status == "drifts"), None)
+
+    def _judged(self) -> list[OutputRow]:
+        """The rows the verdict rests on: against the float64 torch model when it ran."""
+        return [r for r in self.rows if r.against == "torch float64"] or self.rows
+
+    @property
+    def passed(self) -> bool:
+        judged = self._judged()
+        if self.self_check:
+            checked = [la for la in self.layers if la.status != "not checked"]
+            return bool(self.ran) and not any(c.error for c in self.cases) and bool(checked) and self.first_drift is None
+        return (bool(self.ran) and not any(c.error for c in self.cases) and bool(judged) and all(r.stats.passed for r in judged)
+                and self.first_drift is None)
+
+    def to_json(self) -> dict[str, Any]:
+        first = self.first_drift
+        return {"model": self.model, "against": self.against, "self_check": self.self_check, "passed": self.passed, "inputs": self.inputs, "roles": self.roles,
+                "cases": [asdict(c) for c in self.cases], "rows": [r.to_json() for r in self.rows],
+                "layers": [la.to_json() for la in self.layers], "first_drift": first.name if first else None, "notes": self.notes}
+
+    def dump(self, path: Path) -> None:
+        from rnnx.fileio import atomic_output
+
+        with atomic_output(Path(path)) as tmp:
+            tmp.write_text(json.dumps(self.to_json(), indent=2))
+
+    def __str__(self) -> str:
+        lines = [f"verify {self.model} " + ("on its own weights: each recurrent layer against the float64 reference (give --against to check the weights too)"
+                                            if self.self_check else f"against the torch model {self.against}")]
+        lines.append("  inputs: " + "; ".join(f"{k} ({', '.join(map(str, v))})" for k, v in self.inputs.items())
+                     + ("  dynamic: " + ", ".join(f"{k} ({v})" for k, v in self.roles.items()) if self.roles else ""))
+        lines += [f"  note: {n}" for n in self.notes]
+        judged = self._judged()
+        width = max([len(c.name) for c in self.cases] + [4]) + 1
+        lines.append("  cases: " + "; ".join(c.name for c in self.cases))
+        if judged or any(c.skipped or c.error for c in self.cases):
+            lines.append(f"{'case':<{width}} {'output':<14} {'vs':<14} {'max abs':>10} {'mean abs':>10} {'p99 abs':>10} {'max rel':>10}  result")
+        for c in self.cases:
+            if c.skipped or c.error:
+                lines.append(f"{c.name:<{width}} {'skipped: ' + c.skipped if c.skipped else 'FAIL: ' + c.error}")
+        for r in judged:
+            s = r.stats
+            verdict = "ok" if s.passed else f"FAIL ({s.note or f'atol {s.atol:g}, rtol {s.rtol:g}, {s.stat}'})"
+            lines.append(f"{r.case:<{width}} {r.output[:14]:<14} {r.against:<14} {s.max_abs:>10.2e} {s.mean_abs:>10.2e} {s.quantile_abs:>10.2e} {s.max_rel:>10.2e}  {verdict}")
+        if len(judged) < len(self.rows):
+            worst = max((r.stats.max_abs for r in self.rows if r not in judged), default=0.0)
+            lines.append(f"  (against torch in float32 as well: max abs {worst:.2e}; every row is in the JSON report)")
+        if self.layers:
+            lines.append("layer by layer (each recurrent layer on the inputs it received, against the float64 reference):")
+            for la in self.layers:
+                where = f"{la.op} {la.form}, {la.truth}" if la.truth else f"{la.op} {la.form}"
+                if la.status == "not checked":
+                    lines.append(f"  {la.name:<28} {where}: not checked ({la.reason})")
+                else:
+                    lines.append(f"  {la.name:<28} {where}: max abs {la.max_abs:.2e} {'ok' if la.status == 'ok' else 'DRIFTS'}")
+        first = self.first_drift
+        if first is not None:
+            steps = ", ".join(f"{e:.1e}" for e in first.per_step[:12]) + (" ..." if len(first.per_step) > 12 else "")
+            lines.append(f"first layer out of tolerance: {first.name} ({first.op}, {first.truth}) at {first.worst_case}; error per step: {steps}")
+            lines += [f"  diagnosis: {d}" for d in first.diagnosis]
+        elif self.rows and not self.passed and self.layers and all(la.status != "not checked" for la in self.layers):
+            lines.append("every recurrent layer matches on its own inputs: the difference comes from the graph's other operators")
+        lines.append("PASS" if self.passed else "FAIL")
+        return "\n".join(lines)
