@@ -19,6 +19,7 @@ from rnnx.fileio import atomic_output, library_write
 from rnnx.formats import onnx as onnx_format
 from rnnx.graphs.lower import DOMAIN as LOWER_DOMAIN
 from rnnx.graphs.lower import LSTM_PROJECTED, lower_projections
+from rnnx.graphs.self_description import set_metadata
 from rnnx.weights import RNNWeights
 
 DEFAULT_OPSET = 17
@@ -112,7 +113,7 @@ def build_stack_model(
     opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(LOWER_DOMAIN, 1)] if spec.proj_size else [])
     model = helper.make_model(graph, opset_imports=opsets, producer_name="rnnx")
     lower_projections(model)
-    helper.set_model_props(model, {"rnnx.spec": str(spec), "rnnx.batch_first": str(int(batch_first))})
+    set_metadata(model, {"rnnx.spec": str(spec), "rnnx.batch_first": str(int(batch_first))})  # beside lowering's record
     # The lowest IR version for the opset, so that older consumers (TensorRT 8.6) accept the file.
     model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
     try:

@@ -221,3 +221,49 @@ def test_inputs_are_seeded_and_lengths_fill_the_sequence() -> None:
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert a["lens"][0] == 9 and list(a["lens"]) == sorted(a["lens"], reverse=True) and a["lens"].min() >= 1
     assert a["ids"].max() < 7 and a["ids"].min() >= 0
+
+
+# --- a file on its own (no --against) ----------------------------------------------------
+
+
+def test_a_file_on_its_own_runs_at_varied_shapes_and_each_layer_is_checked(tmp_path: Path) -> None:
+    """A projected stack: its layers are Scans, checked against the layer weights rnnx stored
+    beside them; a bug planted in one Scan's hoisted input matrix is named."""
+    from rnnx import RNNSpec, RNNWeights
+    from rnnx.verify.models import verify_file
+
+    weights = RNNWeights.random(RNNSpec.parse("lstm,input=3,hidden=5,layers=2,proj=2"), seed=2)
+    rnnx.save(weights, tmp_path / "w.safetensors")
+    from rnnx.convert import convert
+
+    convert(tmp_path / "w.safetensors", tmp_path / "m.onnx")
+    report = verify_file(tmp_path / "m.onnx", seq_lens=[1, 7], batches=[1, 2], isolated=False)
+    assert report.passed, str(report)
+    assert [(la.form, la.status, la.truth) for la in report.layers] == [("lowered", "ok", "its stored layer 0"), ("lowered", "ok", "its stored layer 1")]
+    assert [c.sizes for c in report.ran] == [{"seq": 1, "batch": 1}, {"seq": 1, "batch": 2}, {"seq": 7, "batch": 1}, {"seq": 7, "batch": 2}]
+
+    model = onnx.load(str(tmp_path / "m.onnx"))
+    hoisted = next(n for n in model.graph.node if n.op_type == "Constant" and n.output[0].endswith("l1__d0_Wt"))
+    value = numpy_helper.to_array(hoisted.attribute[0].t).copy()
+    value[:, :5], value[:, 5:10] = value[:, 5:10].copy(), value[:, :5].copy()  # two gates' input columns swapped
+    hoisted.attribute[0].t.CopyFrom(numpy_helper.from_array(value))
+    onnx.save(model, str(tmp_path / "bad.onnx"))
+    bad = verify_file(tmp_path / "bad.onnx", seq_lens=[4], batches=[2], isolated=False)
+    assert not bad.passed and bad.first_drift is not None and bad.first_drift.name.endswith("_l1"), str(bad)
+    assert [la.status for la in bad.layers] == ["ok", "drifts"]
+
+
+def test_a_file_on_its_own_that_cannot_be_checked_is_refused(tmp_path: Path, foreign: tuple[Path, Path]) -> None:
+    from onnx import TensorProto, helper
+
+    from rnnx.verify.models import verify_file
+
+    plain = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])]))
+    onnx.save(plain, str(tmp_path / "relu.onnx"))
+    with pytest.raises(RNNXError, match="nothing to check on its own"):
+        verify_file(tmp_path / "relu.onnx")
+    _, model = foreign
+    report = verify_file(model, seq_lens=[3], batches=[1])  # a foreign file: native layers on their own weights
+    assert report.passed and all(la.truth == "its own weights" for la in report.layers)
