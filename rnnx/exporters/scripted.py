@@ -82,7 +82,7 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     roles = {label: BATCH if label == "batch" else LENGTH for ax in tensor_axes for label in ax.values()}
     lengths = {name: SEQ for name, x, ax in zip(names, tensors, tensor_axes) if x.dim() == 1 and not x.is_floating_point() and SEQ in roles}
     naming = Naming({}, roles, dims, lengths)
-    record.write_metadata(proto, naming, [])
+    record.write_metadata(proto, naming, [], {name: list(x.shape) for name, x in zip(names, tensors)})
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
     native = {k: v for k, v in op_types.items() if k in NATIVE_OPS}
     report = ExportReport(

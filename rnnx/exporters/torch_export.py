@@ -380,7 +380,7 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
          "cell": isinstance(m, NativeCell)}
         for name, m in swapped
     ]
-    record.write_metadata(proto, naming, recurrences)
+    record.write_metadata(proto, naming, recurrences, {leaf.name: list(leaf.value.shape) for leaf in tensors})
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
     return _Finished(dict(op_types), recurrences, lowered.lowered, fused_info, unrolled, notes)
 
