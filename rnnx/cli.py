@@ -205,9 +205,15 @@ def _ints(text: str, what: str) -> list[int]:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from rnnx.tolerance import parse_tol_items
     from rnnx.verify import verify
+    from rnnx.verify.models import is_model_code
 
     per_backend = parse_tol_items(args.tol)
     tolerances = _tolerances(args)
+    if args.against is None or is_model_code(args.against):
+        return _verify_whole(args, tolerances)
+    for flag, given in (("--checkpoint", args.checkpoint), ("--dim", args.dim)):
+        if given:
+            raise RNNXError(f"{flag} applies when --against names model code (file.py:NAME or a TorchScript file), found the weights file {args.against}")
     from rnnx.graphs.find import data_files
     from rnnx.verify.drive import parse_map
 
@@ -231,6 +237,53 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if not report.passed:
         raise ParityError("parity check failed" + ("; see the diagnosis above" if report.diagnosis and not args.json else ""))
     return 0
+
+
+def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
+    """``--against file.py:NAME`` (or TorchScript): the whole model, end to end and layer by
+    layer; no ``--against``: the file on its own."""
+    from rnnx.graphs.find import data_files
+    from rnnx.verify.models import verify_file, verify_model
+
+    if args.model is None:
+        raise RNNXError("verify: expected MODEL (the ONNX file to check), found none; with --against it is held against that source, without it checked on its own")
+    if args.model.suffix.lower() != ".onnx":
+        raise RNNXError(f"{args.model}: a whole model or a file on its own is verified as ONNX; expected a .onnx file")
+    for flag, given in (("--tol", args.tol), ("--input-map", args.input_map), ("--batch-first", args.batch_first), ("--select", args.select),
+                        ("--spec", args.spec), ("--html", args.html)):
+        if given:
+            raise RNNXError(f"{flag} applies to a recurrent stack verified against its weights file; for a whole model use --atol/--rtol and --dim")
+    if args.dtype.strip() != "fp32":
+        raise RNNXError(f"--dtype {args.dtype}: a whole model runs in the dtypes its file takes; --dtype applies to a stack verified against its weights")
+    inputs = [args.model, *data_files(args.model)] + [p for p in (Path(str(args.against)) if args.against else None, args.checkpoint) if p is not None and p.is_file()]
+    refuse_overwriting(inputs, {"--report": args.report})
+    dims = _dims(args.dim)
+    seq_lens = _ints(args.seq_lens, "--seq-lens") if args.seq_lens else None
+    batches = _ints(args.batch, "--batch") if args.batch else None
+    progress = sys.stderr.isatty() and not args.json
+    if args.against is None:
+        if args.checkpoint:
+            raise RNNXError("--checkpoint needs --against file.py:NAME (the model code to load it into)")
+        report = verify_file(args.model, seq_lens, batches, dims, args.seed, tolerances, progress)
+    else:
+        report = verify_model(args.model, str(args.against), args.checkpoint, seq_lens, batches, dims, args.seed, tolerances, progress)
+    if args.report:
+        report.dump(args.report)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    if not report.passed:
+        first = report.first_drift
+        raise ParityError("verification failed" + (f": layer {first.name} is the first out of tolerance" if first is not None else ""))
+    return 0
+
+
+def _dims(items: list[str] | None) -> dict[str, int]:
+    dims = {}
+    for item in items or []:
+        label, sep, size = item.partition("=")
+        if not sep or not label or not size.isdigit() or not 0 < int(size) <= _MAX_CHECK_SIZE:
+            raise RNNXError(f"--dim {item!r}: expected LABEL=SIZE with SIZE between 1 and {_MAX_CHECK_SIZE}, like --dim channels=3")
+        dims[label] = int(size)
+    return dims
 
 
 def _cmd_layout(args: argparse.Namespace) -> int:
@@ -420,11 +473,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the engine's metadata as JSON")
     p.set_defaults(func=_cmd_build)
 
-    p = sub.add_parser("verify", help="run every available backend against the float64 reference and the source framework",
-                       description="Run the model and the source's own framework on the same seeded inputs at several lengths and batches; report "
-                       "errors per output and per time step against the float64 reference, diagnose layout mistakes. Exit 0 pass, 1 parity failure, 2 bad input.")
-    p.add_argument("model", nargs="?", type=Path, help="ONNX model (or TensorRT engine) of the recurrent stack")
-    p.add_argument("--against", type=Path, required=True, metavar="SOURCE", help="the weights it was made from, in any rnnx format")
+    p = sub.add_parser("verify", help="check a model against its weights, its PyTorch code, or on its own, against the float64 reference",
+                       description="Three forms. (1) MODEL --against WEIGHTS: a recurrent stack and the weights it was made from, in every available "
+                       "backend and in the source's framework at several lengths and batches, with errors per output and per time step against the "
+                       "float64 reference and a diagnosis of layout mistakes. (2) MODEL.onnx --against file.py:NAME (or package.module:NAME, or a "
+                       "TorchScript file) [--checkpoint CK]: a whole model against its PyTorch code, in float64 and float32, at lengths and batches "
+                       "taken from the file's dynamic axes, and layer by layer: each recurrent layer on the inputs it received, naming the first "
+                       "that drifts. (3) MODEL.onnx alone: it runs at varied shapes and each recurrent layer matches the reference for the weights it "
+                       "stores. Exit 0 pass, 1 parity failure, 2 bad input, 3 internal error.")
+    p.add_argument("model", nargs="?", type=Path, help="ONNX model (or TensorRT engine) to check")
+    p.add_argument("--against", type=Path, metavar="SOURCE", help="the weights it was made from, in any rnnx format; or the model code "
+                   "(file.py:NAME, package.module:NAME, a TorchScript file); leave out to check MODEL on its own")
+    p.add_argument("--checkpoint", type=Path, help="state_dict to load into the model code first (.pt/.pth weights-only, .safetensors)")
+    p.add_argument("--dim", action="append", metavar="LABEL=SIZE", help="size of a dynamic dimension that is neither a batch nor a length "
+                   "(whole models and files on their own; repeated)")
     p.add_argument("--select", metavar="GROUP", help="recurrent group of SOURCE")
     p.add_argument("--spec", metavar="SPEC", help="spec for a SOURCE that does not describe itself")
     p.add_argument("--backends", default="ort,torch,cudnn,trt,reference", help="comma-separated, from ort,trt,cudnn,torch,reference (default all; unavailable ones are listed as skipped)")

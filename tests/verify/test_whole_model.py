@@ -267,3 +267,27 @@ def test_a_file_on_its_own_that_cannot_be_checked_is_refused(tmp_path: Path, for
     _, model = foreign
     report = verify_file(model, seq_lens=[3], batches=[1])  # a foreign file: native layers on their own weights
     assert report.passed and all(la.truth == "its own weights" for la in report.layers)
+
+
+def test_cli_exit_statuses_and_json(exported: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    def cli(*args: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "rnnx", "verify", *map(str, args)], capture_output=True, text=True, timeout=600)
+
+    code, model = exported["tagger"]
+    ok = cli(model, "--against", f"{code}:model", "--seq-lens", "4,9", "--batch", "1,2", "--json", "--report", tmp_path / "r.json")
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(ok.stdout)
+    assert data["passed"] and data["first_drift"] is None and json.loads((tmp_path / "r.json").read_text()) == data
+    planted = plant(model, tmp_path / "bad.onnx", 0)
+    bad = cli(tmp_path / "bad.onnx", "--against", f"{code}:model", "--seq-lens", "4", "--batch", "1")
+    assert bad.returncode == 1 and f"first layer out of tolerance: {planted}" in bad.stdout
+    assert bad.stderr.strip() == f"rnnx verify: verification failed: layer {planted} is the first out of tolerance"
+    alone = cli(tmp_path / "bad.onnx", "--seq-lens", "4", "--batch", "1")  # on its own the file is self-consistent
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    for args in (["--against", f"{code}:model", "--dim", "x"], ["--against", f"{code}:model", "--dtype", "fp16"], ["--checkpoint", code]):
+        refused = cli(model, *args)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, (args, refused.stderr)
