@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from rnnx import __version__
+from rnnx import __version__, progress
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting, remove_partial_outputs
 
 INTERNAL_ERROR = 3
 _MAX_CHECK_SIZE = 100_000  # verify's lengths and batches: each one is run, in float64 too
 _MAX_CHECK_VALUES = 32
+_STEPPED_VERBS = ("convert", "export", "fuse", "lower")
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -79,10 +80,6 @@ def _cmd_export(args: argparse.Namespace) -> int:
     for text in args.static or []:
         name, dim, _ = parse_dim(text, "--static")
         static.setdefault(name, []).append(dim)
-    if not args.json:
-        # Progress for a person at a terminal; in a pipeline stderr holds only the one-line refusal, if any.
-        if sys.stderr.isatty():
-            print(f"exporting {args.model}: tracing, translating, checking in ONNX Runtime...", file=sys.stderr)
     report = export(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
                     input_names=_names(args.input_names), output_names=_names(args.output_names), check=not args.no_check, seed=args.seed,
                     tolerances=tolerances)
@@ -557,8 +554,11 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help()
         return 2
     _running[0] = args.command
+    # What a long verb is doing, for a person at a terminal; pipelines and --json get none.
+    # verify draws its own bar per case.
+    shown = args.command in _STEPPED_VERBS and sys.stderr.isatty() and not getattr(args, "json", False)
     try:
-        with _budgets(args):
+        with _budgets(args), progress.shown(f"rnnx {args.command}", shown):
             if args.debug:
                 return args.func(args)
             # Other libraries' warnings (torch, onnx, h5py) would add lines to a one-line

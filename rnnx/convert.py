@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx import api, formats, parity
+from rnnx import api, formats, parity, progress
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, refuse_overwriting
 from rnnx.spec import RNNSpec
@@ -118,6 +118,7 @@ def convert(
         # An ONNX input's external data are inputs too, and an ONNX output may write a .data file beside it.
         refuse_overwriting([source, *(data_files(source) if src_fmt.name == "onnx" else [])],
                            {"-o": output, **({"-o's external data": output.with_name(output.name + ".data")} if out_fmt.name == "onnx" else {})})
+    progress.step(f"reading {source.name}")
     weights = api.load(source, format=src_fmt.name, select=select, spec=spec)
     notes = []
     bad = weights.nonfinite()
@@ -157,11 +158,14 @@ def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name:
     if fmt_name == "onnx":
         from rnnx.graphs.build import DEFAULT_OPSET, build_stack_model, save_model
 
+        progress.step(f"writing {output.name}")
         model = build_stack_model(weights, opset=DEFAULT_OPSET if opset is None else opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
         save_model(model, output)  # into ``written``: the output's write is under way
     else:
+        progress.step(f"writing {output.name}")
         api.save(weights, output, format=fmt_name)
     if check:
+        progress.step("checking the written file against the float64 reference")
         result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states, tolerances)
         if not result.report:
             raise _CheckFailed

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx import progress
 from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
 from rnnx.tolerance import Tolerance, Tolerances, compare_arrays, quantile_label
 
@@ -252,6 +253,7 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
         check.cases.append(CheckCase("loading", {}, {leaf.name: list(leaf.value.shape) for leaf in leaves if leaf.is_tensor}, error=str(exc)))
         return check
     for k, (name, sizes) in enumerate(plan_cases(naming, leaves)):
+        progress.step(f"checking in ONNX Runtime at {name}")
         values = fresh_inputs(leaves, naming, sizes, seed + k)
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
         case = CheckCase(name, sizes, {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)})

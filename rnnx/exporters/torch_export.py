@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.exporters.selfcheck import SelfCheck
 from rnnx.formats.onnx import NATIVE_OPS, OP_TYPES
@@ -195,9 +196,12 @@ def export(
 
     work = copy.deepcopy(model).eval()
     swapped = swap_recurrent_modules(work)
+    progress.step("tracing with torch.export")
     program, tracing = _trace(model, work, leaves, structure, specs, offered, user_shapes=dynamic_shapes is not None)
     naming = shapes.name_dimensions(program, leaves, labels, ops.KINDS)
+    progress.step("translating to ONNX")
     proto = _to_onnx(program, opset)
+    progress.step("naming, lowering and fusing")
     result = _finish_graph(proto, naming, leaves, program, swapped, output_names, bare=swappable(model))
     report = ExportReport(
         path=str(path), opset=opset, op_types=result.op_types, recurrences=result.recurrences, axes=naming.axes(), tracing=tracing,

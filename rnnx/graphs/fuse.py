@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rnnx import parity
+from rnnx import parity, progress
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.graphs.compare import check_rewrite_size, compare_models
@@ -63,6 +63,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
 
     source, output = Path(source), Path(output)
     refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
+    progress.step(f"reading {source.name}")
     original = load_model(source)
     check_rewrite_size(original, source)
     drop_newer_attributes(original, strict=False)  # a graph from another tool: repair what the converter left, refuse nothing
@@ -72,13 +73,17 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
         model = onnx.shape_inference.infer_shapes(model)
     except Exception:  # noqa: BLE001  shape inference is a help, not a requirement
         pass
+    progress.step("fusing decomposed cells")
     cells = fuse_cells(model)
+    progress.step("fusing chains of steps")
     chains = fuse_steps(model)
     report = FuseReport(str(output), before, len(model.graph.node), cells.fused, chains.fused, cells.left_alone + chains.left_alone,
                         tolerances=tolerances.to_json() if tolerances else {})
     if check and (cells or chains):
+        progress.step("checking against the input in ONNX Runtime")
         report.check = compare_models(original, model, seed, str(source), tolerances)
         if not report.check:
             raise ParityError(f"the fused model differs from {source} in ONNX Runtime ({report.check.failure()}); nothing was written:\n{report.check}")
+    progress.step(f"writing {output.name}")
     save_model(model, output)
     return report

@@ -7,7 +7,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from rnnx import parity
+from rnnx import parity, progress
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.graphs.compare import check_rewrite_size, compare_models
@@ -27,15 +27,19 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
 
     source, output = Path(source), Path(output)
     refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
+    progress.step(f"reading {source.name}")
     original = load_model(source)
     check_rewrite_size(original, source, lowered=sum(n.op_type in NATIVE_OPS for g in all_graphs(original.graph) for n in g.node))
     model = copy.deepcopy(original)
+    progress.step("lowering recurrences into Scans")
     result = lower_recurrences(model, select)
     report: parity.ParityReport | None = None
     if check and result:
+        progress.step("checking against the input in ONNX Runtime")
         report = compare_models(original, model, seed, str(source), tolerances)
         if not report:
             raise ParityError(f"the lowered model differs from {source} in ONNX Runtime ({report.failure()}); nothing was written:\n{report}")
+    progress.step(f"writing {output.name}")
     save_model(model, output)
     return {
         "output": str(output),

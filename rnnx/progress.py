@@ -1,0 +1,42 @@
+"""What a long step is doing, on stderr, for a person at a terminal.
+
+The CLI opens a display around a verb (only when stderr is a terminal and no ``--json`` is
+asked for); library code marks where it is with :func:`step`, which costs nothing when no
+display is open, so Python callers and pipelines see no output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+_display: ContextVar[Any] = ContextVar("rnnx_progress", default=None)
+
+
+@contextlib.contextmanager
+def shown(label: str, enabled: bool) -> Iterator[None]:
+    """A one-line display (tqdm) of ``label``, the current step and the time elapsed."""
+    if not enabled:
+        yield
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=None, desc=label, file=sys.stderr, leave=False, bar_format="{desc} [{elapsed}]", mininterval=0.2)
+    token = _display.set((bar, label))
+    try:
+        yield
+    finally:
+        _display.reset(token)
+        bar.close()
+
+
+def step(what: str) -> None:
+    """Say what is being done now (a no-op when no display is open)."""
+    current = _display.get()
+    if current is not None:
+        bar, label = current
+        bar.set_description_str(f"{label}: {what}")
+        bar.update(1)
