@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -29,6 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.rnnx_written_log = Path(tempfile.mkdtemp(prefix="rnnx-written-")) / "written.log"  # type: ignore[attr-defined]
     config.rnnx_written_log.touch()  # type: ignore[attr-defined]
     os.environ[WRITTEN_LOG] = str(config.rnnx_written_log)  # type: ignore[attr-defined]
+    config.rnnx_written_tally = {"verified": 0, "skipped": 0, "seconds": 0.0}  # type: ignore[attr-defined]
 
 
 # Every written file runs at batch 1 and 3, at two lengths: its example's (as rnnx export recorded it) and a longer one.
@@ -50,6 +53,8 @@ def every_onnx_file_rnnx_writes_verifies(request: pytest.FixtureRequest) -> Iter
     from rnnx.errors import RNNXError
     from rnnx.verify.models import verify_file
 
+    tally = request.config.rnnx_written_tally  # type: ignore[attr-defined]
+    started = time.perf_counter()
     for name in written:
         path = Path(name)
         if not path.is_file():
@@ -61,10 +66,21 @@ def every_onnx_file_rnnx_writes_verifies(request: pytest.FixtureRequest) -> Iter
             # the torch model's, which only --against gives), and float64 recurrences, which
             # ONNX Runtime has no CPU kernel for.
             if "nothing to check" in str(exc) or "does not support double" in str(exc):
+                tally["skipped"] += 1
                 continue
             pytest.fail(f"rnnx wrote {path}, which rnnx verify cannot check: {exc}")
+        tally["verified"] += 1
+        tally["seconds"] += time.perf_counter() - started
+        started = time.perf_counter()
         if not report.passed:
             pytest.fail(f"rnnx wrote {path}, which fails rnnx verify:\n{report}")
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    tally = getattr(config, "rnnx_written_tally", None)
+    if tally and (tally["verified"] or tally["skipped"]):
+        terminalreporter.write_line(f"rnnx verify on every ONNX file rnnx wrote: {tally['verified']} verified, {tally['skipped']} that cannot be "
+                                    f"checked on their own, {tally['seconds']:.0f} s")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 
 from rnnx import parity
 from rnnx.errors import RNNXError
+from rnnx.graphs import walk
 from rnnx.tolerance import Tolerances
 
 UNKNOWN_DIM = 3  # the size fed to dynamic axes
@@ -59,26 +60,14 @@ _X_PATH = _LENGTH_PATH + ("Transpose",)
 def _fill_sequence_lengths(model: Any, feeds: dict[str, np.ndarray], rng: np.random.Generator) -> None:
     """An integer graph input that reaches an LSTM/GRU/RNN node's sequence_lens gets seeded lengths
     between 1 and the sequence's length (zeros, the default for integers, would run no step at all)."""
-    producers = {o: n for n in model.graph.node for o in n.output if o}
-
-    def back(name: str, through: tuple[str, ...]) -> tuple[str, int]:
-        swaps = 0
-        for _ in range(32):
-            node = producers.get(name)
-            if node is None or node.op_type not in through or not node.input:
-                break
-            if node.op_type == "Transpose":
-                swaps += next((list(a.ints) for a in node.attribute if a.name == "perm"), [])[:2] == [1, 0]
-            name = node.input[0]
-        return name, swaps
-
+    producers = walk.producers_of(model.graph)
     for node in model.graph.node:
         if node.op_type not in ("LSTM", "GRU", "RNN") or len(node.input) < 5 or not node.input[4]:
             continue
-        lengths, _ = back(node.input[4], _LENGTH_PATH)
+        lengths, _ = walk.back(node.input[4], producers, _LENGTH_PATH)
         if lengths not in feeds or feeds[lengths].dtype.kind not in "iu":
             continue
-        x, swaps = back(node.input[0], _X_PATH)
+        x, swaps = walk.back(node.input[0], producers, _X_PATH)
         layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
         steps = feeds[x].shape[(layout + swaps) % 2] if x in feeds and feeds[x].ndim == 3 else 1
         feeds[lengths] = rng.integers(1, max(int(steps), 1) + 1, size=feeds[lengths].shape).astype(feeds[lengths].dtype)

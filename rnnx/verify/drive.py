@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
+from rnnx.graphs import walk
 
 INPUT_ROLES = ("X", "h0", "c0", "seq_lens")
 OUTPUT_ROLES = ("Y", "h_n", "c_n")
@@ -135,7 +136,7 @@ def _from_record(recurrences: list[dict[str, Any]], graph: Any, spec: Any) -> Dr
     outputs = {name: _EXPORT_ROLES[key] for key, names in rec["outputs"].items() if key in _EXPORT_ROLES and isinstance(names, list) and len(names) == 1
                for name in names}
     x = [n for n, r in inputs.items() if r == "X"]
-    producers = {o: n for n in graph.node for o in n.output if o}
+    producers = walk.producers_of(graph)
     if not x or not _shape_only_path(x[0], rec.get("nodes") or [], graph, producers):
         return None  # X is computed inside: a whole model
     return Drive(inputs, outputs, batch_first=rec.get("layout") == "batch_first", source="rnnx export's record")
@@ -145,40 +146,8 @@ def _shape_only_path(graph_input: str, node_names: list[str], graph: Any, produc
     first = next((n for n in graph.node if n.name in node_names), None)
     if first is None:
         return False
-    found, _ = _back(first.input[0], producers)
+    found, _ = walk.back(first.input[0], producers, _SHAPE_ONLY)
     return found == graph_input
-
-
-def _back(name: str, producers: dict[str, Any]) -> tuple[str | None, int]:
-    """The graph input ``name`` comes from through shape-only ops (first data input of each), and
-    how many Transposes swapping the first two axes lie on the way."""
-    swaps = 0
-    for _ in range(64):
-        node = producers.get(name)
-        if node is None:
-            return name, swaps
-        if node.op_type not in _SHAPE_ONLY or not node.input:
-            return None, swaps
-        if node.op_type == "Transpose":
-            perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), [])
-            swaps += perm[:2] == [1, 0]
-        name = node.input[0]
-    return None, swaps
-
-
-def _forward(name: str, consumers: dict[str, list[Any]], outputs: set[str]) -> list[str]:
-    found, stack, seen = [], [name], set()
-    while stack:
-        value = stack.pop()
-        if value in seen:
-            continue
-        seen.add(value)
-        if value in outputs:
-            found.append(value)
-        for node in consumers.get(value, []):
-            if node.op_type in _SHAPE_ONLY:
-                stack.extend(o for o in node.output if o)
-    return found
 
 
 def _from_wiring(model: Any, graph: Any, spec: Any) -> Drive:
@@ -189,18 +158,14 @@ def _from_wiring(model: Any, graph: Any, spec: Any) -> Drive:
         raise RNNXError("no LSTM, GRU or RNN node in the main graph: nothing for verify to drive (lowered files are checked by the command that lowered them)")
     group = groups[0] if len(groups) == 1 else next((g for g in groups if len(g.nodes) == spec.num_layers), groups[0])
     nodes = [rn.node for rn in group.nodes]
-    producers = {o: n for n in graph.node for o in n.output if o}
-    consumers: dict[str, list[Any]] = {}
-    for n in graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    producers, consumers = walk.producers_of(graph), walk.consumers_of(graph)
     graph_inputs = {i.name for i in graph.input}
     outputs = {o.name for o in graph.output}
     drive = Drive({}, {})
     for role, pos in _NODE_INPUTS.items():
         for node in nodes[:1] if role == "X" else nodes:
             if pos < len(node.input) and node.input[pos]:
-                source, swaps = _back(node.input[pos], producers)
+                source, swaps = walk.back(node.input[pos], producers, _SHAPE_ONLY)
                 if source in graph_inputs:
                     drive.inputs[source] = role
                     if role == "X":
@@ -208,6 +173,6 @@ def _from_wiring(model: Any, graph: Any, spec: Any) -> Drive:
     for role, pos in _NODE_OUTPUTS.items():
         for node in nodes[-1:] if role == "Y" else nodes:
             if pos < len(node.output) and node.output[pos]:
-                for name in _forward(node.output[pos], consumers, outputs):
+                for name in walk.forward(node.output[pos], consumers, _SHAPE_ONLY, outputs):
                     drive.outputs.setdefault(name, role)
     return drive
