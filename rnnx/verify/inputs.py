@@ -130,6 +130,18 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
         for d, dim in enumerate(spec.dims):
             if isinstance(dim, str) and spec.name in example and d < len(example[spec.name]):
                 base.setdefault(dim, int(example[spec.name][d]))
+    unknown = sorted(set(dims) - set(roles))
+    if unknown:
+        raise RNNXError(f"--dim {unknown[0]}: the file has no dynamic dimension of that name; its dynamic dimensions are {', '.join(roles) or 'none'}")
+    given = [label for label in dims if roles.get(label) in (BATCH, LENGTH)]
+    if given and (seq_lens if roles[given[0]] == LENGTH else batches):
+        flag = "--seq-lens" if roles[given[0]] == LENGTH else "--batch"
+        raise RNNXError(f"--dim {given[0]}={dims[given[0]]} fixes a {roles[given[0]]} that {flag} varies; give one or the other")
+    for flag, wanted, role in (("--seq-lens", seq_lens, LENGTH), ("--batch", batches, BATCH)):
+        if wanted and not any(r == role for r in roles.values()):
+            others = [k for k, v in roles.items() if v == OTHER]
+            raise RNNXError(f"{flag}: no dynamic dimension of the file reads as a {role} by its name ({', '.join(others) or 'none is dynamic'}); "
+                            f"size them with --dim LABEL=SIZE")
     fixed: dict[str, int] = {}
     for label, role in roles.items():
         if label in dims:
@@ -156,7 +168,8 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
         if key in seen:
             continue
         seen.add(key)
-        name = ", ".join([f"{k}={v}" for k, v in lens.items()] + ([f"batch={b}"] if b is not None else [])) or "fixed shapes"
+        name = ", ".join([f"{k}={v}" for k, v in lens.items()] + ([f"batch={b}"] if b is not None else [])
+                         + [f"{k}={v}" for k, v in dims.items()]) or "fixed shapes"
         case = Case(name, sizes)
         for spec in specs:
             shape = [_size(dim, sizes) for dim in spec.dims]
@@ -189,3 +202,12 @@ def make_feed(specs: list[InputSpec], case: Case, example: dict[str, Any], seed:
             low = 0 if spec.vocabulary else (min(int(known.min()), 0) if known is not None and known.size else 0)
             feed[spec.name] = rng.integers(low, max(high, low + 1), size=shape).astype(spec.dtype)
     return feed
+
+
+def shape_note(roles: dict[str, str]) -> str:
+    """A warning when nothing will be varied: no dynamic dimension reads as a batch or a length."""
+    if any(r in (BATCH, LENGTH) for r in roles.values()):
+        return ""
+    others = ", ".join(roles) or "none of its dimensions is dynamic"
+    return (f"no dynamic dimension reads as a batch or a length by its name ({others}): it ran at one shape only; "
+            "name its axes batch/seq when exporting, or size each with --dim LABEL=SIZE")

@@ -30,7 +30,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.tolerance import Tolerances, compare_arrays
-from rnnx.verify.inputs import input_specs, make_feed, plan_cases
+from rnnx.verify.inputs import input_specs, make_feed, plan_cases, shape_note
 from rnnx.verify.layers import Layer, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_report import OutputRow, WholeModelReport
 from rnnx.weights import RNNWeights
@@ -118,6 +118,11 @@ def layer_truths(model: Any, layers: list[Layer], recurrences: list[dict[str, An
         still = [la.name for la in unmatched if la.name not in truths]
         if still:
             notes.append(f"no torch module matches layer(s) {', '.join(still)}: checked against their own weights (arithmetic only)")
+    covered = {said.split("'")[1] for _, said in truths.values() if said.startswith("torch module '")}
+    missing = [name for name in modules if name not in covered]
+    if missing:
+        notes.append(f"torch module(s) {', '.join(repr(m) for m in missing)} have no recurrent layer rnnx can find in the graph "
+                     "(unrolled into plain operators, or inside a loop body): their part is checked end to end only, not layer by layer")
     return truths, notes
 
 
@@ -191,6 +196,7 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
     inits = {i.name for i in proto.graph.initializer}
     known = _initializer_values(proto, {t for la in layers for t in [*la.inputs.values(), *la.outputs.values()] if t in inits})
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
+    report.notes += [n for n in [shape_note(roles)] if n]
     try:
         model64 = copy.deepcopy(torch_model).double()
     except Exception as exc:  # noqa: BLE001  a model that cannot be copied or cast: compare in float32 only
@@ -258,7 +264,8 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     runner = IsolatedOnnxRuntime(marked.SerializeToString(), str(model_path)) if isolated else OnnxRuntimeRunner(marked)
     inits = {i.name for i in proto.graph.initializer}
     known = _initializer_values(proto, {t for la in layers for t in [*la.inputs.values(), *la.outputs.values()] if t in inits})
-    report = WholeModelReport(str(model_path), "its own weights", {s.name: s.dims for s in specs}, roles, cases, self_check=True)
+    report = WholeModelReport(str(model_path), "its own weights", {s.name: s.dims for s in specs}, roles, cases, self_check=True,
+                              notes=[n for n in [shape_note(roles)] if n])
     runs = []
     for k, case in enumerate(_progress(cases, progress)):
         feed = make_feed(specs, case, {}, seed + k)

@@ -291,3 +291,25 @@ def test_cli_exit_statuses_and_json(exported: dict[str, tuple[Path, Path]], tmp_
     for args in (["--against", f"{code}:model", "--dim", "x"], ["--against", f"{code}:model", "--dtype", "fp16"], ["--checkpoint", code]):
         refused = cli(model, *args)
         assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, (args, refused.stderr)
+
+
+def test_what_would_go_unvaried_or_unchecked_is_said(foreign: tuple[Path, Path], tmp_path: Path) -> None:
+    """torch's own axis names (dynamic_axes given as a list) read as neither batch nor length;
+    a module with no layer in the graph is named; a --dim for no dimension is refused."""
+    code, model = foreign
+    proto = onnx.load(str(model))
+    for d, dim in enumerate(proto.graph.input[0].type.tensor_type.shape.dim):
+        dim.dim_param = f"input_dynamic_axes_{d + 1}"
+    onnx.save(proto, str(tmp_path / "auto.onnx"))
+    report = verify_model(tmp_path / "auto.onnx", f"{code}:model", dims={"input_dynamic_axes_1": 6, "input_dynamic_axes_2": 2})
+    assert report.passed and len(report.cases) == 1
+    assert any("ran at one shape only" in n for n in report.notes), report.notes
+    with pytest.raises(RNNXError, match="--seq-lens: no dynamic dimension"):
+        verify_model(tmp_path / "auto.onnx", f"{code}:model", seq_lens=[3], dims={"input_dynamic_axes_1": 6, "input_dynamic_axes_2": 2})
+    with pytest.raises(RNNXError, match="--dim nosuch: the file has no dynamic dimension"):
+        verify_model(model, f"{code}:model", dims={"nosuch": 5})
+    spare = tmp_path / "spare.py"
+    spare.write_text(FOREIGN + "\n\nclass Spare(Net):\n    def __init__(self):\n        super().__init__()\n        self.unused = nn.GRU(3, 3)\n\n\n"
+                     "torch.manual_seed(0)\nmodel = Spare().eval()\n")
+    report = verify_model(model, f"{spare}:model", seq_lens=[4], batches=[1])
+    assert report.passed and any("'unused'" in n and "not layer by layer" in n for n in report.notes), report.notes
