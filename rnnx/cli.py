@@ -208,6 +208,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     tolerances = _tolerances(args)
     if args.against is None or is_model_code(args.against):
         return _verify_whole(args, tolerances)
+    if args.against.suffix.lower() == ".py":
+        raise RNNXError(f"--against {args.against}: model code is named file.py:NAME, NAME being the module-level model, class or factory "
+                        f"(e.g. --against {args.against}:model)")
     for flag, given in (("--checkpoint", args.checkpoint), ("--dim", args.dim)):
         if given:
             raise RNNXError(f"{flag} applies when --against names model code (file.py:NAME or a TorchScript file), found the weights file {args.against}")

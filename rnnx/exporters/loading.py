@@ -113,7 +113,8 @@ def load_checkpoint(module: Any, path: Path) -> None:
     try:
         module.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        raise RNNXError(f"{path}: does not fit the model ({str(exc).splitlines()[0][:200]}); check the checkpoint or the model") from None
+        # torch's message: a header line, then the missing and unexpected keys, which say what is wrong.
+        raise RNNXError(f"{path}: does not fit the model ({' '.join(str(exc).split())[:400]}); check the checkpoint or the model") from None
 
 
 def parse_input(text: str) -> tuple[str | None, Any]:

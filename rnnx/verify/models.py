@@ -235,7 +235,7 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
         runs.append((case.name, {**known, **feed, **got}))
     report.cases = cases
     if not report.ran:
-        raise RNNXError(f"the torch model raised at every shape tried ({cases[0].skipped if cases else 'no cases'}); give shapes it takes with --seq-lens, --batch or --dim")
+        raise RNNXError(f"the torch model raised at every shape tried ({cases[0].skipped if cases else 'no cases'}); is it the model the file was exported from? If it is, give shapes it takes with --seq-lens, --batch or --dim")
     report.layers = check_layers(layers, truths, runs, tolerances.get("", "float32"))
     return report
 
