@@ -34,10 +34,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.rnnx_written_tally = {"verified": 0, "skipped": 0, "seconds": 0.0}  # type: ignore[attr-defined]
 
 
-# Every written file runs at batch 1 and 3, at two lengths: its example's (as rnnx export recorded it) and a longer one.
-_WRITTEN_BATCHES = [1, 3]
-
-
 @pytest.fixture(autouse=True)
 def every_onnx_file_rnnx_writes_verifies(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test, every ONNX file rnnx wrote during it (through export, convert, fuse,
@@ -60,7 +56,8 @@ def every_onnx_file_rnnx_writes_verifies(request: pytest.FixtureRequest) -> Iter
         if not path.is_file():
             continue  # removed by the test itself
         try:
-            report = verify_file(path, batches=_WRITTEN_BATCHES, isolated=False)
+            # verify's defaults: batch 1 and 8, and two lengths: the example's (as rnnx export recorded it) and a longer one
+            report = verify_file(path, isolated=False)
         except RNNXError as exc:
             # Skipped: a file whose recurrences were all lowered into Scans (their weights are
             # the torch model's, which only --against gives), and float64 recurrences, which
