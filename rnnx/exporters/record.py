@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rnnx.formats.onnx import NATIVE_OPS
+from rnnx.graphs import walk
 from rnnx.graphs.index import all_graphs
 from rnnx.graphs.lower import read_lowered
 from rnnx.graphs.self_description import EXPORT_KEY, RECURRENCES_KEY, read_metadata, set_metadata
@@ -208,29 +209,27 @@ class _Flow:
     def __init__(self, graph: Any) -> None:
         self.inputs = [i.name for i in graph.input]
         self.outputs = [o.name for o in graph.output]
-        self.producer = {o: n for n in graph.node for o in n.output if o}
-        self.consumers: dict[str, list[Any]] = {}
-        for n in graph.node:
-            for i in n.input:
-                self.consumers.setdefault(i, []).append(n)
+        self.producer = walk.producers_of(graph)
+        self.consumers = walk.consumers_of(graph)
 
     def reach(self, start: str, forward: bool) -> list[str]:
         if not start:
             return []
-        ends = set(self.outputs if forward else self.inputs)
+        if forward:  # every op passes a dependence on
+            found = set(walk.forward(start, self.consumers, None, set(self.outputs)))
+            return [n for n in self.outputs if n in found]
+        ends = set(self.inputs)
         seen, stack, found = set(), [start], set()
-        while stack:
+        while stack:  # back through every input of each producer, except a mere shape's
             name = stack.pop()
             if name in seen:
                 continue
             seen.add(name)
             if name in ends:
                 found.add(name)
-            if forward:
-                stack.extend(o for n in self.consumers.get(name, []) for o in n.output if o)
-            elif name in self.producer and self.producer[name].op_type not in _SHAPE_ONLY:
+            if name in self.producer and self.producer[name].op_type not in _SHAPE_ONLY:
                 stack.extend(i for i in self.producer[name].input if i)
-        return [n for n in (self.outputs if forward else self.inputs) if n in found]
+        return [n for n in self.inputs if n in found]
 
 
 def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]], example: dict[str, list[int]] | None = None) -> None:

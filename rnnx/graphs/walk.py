@@ -43,8 +43,8 @@ def back(name: str, producers: dict[str, Any], through: Collection[str]) -> tupl
     return None, swaps
 
 
-def forward(name: str, consumers: dict[str, list[Any]], through: Collection[str], ends: set[str]) -> list[str]:
-    """The names in ``ends`` that ``name`` reaches through ops in ``through``."""
+def forward(name: str, consumers: dict[str, list[Any]], through: Collection[str] | None, ends: set[str]) -> list[str]:
+    """The names in ``ends`` that ``name`` reaches through ops in ``through`` (any op: None)."""
     found, stack, seen = [], [name], set()
     while stack:
         value = stack.pop()
@@ -54,6 +54,6 @@ def forward(name: str, consumers: dict[str, list[Any]], through: Collection[str]
         if value in ends:
             found.append(value)
         for node in consumers.get(value, []):
-            if node.op_type in through:
+            if through is None or node.op_type in through:
                 stack.extend(o for o in node.output if o)
     return found

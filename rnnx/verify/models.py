@@ -173,7 +173,6 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
     import torch
 
     from rnnx import limits
-    from rnnx.engines.isolated import IsolatedOnnxRuntime
     from rnnx.graphs.find import load_model
     from rnnx.graphs.self_description import read_metadata
 
@@ -190,11 +189,8 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
     limits.check_claim("the largest case's inputs", max((sum(int(np.prod(c.shapes[s.name])) * 8 for s in specs) for c in cases), default=0)
                        * limits.WORKING_COPIES, model_path.stat().st_size)
     layers = find_layers(proto)
-    marked, _ = mark_outputs(proto, layers)
-    runner = IsolatedOnnxRuntime(marked.SerializeToString(), str(model_path))
+    runner, known = _layer_runner(proto, layers, str(model_path), isolated=True)
     graph_outputs = [o.name for o in proto.graph.output]
-    inits = {i.name for i in proto.graph.initializer}
-    known = _initializer_values(proto, {t for la in layers for t in [*la.inputs.values(), *la.outputs.values()] if t in inits})
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
     report.notes += [n for n in [shape_note(roles)] if n]
     try:
@@ -246,8 +242,6 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     computes what the float64 reference computes with the weights the file stores. This
     proves the file loads, runs and takes its dynamic shapes; not that the weights are the
     ones they should be (that needs ``--against``)."""
-    from rnnx.engines.isolated import IsolatedOnnxRuntime
-    from rnnx.engines.onnxruntime import OnnxRuntimeRunner
     from rnnx.graphs.find import load_model
     from rnnx.graphs.self_description import read_metadata
 
@@ -260,10 +254,7 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     if not layers:
         raise RNNXError(f"{model_path}: no LSTM, GRU or RNN layer in its main graph (nor a lowered one rnnx recorded): nothing to check on its own; "
                         "give --against with the source it was made from")
-    marked, _ = mark_outputs(proto, layers)
-    runner = IsolatedOnnxRuntime(marked.SerializeToString(), str(model_path)) if isolated else OnnxRuntimeRunner(marked)
-    inits = {i.name for i in proto.graph.initializer}
-    known = _initializer_values(proto, {t for la in layers for t in [*la.inputs.values(), *la.outputs.values()] if t in inits})
+    runner, known = _layer_runner(proto, layers, str(model_path), isolated)
     report = WholeModelReport(str(model_path), "its own weights", {s.name: s.dims for s in specs}, roles, cases, self_check=True,
                               notes=[n for n in [shape_note(roles)] if n])
     runs = []
@@ -312,10 +303,18 @@ def _elem_dtype(proto: Any) -> str:
     return str(np.dtype(helper.tensor_dtype_to_np_dtype(floats[0]))) if floats and floats[0] != 16 else ("bfloat16" if floats else "float32")
 
 
-def _initializer_values(proto: Any, names: set[str]) -> dict[str, np.ndarray]:
+def _layer_runner(proto: Any, layers: list[Layer], label: str, isolated: bool) -> tuple[Any, dict[str, np.ndarray]]:
+    """ONNX Runtime on ``proto`` with every layer's tensors marked as outputs (in a child process
+    under rnnx's limits unless ``isolated`` is False: files rnnx wrote itself); and the layers'
+    tensors that are initializers, which no run returns."""
+    from rnnx.engines.isolated import IsolatedOnnxRuntime
+    from rnnx.engines.onnxruntime import OnnxRuntimeRunner
     from rnnx.graphs.find import to_array
 
-    return {i.name: to_array(i) for i in proto.graph.initializer if i.name in names}
+    marked, _ = mark_outputs(proto, layers)
+    runner = IsolatedOnnxRuntime(marked.SerializeToString(), label) if isolated else OnnxRuntimeRunner(marked)
+    wanted = {t for la in layers for t in [*la.inputs.values(), *la.outputs.values()]}
+    return runner, {i.name: to_array(i) for i in proto.graph.initializer if i.name in wanted}
 
 
 def _progress(items: list[Any], shown: bool) -> Any:
