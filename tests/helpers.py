@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 from rnnx.spec import RNNSpec
 
 # Each spec is paired with the check it gets: every test that sweeps SPECS runs them all.
@@ -20,3 +24,17 @@ TORCH_SPECS = [
 ]
 
 SHAPES = [(1, 1), (7, 3), (16, 5)]  # (seq_len, batch)
+
+
+def convert_as_shipped_and_planted(source: Path, output: Path, module: str, plant: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """``rnnx convert SOURCE -o OUTPUT --json`` in a fresh process, once as shipped and once
+    with ``plant`` run first (statements on ``fmt``, the module ``rnnx.formats.<module>``):
+    the format's facts changed, to see that convert's check catches it. The first run's
+    output is removed before the second."""
+    run = f"import sys, rnnx.formats.{module} as fmt; {{plant}}from rnnx.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = ["convert", str(source), "-o", str(output), "--json"]
+    good = subprocess.run([sys.executable, "-c", run.format(plant=""), *argv], capture_output=True, text=True, timeout=300)
+    if output.exists():
+        output.unlink()
+    bad = subprocess.run([sys.executable, "-c", run.format(plant=plant), *argv], capture_output=True, text=True, timeout=300)
+    return good, bad

@@ -84,19 +84,14 @@ def test_convert_runs_the_written_vector_in_jax_and_a_wrong_gate_order_fails(tmp
     """convert's check of a .npz is jax.experimental.rnn running the file: with the writer's gate
     order planted wrong (i,g,f,o for jax's i,f,g,o) it must fail and leave nothing behind."""
     import json
-    import subprocess
-    import sys
+
+    from tests.helpers import convert_as_shipped_and_planted
 
     weights = RNNWeights.random(RNNSpec.parse("lstm,input=3,hidden=4,layers=2,bidirectional"), seed=9)
     rnnx.save(weights, tmp_path / "w.safetensors")
-    run = "import sys, rnnx.formats.jax as j; {plant}from rnnx.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = ["convert", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "w.npz"), "--json"]
-    good = subprocess.run([sys.executable, "-c", run.format(plant=""), *argv], capture_output=True, text=True, timeout=300)
+    good, bad = convert_as_shipped_and_planted(tmp_path / "w.safetensors", tmp_path / "w.npz", "jax", "fmt.GATE_ORDER = ('i', 'g', 'f', 'o'); ")
     assert good.returncode == 0, good.stderr
     rows = json.loads(good.stdout)["check"]["rows"]
     assert {r["backend"] for r in rows} == {"jax"} and all(r["ran"] for r in rows)
-    (tmp_path / "w.npz").unlink()
-    plant = "j.GATE_ORDER = ('i', 'g', 'f', 'o'); "
-    bad = subprocess.run([sys.executable, "-c", run.format(plant=plant), *argv], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1, bad.stdout[-1000:] + bad.stderr
     assert "parity check failed: jax" in bad.stderr and not (tmp_path / "w.npz").exists()

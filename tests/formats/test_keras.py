@@ -386,20 +386,16 @@ def test_convert_runs_the_written_file_in_keras_and_a_wrong_gate_order_fails(tmp
     """convert's check of a .weights.h5 is Keras loading the file into the model it is for and
     running it: with the writer's gate order planted wrong it fails and leaves nothing behind."""
     import json
-    import subprocess
-    import sys
+
+    from tests.helpers import convert_as_shipped_and_planted
 
     weights = RNNWeights.random(RNNSpec.parse(text), seed=9)
     rnnx.save(weights, tmp_path / "w.safetensors")
-    run = "import sys, rnnx.formats.keras as k; {plant}from rnnx.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = ["convert", str(tmp_path / "w.safetensors"), "-o", str(tmp_path / "m.weights.h5"), "--json"]
-    good = subprocess.run([sys.executable, "-c", run.format(plant=""), *argv], capture_output=True, text=True, timeout=300)
+    swapped = {"lstm": "('i', 'g', 'f', 'o')", "gru": "('r', 'z', 'n')"}[weights.spec.cell]
+    plant = f"fmt.GATE_ORDER = {{**fmt.GATE_ORDER, '{weights.spec.cell}': {swapped}}}; "
+    good, bad = convert_as_shipped_and_planted(tmp_path / "w.safetensors", tmp_path / "m.weights.h5", "keras", plant)
     assert good.returncode == 0, good.stderr
     rows = json.loads(good.stdout)["check"]["rows"]
     assert {r["backend"] for r in rows} == {"keras"} and all(r["ran"] for r in rows)
-    (tmp_path / "m.weights.h5").unlink()
-    swapped = {"lstm": "('i', 'g', 'f', 'o')", "gru": "('r', 'z', 'n')"}[weights.spec.cell]
-    plant = f"k.GATE_ORDER = {{**k.GATE_ORDER, '{weights.spec.cell}': {swapped}}}; "
-    bad = subprocess.run([sys.executable, "-c", run.format(plant=plant), *argv], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1, bad.stdout[-1000:] + bad.stderr
     assert "parity check failed: keras" in bad.stderr and not (tmp_path / "m.weights.h5").exists()
