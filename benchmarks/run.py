@@ -41,7 +41,7 @@ import torch  # noqa: E402
 import rnnx  # noqa: E402
 from rnnx import RNNSpec, RNNWeights  # noqa: E402
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner  # noqa: E402
-from rnnx.exporters.torch_export import _quiet  # noqa: E402
+from rnnx.exporters.writing import quiet as _quiet  # noqa: E402
 from rnnx.formats import cudnn  # noqa: E402
 
 BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
@@ -255,7 +255,7 @@ def verify_large(tmp: Path, repeats: int) -> dict:
     default threads and the session already loaded; and the float64 reference on those inputs
     with rnnx's BLAS thread rule vs numpy's BLAS left unlimited (the rule switched off)."""
     from rnnx import blas_threads, parity
-    from rnnx.convert import convert
+    from rnnx.pipelines.convert import convert
     from rnnx.verify.run import _default_shapes, verify
 
     weights = RNNWeights.random(RNNSpec.parse(LARGE_SPEC), seed=0)

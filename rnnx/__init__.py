@@ -5,7 +5,7 @@ from rnnx.errors import ParityError, RNNXError
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
-__version__ = "0.1.0"
+from rnnx._version import __version__
 
 __all__ = [
     "ParityError",

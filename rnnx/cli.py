@@ -27,7 +27,7 @@ _STEPPED_VERBS = ("convert", "export", "fuse", "lower")
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
-    from rnnx.convert import convert
+    from rnnx.pipelines.convert import convert
 
     tolerances = _tolerances(args)  # a bad value is refused before anything is read
     result = convert(
@@ -115,7 +115,7 @@ def _names(text: str | None) -> list[str] | None:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     import copy
 
-    from rnnx.graphs.find import load_model
+    from rnnx.formats.onnx_read import load_model
     from rnnx.graphs.fuse_steps import fuse_steps
     from rnnx.graphs.inspect import as_json, as_text, inspect_model
 
@@ -127,7 +127,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_fuse(args: argparse.Namespace) -> int:
-    from rnnx.graphs.fuse import fuse_file
+    from rnnx.pipelines.fuse import fuse_file
 
     tolerances = _tolerances(args)
     report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed, tolerances=tolerances)
@@ -146,7 +146,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_lower(args: argparse.Namespace) -> int:
-    from rnnx.graphs.lower_file import lower_file
+    from rnnx.pipelines.lower import lower_file
 
     tolerances = _tolerances(args)
     result = lower_file(args.model, args.output, select=args.select, check=not args.no_check, seed=args.seed, tolerances=tolerances)
@@ -214,7 +214,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     for flag, given in (("--checkpoint", args.checkpoint), ("--dim", args.dim)):
         if given:
             raise RNNXError(f"{flag} applies when --against names model code (file.py:NAME or a TorchScript file), found the weights file {args.against}")
-    from rnnx.graphs.find import data_files
+    from rnnx.formats.onnx_read import data_files
     from rnnx.verify.drive import parse_map
 
     model_files = [args.model, *data_files(args.model)] if args.model and args.model.suffix.lower() == ".onnx" else [args.model]
@@ -242,7 +242,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
     """``--against file.py:NAME`` (or TorchScript): the whole model, end to end and layer by
     layer; no ``--against``: the file on its own."""
-    from rnnx.graphs.find import data_files
+    from rnnx.formats.onnx_read import data_files
     from rnnx.verify.models import verify_file, verify_model
 
     if args.model is None:

@@ -11,7 +11,7 @@ import pytest
 import rnnx
 from rnnx import parity
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.graphs.build import build_stack_model
+from rnnx.formats.onnx_build import build_stack_model
 
 torch = pytest.importorskip("torch")
 from rnnx.engines.torch import TorchRunner  # noqa: E402

@@ -20,7 +20,7 @@ import pytest
 import rnnx
 from rnnx import RNNSpec, RNNWeights
 from rnnx.cli import main
-from rnnx.graphs.build import build_stack_model
+from rnnx.formats.onnx_build import build_stack_model
 
 torch = pytest.importorskip("torch")
 

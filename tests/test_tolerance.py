@@ -14,7 +14,7 @@ import pytest
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity
-from rnnx.graphs.build import build_stack_model
+from rnnx.formats.onnx_build import build_stack_model
 from rnnx.tolerance import BY_DTYPE, STATS, Tolerance, Tolerances, compare_arrays, parse_tol_items
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "encoder.safetensors"

@@ -42,7 +42,7 @@ print(report)"""),
     new_code_cell("""import onnx, collections
 collections.Counter(n.op_type for n in onnx.load("tagger.onnx").graph.node)"""),
     new_markdown_cell("The recurrent stack alone, from the module's own weights, verified against the reference and torch:"),
-    new_code_cell("""from rnnx.graphs.build import build_stack_model, save_model
+    new_code_cell("""from rnnx.formats.onnx_build import build_stack_model, save_model
 from rnnx.verify import verify
 from rnnx.verify.plots import error_over_time
 
@@ -102,8 +102,8 @@ ENGINE = [
     new_code_cell("""import collections, importlib.util, onnx, rnnx
 from rnnx import RNNSpec, RNNWeights, parity
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.graphs.build import build_stack_model, save_model
-from rnnx.graphs.lower_file import lower_file
+from rnnx.formats.onnx_build import build_stack_model, save_model
+from rnnx.pipelines.lower import lower_file
 
 weights = RNNWeights.random(RNNSpec.parse("lstm,input=16,hidden=32,layers=2,bidirectional"), seed=1)
 rnnx.save(weights, "stack.safetensors")

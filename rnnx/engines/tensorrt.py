@@ -194,7 +194,7 @@ def default_profile(spec: Any) -> Profile:
 
 def build_from_weights(weights: Any, engine_path: Path, options: BuildOptions) -> dict[str, Any]:
     """Canonical weights -> the lowered ONNX stack (written beside the engine) -> engine."""
-    from rnnx.graphs.build import build_stack_model, save_model
+    from rnnx.formats.onnx_build import build_stack_model, save_model
     from rnnx.graphs.lower import lower_recurrences
 
     _import_trt()  # fail before writing anything

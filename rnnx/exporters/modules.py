@@ -19,10 +19,10 @@ from typing import Any
 import torch
 from torch import nn
 
-import rnnx
+from rnnx.formats.files import from_format
 from rnnx.errors import RNNXError
 from rnnx.exporters import ops  # noqa: F401  (registers torch.ops.rnnx.*)
-from rnnx.formats.onnx import layer_arrays
+from rnnx.layouts.onnx import layer_arrays
 from rnnx.spec import RNNSpec
 
 RECURRENT_MODULES = (nn.LSTM, nn.GRU, nn.RNN)
@@ -114,7 +114,7 @@ class NativeRecurrence:
     def _rnnx_prepare(self) -> None:
         spec = spec_of_module(self)
         state = {k: v.detach().cpu() for k, v in nn.Module.state_dict(self).items()}
-        weights = rnnx.from_format(state, "torch", spec=spec)
+        weights = from_format(state, "torch", spec=spec)
         device = next(self.parameters()).device
         layers = []
         for k in range(spec.num_layers):
@@ -191,7 +191,7 @@ class NativeCell:
     def _rnnx_prepare(self) -> None:
         spec = spec_of_cell(self)
         state = {k: v.detach().cpu() for k, v in nn.Module.state_dict(self).items()}
-        arrays = layer_arrays(rnnx.from_format(state, "torch", spec=spec), 0)
+        arrays = layer_arrays(from_format(state, "torch", spec=spec), 0)
         device = next(self.parameters()).device
         self.__dict__["_rnnx_spec"] = spec
         self.__dict__["_rnnx_layers"] = [{k: torch.from_numpy(arrays[k].copy()).to(device) for k in ("W", "R", "B") if k in arrays}]

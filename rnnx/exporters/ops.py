@@ -4,7 +4,7 @@ torch.export sees each op as one opaque call; ``TRANSLATIONS`` (passed to torch.
 dynamo exporter as ``custom_translation_table``) turns it into one native LSTM / GRU /
 RNN node, or, for a projected LSTM, into the ``rnnx.lower::LSTMProjected`` placeholder
 that :mod:`rnnx.graphs.lower` rewrites into Scans. Weights arrive in ONNX layout
-(:func:`rnnx.formats.onnx.layer_arrays`). Every op returns Y already merged to
+(:func:`rnnx.layouts.onnx.layer_arrays`). Every op returns Y already merged to
 (seq, batch, dirs*size), like a PyTorch layer's output, plus the final states.
 
 The eager bodies compute the same math in torch, so a swapped model still runs.
@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 import torch
 
-from rnnx.formats.onnx import GATE_ORDER, PEEPHOLE_ORDER
-from rnnx.graphs.lower import DOMAIN as LOWER_DOMAIN
-from rnnx.graphs.lower import LSTM_PROJECTED
+from rnnx.layouts.onnx import GATE_ORDER, PEEPHOLE_ORDER
+from rnnx.formats.onnx_scan import DOMAIN as LOWER_DOMAIN
+from rnnx.formats.onnx_scan import LSTM_PROJECTED
 
 _ACT = {"tanh": torch.tanh, "relu": torch.relu}
 

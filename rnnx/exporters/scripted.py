@@ -17,7 +17,7 @@ from typing import Any
 
 from rnnx.errors import RNNXError
 from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
-from rnnx.formats.onnx import NATIVE_OPS
+from rnnx.layouts.onnx import NATIVE_OPS
 
 SEQ = "seq"
 
@@ -50,7 +50,7 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     from torch.utils._pytree import tree_flatten
 
     from rnnx.exporters import record
-    from rnnx.exporters.torch_export import ExportReport, _first_line, _quiet, _write_checked
+    from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
     from rnnx.graphs.fuse_cells import fuse_cells
     from rnnx.graphs.fuse_steps import fuse_steps
 
@@ -65,12 +65,12 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "scripted.onnx"
         try:
-            with _quiet():
+            with quiet():
                 torch.onnx.export(model.eval(), args, str(raw), dynamo=False, opset_version=opset, input_names=names,
                                   output_names=list(output_names) if output_names else None,
                                   dynamic_axes={n: dict(ax) for n, ax in zip(names, tensor_axes) if ax})
         except Exception as exc:  # the TorchScript exporter raises many types; the first line says what failed
-            raise RNNXError(f"torch.onnx could not export the TorchScript model: {_first_line(exc)}") from exc
+            raise RNNXError(f"torch.onnx could not export the TorchScript model: {first_line(exc)}") from exc
         proto = onnx.load(str(raw))
     if not output_names:
         record.rename_values(proto, {o.name: f"output_{i}" for i, o in enumerate(proto.graph.output)})
@@ -93,6 +93,6 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     report.notes.append("a TorchScript file is exported by torch.onnx's TorchScript exporter: rnnx cannot swap its modules")
     if cells:
         report.notes.append(f"{len(cells.fused)} decomposed cell(s) made native, {len(chains.fused)} chain(s) fused")
-    _write_checked(proto, path, report, model, leaves, structure, naming, check, seed, tolerances)
+    write_checked(proto, path, report, model, leaves, structure, naming, check, seed, tolerances)
     return report
 

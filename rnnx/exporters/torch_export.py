@@ -13,115 +13,24 @@ the file in ONNX Runtime against the original module with every dynamic dimensio
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
-import io
-import logging
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rnnx import progress
 from rnnx.errors import RNNXError
-from rnnx.exporters.selfcheck import SelfCheck
-from rnnx.formats.onnx import NATIVE_OPS, OP_TYPES
-from rnnx.graphs.build import DEFAULT_OPSET
-from rnnx.graphs.legalize import check_opset
+from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
+from rnnx.layouts.onnx import NATIVE_OPS, OP_TYPES
+from rnnx.layouts.onnx import DEFAULT_OPSET
+from rnnx.formats.onnx_build import check_opset
 from rnnx.tolerance import Tolerances
 
 # torch.onnx builds at 18 or later; rnnx converts down itself with onnx's converter, since
 # torch.onnx's own down-conversion fails on reductions and in a process that ran its
 # TorchScript exporter before.
 TORCH_ONNX_MIN_OPSET = 18
-
-
-@dataclass
-class ExportReport:
-    path: str
-    opset: int
-    op_types: dict[str, int]
-    recurrences: list[dict[str, Any]]
-    axes: dict[str, dict[int, str]] = field(default_factory=dict)
-    tracing: str = ""
-    lowered: list[str] = field(default_factory=list)
-    unrolled_cells: list[str] = field(default_factory=list)
-    fused: list[dict[str, Any]] = field(default_factory=list)
-    external_data: bool = False
-    written: bool = True
-    check: SelfCheck | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return self.check is None or bool(self.check)
-
-    @property
-    def native_nodes(self) -> int:
-        return sum(self.op_types.get(op, 0) for op in NATIVE_OPS)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "written": self.written,
-            "opset": self.opset,
-            "op_types": self.op_types,
-            "native_nodes": self.native_nodes,
-            "recurrences": self.recurrences,
-            "axes": {name: {str(d): label for d, label in dims.items()} for name, dims in self.axes.items()},
-            "tracing": self.tracing,
-            "lowered": self.lowered,
-            "unrolled_cells": self.unrolled_cells,
-            "fused": self.fused,
-            "external_data": self.external_data,
-            "check": None if self.check is None else self.check.to_json(),
-            "notes": self.notes,
-        }
-
-    def __str__(self) -> str:
-        ops = ", ".join(f"{k} x{v}" for k, v in sorted(self.op_types.items()))
-        head = f"wrote {self.path}" if self.written else f"did not write {self.path} (the self-check failed)"
-        lines = [f"{head} (opset {self.opset}{', external data' if self.external_data else ''})", f"nodes: {ops}"]
-        for r in self.recurrences:
-            lines.append(f"  {r['module'] or '(the model)'}: {r['spec']} -> {r['onnx']}")
-        if self.axes:
-            lines.append("dynamic axes: " + "; ".join(f"{name}[{', '.join(f'{d}={label}' for d, label in dims.items())}]" for name, dims in self.axes.items() if dims))
-        if self.tracing:
-            lines.append(f"traced: {self.tracing}")
-        lines += [f"note: {n}" for n in self.notes]
-        if self.check is not None:
-            lines.append(str(self.check))
-        return "\n".join(lines)
-
-
-class _CheckFailed(Exception):
-    """Raised inside the atomic write so that the file is not renamed into place."""
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """torch.onnx prints progress and warnings of its own; keep stdout clean for --json."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript", "torch._dynamo", "torch.fx", "torch._export")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("Failed to", "-", "#", "(Refer", "Traceback")):
-            return line[:300]
-    return type(exc).__name__
 
 
 def export(
@@ -209,7 +118,7 @@ def export(
     )
     if model.training:
         report.notes.append("the model was in training mode: it was exported, and checked, in eval mode (dropout off, batch-norm statistics used)")
-    _write_checked(proto, path, report, model, leaves, structure, naming, check, seed, tolerances)
+    write_checked(proto, path, report, model, leaves, structure, naming, check, seed, tolerances)
     return report
 
 
@@ -289,10 +198,10 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
         shapes_now = offered
         for _ in range(2):  # once more with torch's own suggested fixes, as torch.onnx does
             try:
-                with _quiet(), packed_sequences_as_lengths(), fx_config.patch(backed_size_oblivious=oblivious):
+                with quiet(), packed_sequences_as_lengths(), fx_config.patch(backed_size_oblivious=oblivious):
                     program = torch.export.export(work, _unflatten(vals, structure), dynamic_shapes=shapes_now, strict=False)
                 if shapes_now is not offered:
-                    how += "; named dimensions narrowed to the ranges torch found (" + _first_line(errors[-1])[:120] + ")"
+                    how += "; named dimensions narrowed to the ranges torch found (" + first_line(errors[-1])[:120] + ")"
                 return program, how
             except torch._dynamo.exc.UserError as exc:
                 errors.append(exc)
@@ -303,7 +212,7 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
             except Exception as exc:  # torch.export raises many types; the first line says what failed
                 errors.append(exc)
                 break
-    raise RNNXError(f"torch.export could not trace the model: {_first_line(errors[0])}; run with --debug for the full trace") from errors[0]
+    raise RNNXError(f"torch.export could not trace the model: {first_line(errors[0])}; run with --debug for the full trace") from errors[0]
 
 
 def _to_onnx(program: Any, opset: int) -> Any:
@@ -313,11 +222,11 @@ def _to_onnx(program: Any, opset: int) -> Any:
     from rnnx.graphs.legalize import convert_down
 
     try:
-        with _quiet():
+        with quiet():
             onnx_program = torch.onnx.export(program, custom_translation_table=ops.TRANSLATIONS,
                                              opset_version=max(opset, TORCH_ONNX_MIN_OPSET), verbose=False, optimize=True)
     except Exception as exc:  # torch.onnx raises many types; the first line tells what failed
-        raise RNNXError(f"torch.onnx could not translate the model: {_first_line(exc)}; run with --debug for the full trace") from exc
+        raise RNNXError(f"torch.onnx could not translate the model: {first_line(exc)}; run with --debug for the full trace") from exc
     proto = onnx_program.model_proto
     return convert_down(proto, opset) if opset < TORCH_ONNX_MIN_OPSET else proto
 
@@ -340,7 +249,7 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     from rnnx.exporters import record
     from rnnx.exporters.modules import NativeCell, module_spec
     from rnnx.graphs.fuse_steps import fuse_steps
-    from rnnx.graphs.lower import lower_projections
+    from rnnx.formats.onnx_scan import lower_projections
 
     tensors = [leaf for leaf in leaves if leaf.is_tensor]
     record.rename_values(proto, {i.name: leaf.name for i, leaf in zip(proto.graph.input, tensors) if i.name != leaf.name})
@@ -387,38 +296,6 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     record.write_metadata(proto, naming, recurrences, {leaf.name: list(leaf.value.shape) for leaf in tensors})
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
     return _Finished(dict(op_types), recurrences, lowered.lowered, fused_info, unrolled, notes)
-
-
-def _write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leaves: list[Any], structure: Any, naming: Any, check: bool, seed: int,
-                   tolerances: Tolerances | None = None) -> None:
-    from rnnx.exporters import record
-    from rnnx.exporters.selfcheck import refused_dimensions, run_self_check
-    from rnnx.fileio import atomic_output
-    from rnnx.graphs.build import write_model
-
-    if check:
-        refused = refused_dimensions(model, leaves, structure, naming, seed)
-        if refused:
-            fixed = record.fix_dimensions(proto, naming, leaves, refused)
-            report.axes = naming.axes()
-            for label, why in refused.items():
-                report.notes.append(f"{label} is static at {fixed[label]}: torch kept it dynamic, but the model itself raised at another size ({why})")
-    data = path.with_name(path.name + ".data")
-    try:
-        with atomic_output(path) as tmp:
-            report.external_data = write_model(proto, tmp, path.name)
-            if check:
-                report.check = run_self_check(model, leaves, structure, naming, tmp, seed=seed, tolerances=tolerances)
-                if not report.check:
-                    raise _CheckFailed
-    except _CheckFailed:
-        report.written = False
-        if report.external_data and data.exists():
-            data.unlink()
-    except BaseException:
-        if report.external_data and data.exists():
-            data.unlink()
-        raise
 
 
 def _onnx_form(native: Any) -> str:

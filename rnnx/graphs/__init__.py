@@ -1,10 +1,12 @@
-"""ONNX to ONNX.
+"""Graph passes, ONNX to ONNX, unchecked (the checked pipelines are :mod:`rnnx.pipelines`).
 
-- :mod:`~rnnx.graphs.find`: recurrent nodes (subgraphs included), their weights, stacks;
-- :mod:`~rnnx.graphs.inspect`: what each node is and which backends accept it;
-- :mod:`~rnnx.graphs.build`: a runnable stack from canonical weights;
+- :mod:`~rnnx.graphs.inspect`: what each recurrent node is and which backends accept it;
 - :mod:`~rnnx.graphs.fuse_cells` and :mod:`~rnnx.graphs.fuse_steps`: decomposed cells to
-  native steps, chains of steps to one node (:mod:`~rnnx.graphs.fuse` runs both, checked);
-- :mod:`~rnnx.graphs.lower`: nodes to hoisted-input Scans (projections, TensorRT's form);
-- :mod:`~rnnx.graphs.index`, :mod:`~rnnx.graphs.compare`, :mod:`~rnnx.graphs.legalize`: shared pieces.
+  native steps, chains of steps to one node;
+- :mod:`~rnnx.graphs.lower`: native nodes to hoisted-input Scans (TensorRT's form);
+- :mod:`~rnnx.graphs.legalize`: repairs for other tools' defects, and opsets;
+- :mod:`~rnnx.graphs.index`, :mod:`~rnnx.graphs.walk`, :mod:`~rnnx.graphs.per_step`: shared pieces.
+
+Reading and writing ONNX files, and building stacks and Scans from canonical weights, are
+:mod:`rnnx.formats` (``onnx_read``, ``onnx_build``, ``onnx_scan``).
 """

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.formats.onnx import GATE_ORDER
+from rnnx.layouts.onnx import GATE_ORDER
 from rnnx.graphs.index import GraphIndex, graphs, rewrite
 
 

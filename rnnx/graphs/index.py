@@ -17,7 +17,7 @@ class GraphIndex:
     """Producers, consumers and constants of one graph, looked up by tensor name."""
 
     def __init__(self, graph: Any, outer_constants: dict[str, np.ndarray] | None = None) -> None:
-        from rnnx.graphs.find import to_array
+        from rnnx.formats.onnx_read import to_array
 
         self.graph = graph
         self.producer = {o: n for n in graph.node for o in n.output if o}
@@ -64,7 +64,7 @@ class GraphIndex:
 def graphs(graph: Any, outer: dict[str, np.ndarray] | None = None) -> Iterator[tuple[Any, dict[str, np.ndarray]]]:
     """The graph and every subgraph (If/Loop/Scan bodies, nested), each with the constants
     of its enclosing scopes."""
-    from rnnx.graphs.find import to_array
+    from rnnx.formats.onnx_read import to_array
 
     yield graph, dict(outer or {})
     scope = dict(outer or {})

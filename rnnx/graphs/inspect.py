@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rnnx.formats.onnx import DEFAULT_ACTIVATIONS
-from rnnx.graphs.find import RecurrentNode, recurrent_groups
-from rnnx.graphs.self_description import describe, read_metadata
+from rnnx.layouts.onnx import DEFAULT_ACTIVATIONS
+from rnnx.formats.onnx_read import RecurrentNode, recurrent_groups
+from rnnx.formats.onnx_metadata import describe, read_metadata
 
 
 @dataclass

@@ -18,16 +18,6 @@ _DROPPABLE = {("Split", "num_outputs"): None, ("ReduceMean", "noop_with_empty_ax
               ("ReduceLogSumExp", "noop_with_empty_axes"): 0, ("ReduceSumSquare", "noop_with_empty_axes"): 0}
 
 
-MIN_OPSET = 14  # LSTM/GRU/RNN gained their layout attribute, and torch.onnx's reductions their form, in 14
-
-
-def check_opset(opset: int) -> None:
-    """Refuse, in one line, an opset rnnx cannot write."""
-    import onnx
-
-    newest = onnx.defs.onnx_opset_version()
-    if not isinstance(opset, int) or not MIN_OPSET <= opset <= newest:
-        raise RNNXError(f"--opset: expected {MIN_OPSET} to {newest} (this onnx's newest), found {opset}")
 
 
 def model_opset(proto: Any) -> int:

@@ -89,7 +89,7 @@ def parse_map(items: list[str] | None) -> dict[str, str]:
 
 def plan(model: Any, spec: Any, overrides: dict[str, str] | None = None, batch_first: bool | None = None) -> Drive:
     """The drive of ``model`` for a stack of ``spec``; refuses, by name, what it cannot map."""
-    from rnnx.graphs.self_description import read_metadata
+    from rnnx.formats.onnx_metadata import read_metadata
 
     graph = model.graph
     inits = {i.name for i in graph.initializer}
@@ -151,7 +151,7 @@ def _shape_only_path(graph_input: str, node_names: list[str], graph: Any, produc
 
 
 def _from_wiring(model: Any, graph: Any, spec: Any) -> Drive:
-    from rnnx.graphs.find import recurrent_groups
+    from rnnx.formats.onnx_read import recurrent_groups
 
     groups = [g for g in recurrent_groups(model) if all(n.graph == "main" for n in g.nodes)]
     if not groups:

@@ -58,9 +58,9 @@ def single_layer(weights: RNNWeights, k: int) -> RNNWeights:
 
 def find_layers(model: Any) -> list[Layer]:
     """The recurrent layers of the main graph, in graph order."""
-    from rnnx.formats import onnx as onnx_format
-    from rnnx.graphs.find import recurrent_nodes
-    from rnnx.graphs.lower import read_lowered
+    from rnnx.layouts import onnx as onnx_layout
+    from rnnx.formats.onnx_read import recurrent_nodes
+    from rnnx.formats.onnx_scan import read_lowered
 
     position = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
     layers = []
@@ -71,7 +71,7 @@ def find_layers(model: Any) -> list[Layer]:
         layer = Layer(rn.name, node.op_type, "native", _named(list(node.input), INPUT_ROLES), _named(list(node.output), OUTPUT_ROLES),
                       layout=int(rn.attributes.get("layout", 0) or 0))
         try:
-            layer.own = onnx_format.from_native([rn.as_dict()])
+            layer.own = onnx_layout.from_native([rn.as_dict()])
             layer.spec = layer.own.spec
         except RNNXError as exc:
             layer.unreadable = str(exc)

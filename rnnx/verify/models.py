@@ -69,7 +69,7 @@ def load_torch_model(against: str, checkpoint: Path | None) -> tuple[Any, Any]:
 
 def _recurrent_modules(model: Any) -> list[tuple[str, Any, RNNWeights]]:
     """(name, module, its canonical weights) of every nn.LSTM/GRU/RNN and cell, in module order."""
-    import rnnx
+    from rnnx.formats.files import from_format
     from rnnx.exporters.modules import CELL_MODULES, RECURRENT_MODULES, spec_of_cell, spec_of_module
 
     found = []
@@ -83,7 +83,7 @@ def _recurrent_modules(model: Any) -> list[tuple[str, Any, RNNWeights]]:
             continue
         state = {k: v.detach().cpu().float() for k, v in module.state_dict().items()}
         try:
-            found.append((name, module, rnnx.from_format(state, "torch", spec=spec)))
+            found.append((name, module, from_format(state, "torch", spec=spec)))
         except RNNXError:
             continue
     return found
@@ -173,8 +173,8 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
     import torch
 
     from rnnx import limits
-    from rnnx.graphs.find import load_model
-    from rnnx.graphs.self_description import read_metadata
+    from rnnx.formats.onnx_read import load_model
+    from rnnx.formats.onnx_metadata import read_metadata
 
     model_path = Path(model_path)
     proto = load_model(model_path)
@@ -242,8 +242,8 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     computes what the float64 reference computes with the weights the file stores. This
     proves the file loads, runs and takes its dynamic shapes; not that the weights are the
     ones they should be (that needs ``--against``)."""
-    from rnnx.graphs.find import load_model
-    from rnnx.graphs.self_description import read_metadata
+    from rnnx.formats.onnx_read import load_model
+    from rnnx.formats.onnx_metadata import read_metadata
 
     model_path = Path(model_path)
     proto = load_model(model_path)
@@ -309,7 +309,7 @@ def _layer_runner(proto: Any, layers: list[Layer], label: str, isolated: bool) -
     tensors that are initializers, which no run returns."""
     from rnnx.engines.isolated import IsolatedOnnxRuntime
     from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-    from rnnx.graphs.find import to_array
+    from rnnx.formats.onnx_read import to_array
 
     marked, _ = mark_outputs(proto, layers)
     runner = IsolatedOnnxRuntime(marked.SerializeToString(), label) if isolated else OnnxRuntimeRunner(marked)

@@ -128,7 +128,7 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], i
                 if model is None:
                     raise RNNXError("no ONNX model given")
                 from rnnx.engines.isolated import IsolatedOnnxRuntime
-                from rnnx.graphs.find import load_model
+                from rnnx.formats.onnx_read import load_model
                 from rnnx.verify.drive import DrivenRunner, plan
 
                 # A file from elsewhere: its external data is checked by load_model, and it runs in
@@ -193,7 +193,7 @@ def verify(
     what ``--tol`` gives). A plain mapping passed as ``tolerances`` is taken as
     ``backend_tolerances`` (the older form of this argument).
     """
-    from rnnx import api
+    from rnnx.formats import files
 
     if tolerances is not None and not isinstance(tolerances, Tolerances):
         backend_tolerances, tolerances = {**tolerances, **(backend_tolerances or {})}, None
@@ -203,7 +203,7 @@ def verify(
         if dtype_name not in DTYPES:
             raise RNNXError(f"--dtype {dtype_name!r}: expected one of {', '.join(DTYPES)}")
     source, model = Path(source), (Path(model) if model is not None else None)
-    weights = api.load(source, select=select, spec=spec)
+    weights = files.load(source, select=select, spec=spec)
     seq_lens, batches, scaled = _default_shapes(weights, seq_lens, batches)
     _check_run_sizes(weights, source, model, seq_lens, batches)
     report = VerifyReport(str(model) if model else "-", str(source), str(weights.spec))

@@ -8,7 +8,7 @@ import pytest
 from rnnx import RNNSpec, RNNWeights, parity
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.engines.reference import ReferenceRunner
-from rnnx.graphs.build import build_stack_model
+from rnnx.formats.onnx_build import build_stack_model
 
 
 @pytest.mark.parametrize("text", ["lstm,input=3,hidden=4,layers=2,bidirectional", "gru,input=3,hidden=5", "rnn_relu,input=2,hidden=3,reverse"])

@@ -120,7 +120,7 @@ def test_a_real_size_one_dimension_stays_static(tmp_path) -> None:
 
 
 def test_opset_below_14_is_refused_in_one_line(tmp_path) -> None:
-    with pytest.raises(RNNXError, match=r"--opset: expected 14 to \d+ \(this onnx's newest\), found 13"):
+    with pytest.raises(RNNXError, match=r"^opset: expected 14 to \d+ \(this onnx's newest\), found 13"):
         rnnx.export(torch.nn.GRU(3, 4), (torch.randn(4, 2, 3),), tmp_path / "g.onnx", opset=13)
 
 
@@ -233,7 +233,7 @@ def test_a_failing_self_check_writes_nothing(tmp_path, monkeypatch: pytest.Monke
 
 
 def test_the_file_records_its_recurrences(tmp_path) -> None:
-    from rnnx.graphs.self_description import read_metadata
+    from rnnx.formats.onnx_metadata import read_metadata
 
     case = CASES[0]
     rnnx.export(case.make(), case.example(), tmp_path / "m.onnx", output_names=["logits", "h_n", "c_n"])
@@ -375,7 +375,7 @@ def test_a_cell_called_once_stays_a_one_step_node(tmp_path) -> None:
 
 def test_large_weights_go_to_external_data(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the protobuf limit weights are written as external data (limit lowered for the test)."""
-    from rnnx.graphs import build
+    from rnnx.formats import onnx_build as build
 
     monkeypatch.setattr(build, "EXTERNAL_DATA_BYTES", 1000)
     path = tmp_path / "big.onnx"

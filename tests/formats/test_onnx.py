@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.graphs.build import build_stack_model
+from rnnx.formats.onnx_build import build_stack_model
 from tests.helpers import SHAPES
 
 ATOL = 2e-5  # ONNX Runtime float32 against the float64 reference

@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.graphs.fuse import fuse_file
+from rnnx.pipelines.fuse import fuse_file
 from rnnx.graphs.fuse_cells import fuse_cells
 
 torch = pytest.importorskip("torch")

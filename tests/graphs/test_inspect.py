@@ -14,7 +14,7 @@ from onnx import helper, numpy_helper
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.graphs.build import build_stack_model
+from rnnx.formats.onnx_build import build_stack_model
 from rnnx.graphs.inspect import inspect_model
 
 

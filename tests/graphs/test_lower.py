@@ -14,7 +14,7 @@ import pytest
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.formats.cudnn import LIN_LAYER_IDS
-from rnnx.graphs.build import build_stack_model
+from rnnx.formats.onnx_build import build_stack_model
 from rnnx.graphs.lower import lower_recurrences
 from tests.formats.test_onnx import ONNX_SPECS, PROJ_SPECS
 from tests.helpers import SHAPES

@@ -7,7 +7,7 @@ import pytest
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError
-from rnnx.graphs.build import build_stack_model
+from rnnx.formats.onnx_build import build_stack_model
 
 
 def _external(tmp_path, location: str, **fields: str):

@@ -447,7 +447,7 @@ def keras_zero_units(folder: Path, rng: np.random.Generator) -> Attack:
 def _onnx(folder: Path, rng: np.random.Generator, name: str = "m.onnx") -> tuple[Path, RNNWeights]:
     import onnx
 
-    from rnnx.graphs.build import build_stack_model
+    from rnnx.formats.onnx_build import build_stack_model
 
     weights = RNNWeights.random(_spec(rng, str(rng.choice(["lstm", "gru"]))), seed=int(rng.integers(1000)))
     onnx.save(build_stack_model(weights), str(folder / name))

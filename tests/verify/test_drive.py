@@ -19,7 +19,7 @@ import pytest
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights
-from rnnx.graphs.build import build_stack_model
+from rnnx.formats.onnx_build import build_stack_model
 from tests.verify.test_verify import _forum_packed
 
 FLAGS = list(itertools.product([False, True], repeat=3))  # batch_first, seq_lens, no_states

@@ -13,7 +13,7 @@ import pytest
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights
-from rnnx.graphs.build import build_stack_model
+from rnnx.formats.onnx_build import build_stack_model
 from rnnx.verify import verify
 from rnnx.weights import tensor_name
 

@@ -181,7 +181,7 @@ def test_projected_lstm_is_checked_through_its_lowered_layers(tmp_path: Path) ->
 
 
 def test_rnnx_lower_output_is_checked_layer_by_layer(exported: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
-    from rnnx.graphs.lower_file import lower_file
+    from rnnx.pipelines.lower import lower_file
 
     code, model = exported["tagger"]
     lowered = tmp_path / "tagger.lowered.onnx"
@@ -234,7 +234,7 @@ def test_a_file_on_its_own_runs_at_varied_shapes_and_each_layer_is_checked(tmp_p
 
     weights = RNNWeights.random(RNNSpec.parse("lstm,input=3,hidden=5,layers=2,proj=2"), seed=2)
     rnnx.save(weights, tmp_path / "w.safetensors")
-    from rnnx.convert import convert
+    from rnnx.pipelines.convert import convert
 
     convert(tmp_path / "w.safetensors", tmp_path / "m.onnx")
     report = verify_file(tmp_path / "m.onnx", seq_lens=[1, 7], batches=[1, 2], isolated=False)

@@ -19,8 +19,8 @@ from typing import Any
 from rnnx import parity, progress
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
-from rnnx.graphs.compare import check_rewrite_size, compare_models
-from rnnx.graphs.find import data_files, load_model
+from rnnx.pipelines.rewrite_check import check_rewrite_size, compare_models
+from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.tolerance import Tolerances
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
@@ -59,7 +59,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     """Fuse ``source`` into ``output``; the result is checked against the input in ONNX Runtime,
     each graph output held to ``tolerances`` (by output name; default: its dtype's), and
     nothing is written if it differs (:class:`~rnnx.errors.ParityError`)."""
-    from rnnx.graphs.build import save_model
+    from rnnx.formats.onnx_build import save_model
 
     source, output = Path(source), Path(output)
     refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})

@@ -205,7 +205,7 @@ def to_array(tensor: Any) -> np.ndarray:
         raise RNNXError(f"tensor {tensor.name!r}: its stored data does not fit its shape {list(tensor.dims)} ({exc}); the file is damaged") from None
 
 
-def _constants(graph: Any, outer: dict[str, tuple[np.ndarray, str]]) -> dict[str, tuple[np.ndarray, str]]:
+def constants(graph: Any, outer: dict[str, tuple[np.ndarray, str]]) -> dict[str, tuple[np.ndarray, str]]:
     from onnx import helper
 
     known = dict(outer)
@@ -225,7 +225,7 @@ def recurrent_nodes(model: Any) -> list[RecurrentNode]:
     found = []
     known: dict[str, tuple[np.ndarray, str]] = {}
     for graph, path in _subgraphs(model.graph, "main"):
-        known = _constants(graph, known)
+        known = constants(graph, known)
         graph_inputs = {i.name for i in graph.input}
         for node in graph.node:
             if node.op_type not in RECURRENT_OPS:

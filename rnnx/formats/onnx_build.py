@@ -16,13 +16,19 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, library_write
-from rnnx.formats import onnx as onnx_format
-from rnnx.graphs.lower import DOMAIN as LOWER_DOMAIN
-from rnnx.graphs.lower import LSTM_PROJECTED, lower_projections
-from rnnx.graphs.self_description import set_metadata
+from rnnx.formats.onnx_metadata import set_metadata
+from rnnx.formats.onnx_scan import DOMAIN as LOWER_DOMAIN
+from rnnx.formats.onnx_scan import LSTM_PROJECTED, lower_projections
+from rnnx.layouts.onnx import DEFAULT_OPSET, MIN_OPSET, OP_TYPES, layer_arrays
 from rnnx.weights import RNNWeights
 
-DEFAULT_OPSET = 17
+def check_opset(opset: int) -> None:
+    """Refuse, in one line, an opset rnnx cannot write."""
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    if not isinstance(opset, int) or not MIN_OPSET <= opset <= newest:
+        raise RNNXError(f"opset: expected {MIN_OPSET} to {newest} (this onnx's newest), found {opset}")
 
 
 def build_stack_model(
@@ -35,11 +41,9 @@ def build_stack_model(
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from rnnx.graphs.legalize import check_opset
-
     check_opset(opset)
     spec = weights.spec
-    layers = [onnx_format.layer_arrays(weights, k) for k in range(spec.num_layers)]
+    layers = [layer_arrays(weights, k) for k in range(spec.num_layers)]
     elem = helper.np_dtype_to_tensor_dtype(weights.dtype)
     D, L, H = spec.num_directions, spec.num_layers, spec.hidden_size
     is_lstm = spec.cell == "lstm"
@@ -77,7 +81,7 @@ def build_stack_model(
         node_inputs = [x, names["W"], names["R"], names.get("B", ""), seq, h0]
         if is_lstm:
             node_inputs += [c0, names.get("P", "")]
-        op_type = onnx_format.OP_TYPES[spec.cell]
+        op_type = OP_TYPES[spec.cell]
         attrs: dict[str, Any] = {"hidden_size": H, "direction": spec.direction}
         if spec.cell == "rnn_relu":
             attrs["activations"] = ["Relu"] * D

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnx import api, formats, parity, progress
+from rnnx import formats, parity, progress
+from rnnx.formats import files
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, refuse_overwriting
 from rnnx.spec import RNNSpec
@@ -75,7 +76,7 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
             return parity.check("keras", KerasRunner(path, weights.spec), weights, tolerances=tolerances)
         except RNNXError as exc:
             why = f"{fmt_name} cannot run it here ({exc})"
-    reread = api.load(path, format=fmt_name, spec=weights.spec)
+    reread = files.load(path, format=fmt_name, spec=weights.spec)
     if fmt_name == "torch":
         try:
             from rnnx.engines.torch import TorchRunner
@@ -113,13 +114,13 @@ def convert(
     src_fmt = formats.get(from_format) if from_format else formats.detect(source)
     out_fmt = formats.get(to_format) if to_format else formats.detect(output, output=True)
     if src_fmt.name == "onnx" or out_fmt.name == "onnx":
-        from rnnx.graphs.find import data_files
+        from rnnx.formats.onnx_read import data_files
 
         # An ONNX input's external data are inputs too, and an ONNX output may write a .data file beside it.
         refuse_overwriting([source, *(data_files(source) if src_fmt.name == "onnx" else [])],
                            {"-o": output, **({"-o's external data": output.with_name(output.name + ".data")} if out_fmt.name == "onnx" else {})})
     progress.step(f"reading {source.name}")
-    weights = api.load(source, format=src_fmt.name, select=select, spec=spec)
+    weights = files.load(source, format=src_fmt.name, select=select, spec=spec)
     notes = []
     bad = weights.nonfinite()
     if bad and nonfinite == "error":
@@ -156,14 +157,14 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
 def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, check: bool,
                      opset: int | None, batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None) -> None:
     if fmt_name == "onnx":
-        from rnnx.graphs.build import DEFAULT_OPSET, build_stack_model, save_model
+        from rnnx.formats.onnx_build import DEFAULT_OPSET, build_stack_model, save_model
 
         progress.step(f"writing {output.name}")
         model = build_stack_model(weights, opset=DEFAULT_OPSET if opset is None else opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
         save_model(model, output)  # into ``written``: the output's write is under way
     else:
         progress.step(f"writing {output.name}")
-        api.save(weights, output, format=fmt_name)
+        files.save(weights, output, format=fmt_name)
     if check:
         progress.step("checking the written file against the float64 reference")
         result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states, tolerances)

@@ -1,0 +1,62 @@
+"""Weight files and objects in any registered format: load, save, to_format, from_format, groups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rnnx.formats import registry as formats
+from rnnx.errors import RNNXError
+from rnnx.fileio import require_file
+from rnnx.spec import RNNSpec
+from rnnx.weights import RNNWeights
+
+
+def _spec(spec: RNNSpec | str | None) -> RNNSpec | None:
+    return RNNSpec.parse(spec) if isinstance(spec, str) else spec
+
+
+def load(path: str | Path, format: str | None = None, select: str | None = None, spec: RNNSpec | str | None = None) -> RNNWeights:
+    """Read weights from a file in any registered format into canonical form.
+
+    ``format`` is inferred from the extension and content when omitted; ``select`` names
+    one recurrent group where a file holds several; ``spec`` completes formats that do not
+    describe themselves (a cuDNN blob) or settles what a file cannot say (tanh or relu).
+    """
+    path = require_file(Path(path))
+    fmt = formats.get(format) if format else formats.detect(path)
+    if fmt.read is None:
+        raise RNNXError(f"format {fmt.name}: has no file reader; load the object yourself and call rnnx.from_format")
+    try:
+        return fmt.read(path, select, _spec(spec))
+    except RNNXError as exc:  # every refusal names the file it is about
+        if str(path) in str(exc) or path.name in str(exc):
+            raise
+        raise type(exc)(f"{path}: {exc}") from None
+
+
+def save(weights: RNNWeights, path: str | Path, format: str | None = None) -> None:
+    """Write weights atomically; the canonical ``rnnx`` form unless ``format`` or the extension says otherwise."""
+    path = Path(path)
+    fmt = formats.get(format) if format else formats.detect(path, output=True)
+    if fmt.write is None:
+        raise RNNXError(f"format {fmt.name}: has no file writer; use rnnx.to_format and save the object yourself")
+    fmt.write(weights, path)
+
+
+def to_format(weights: RNNWeights, name: str, **options: Any) -> Any:
+    """The format's natural object: a state_dict for torch, a 1-D array for cudnn and jax,
+    a list of arrays for keras, per-layer W/R/B/P for onnx."""
+    return formats.get(name).to_native(weights, **options)
+
+
+def from_format(obj: Any, name: str, spec: RNNSpec | str | None = None) -> RNNWeights:
+    """Canonical weights from a format's natural object."""
+    return formats.get(name).from_native(obj, _spec(spec))
+
+
+def groups(path: str | Path, format: str | None = None) -> list[str]:
+    """The recurrent groups a file holds (names for ``select``)."""
+    path = require_file(Path(path))
+    fmt = formats.get(format) if format else formats.detect(path)
+    return fmt.groups(path) if fmt.groups else [""]
