@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.engines.cudnn_lib import DATA_FLOAT, CudnnRNN, _check
+from rnnx.engines.runner import stack_input_names, stack_output_names, with_zero_states
 from rnnx.errors import RNNXError
 from rnnx.formats import cudnn as cudnn_format
 from rnnx.weights import RNNWeights
@@ -36,6 +37,7 @@ class CudnnRunner:
             raise RNNXError("the cuDNN runner needs a CUDA GPU; none is visible")
         self.torch = torch
         self.spec = weights.spec
+        self.input_names, self.output_names = stack_input_names(self.spec), stack_output_names(self.spec)
         self.rnn = CudnnRNN(self.spec)
         blob = cudnn_format.to_native(weights.astype(np.float32))
         if self.rnn.weight_space_size() != blob.nbytes:
@@ -61,18 +63,19 @@ class CudnnRunner:
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch, spec, lib = self.torch, self.spec, self.rnn.lib
+        inputs = with_zero_states(spec, inputs)
         x = np.ascontiguousarray(inputs["X"], dtype=np.float32)
         T, B, _ = x.shape
         n = spec.num_layers * spec.num_directions
         out_size = spec.num_directions * spec.output_size
         lens = np.asarray(inputs.get("seq_lens", np.full(B, T)), dtype=np.int32)
-        h0 = inputs.get("h0", np.zeros((n, B, spec.output_size), np.float32))
+        h0 = inputs["h0"]
         dev = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).cuda()  # noqa: E731
         x_d, h0_d = dev(x), dev(h0)
         y_d = torch.zeros((T, B, out_size), dtype=torch.float32, device="cuda")
         hy_d = torch.zeros((n, B, spec.output_size), dtype=torch.float32, device="cuda")
         is_lstm = spec.cell == "lstm"
-        c0_d = dev(inputs.get("c0", np.zeros((n, B, spec.hidden_size), np.float32))) if is_lstm else None
+        c0_d = dev(inputs["c0"]) if is_lstm else None
         cy_d = torch.zeros((n, B, spec.hidden_size), dtype=torch.float32, device="cuda") if is_lstm else None
         lens_d = torch.from_numpy(lens).cuda()
         x_desc = self._data_desc(T, B, spec.input_size, lens)

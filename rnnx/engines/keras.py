@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.engines.runner import stack_input_names, stack_output_names, with_zero_states
 from rnnx.errors import RNNXError
 from rnnx.spec import RNNSpec
 
@@ -39,6 +40,8 @@ class KerasRunner:
         if spec.direction == "reverse":
             raise RNNXError("a reverse layer is go_backwards in Keras, which a .weights.h5 cannot say")
         self.keras, self.spec = _keras(), spec
+        # Keras layers take no per-sequence lengths: seq_lens is not among its inputs.
+        self.input_names, self.output_names = stack_input_names(spec, sequence_lens=False), stack_output_names(spec)
         keras = self.keras
         model = keras.Sequential([keras.Input((None, spec.input_size))] + [self._layer(False) for _ in range(spec.num_layers)])
         try:
@@ -67,6 +70,7 @@ class KerasRunner:
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         spec, dirs = self.spec, self.spec.num_directions
+        inputs = with_zero_states(spec, inputs)
         x = inputs["X"].astype(np.float32).transpose(1, 0, 2)
         h_n, c_n = [], []
         for k, layer in enumerate(self.layers):

@@ -1,4 +1,9 @@
-"""ONNX Runtime runner: named numpy inputs in, named numpy outputs out."""
+"""ONNX Runtime runner: named numpy inputs in, named numpy outputs out.
+
+On a stack rnnx wrote (its ``rnnx.spec`` entry in ``metadata_props``), initial states that
+are not fed start at zeros and lengths not fed are full, as in every other runner
+(:mod:`rnnx.engines.runner`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.engines.runner import with_zero_states
 from rnnx.errors import RNNXError
+from rnnx.spec import RNNSpec
 
 
 class OnnxRuntimeRunner:
@@ -28,6 +35,7 @@ class OnnxRuntimeRunner:
             raise RNNXError(f"ONNX Runtime refused the model: {str(exc).splitlines()[0][:300]}") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
+        self.spec, self.batch_first = _stack_record(self.session.get_modelmeta().custom_metadata_map)
 
     precision = "as the model's tensors"
 
@@ -36,6 +44,12 @@ class OnnxRuntimeRunner:
         return "cuda" if "CUDAExecutionProvider" in self.session.get_providers() else "cpu"
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.spec is not None and "X" in inputs:
+            inputs = with_zero_states(self.spec, inputs, self.batch_first)
+            if "seq_lens" in self.input_names and "seq_lens" not in inputs:
+                # Lengths not fed: every sequence runs its full length, as ONNX does without sequence_lens.
+                T, B = inputs["X"].shape[:2][::-1] if self.batch_first else inputs["X"].shape[:2]
+                inputs = {**inputs, "seq_lens": np.full(B, T, np.int32)}
         feed = {k: v for k, v in inputs.items() if k in self.input_names}
         missing = [n for n in self.input_names if n not in feed]
         if missing:
@@ -45,3 +59,15 @@ class OnnxRuntimeRunner:
         except Exception as exc:  # onnxruntime's InvalidArgument / Fail: shapes or types the model does not take
             raise RNNXError(f"ONNX Runtime could not run the model: {' '.join(str(exc).split())[:300]}") from None
         return dict(zip(self.output_names, outputs))
+
+
+def _stack_record(metadata: dict[str, str]) -> tuple[RNNSpec | None, bool]:
+    """The spec and batch-major flag of a stack rnnx wrote; (None, False) for any other model."""
+    text = metadata.get("rnnx.spec")
+    if text is None:
+        return None, False
+    try:
+        spec = RNNSpec.parse(text)
+    except RNNXError:
+        return None, False  # a foreign or damaged entry: drive the model by its inputs alone
+    return spec, metadata.get("rnnx.batch_first") == "1"

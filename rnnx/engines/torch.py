@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.engines.runner import stack_input_names, stack_output_names, with_zero_states
 from rnnx.errors import RNNXError
 from rnnx.formats import torch as torch_format
 from rnnx.weights import RNNWeights
@@ -40,7 +41,8 @@ DTYPES = {"float32": ("fp32", np.float32), "float64": ("fp64", np.float64), "flo
 
 
 class TorchRunner:
-    """Runs the module with X, h0, c0 (and seq_lens as a packed sequence) like the ONNX stack.
+    """Runs the module with X, h0, c0 (and seq_lens as a packed sequence) like the ONNX stack;
+    a state not fed starts at zeros.
 
     ``dtype`` (``float32``, ``float64``, ``float16`` or ``bfloat16``; default: the weights'
     float32 or float64) is what the module computes in, on the CPU: weights and inputs are
@@ -58,6 +60,7 @@ class TorchRunner:
         self.precision, self.carrier = DTYPES[dtype]
         self.spec = weights.spec
         self.batch_first = batch_first
+        self.input_names, self.output_names = stack_input_names(self.spec), stack_output_names(self.spec)
         torch = torch_format._import_torch("building a torch module")
         self.module = build_module(weights.astype(np.float64 if dtype == "float64" else np.float32), batch_first).to(getattr(torch, dtype))
 
@@ -65,14 +68,14 @@ class TorchRunner:
         import torch
         from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+        # torch takes an LSTM's h0 and c0 together or not at all: fill the one not fed with zeros.
+        inputs = with_zero_states(self.spec, inputs, self.batch_first)
         if inputs["X"].dtype != self.carrier:
             raise RNNXError(f"the torch runner computes in {self.dtype} and takes {np.dtype(self.carrier).name} inputs; found {inputs['X'].dtype}")
         kind = getattr(torch, self.dtype)
-        x = torch.from_numpy(np.ascontiguousarray(inputs["X"])).to(kind)
-        state: Any = None  # no states given: torch starts from zeros, as ONNX does
-        if "h0" in inputs:
-            h0 = torch.from_numpy(np.ascontiguousarray(inputs["h0"])).to(kind)
-            state = (h0, torch.from_numpy(np.ascontiguousarray(inputs["c0"])).to(kind)) if self.spec.cell == "lstm" else h0
+        tensor = lambda name: torch.from_numpy(np.ascontiguousarray(inputs[name])).to(kind)  # noqa: E731
+        x = tensor("X")
+        state: Any = (tensor("h0"), tensor("c0")) if self.spec.cell == "lstm" else tensor("h0")
         with torch.no_grad():
             if "seq_lens" in inputs:
                 total = x.shape[1 if self.batch_first else 0]
