@@ -11,6 +11,9 @@ between the markers in README.md). Not part of the test run. Sections:
 6. verify_large: `rnnx verify` of a 67M-parameter LSTM at its default shapes vs its ONNX Runtime
    runs alone, and the float64 reference with its BLAS thread rule vs unlimited threads, with
    no load added and with every usable core kept busy by other processes
+7. fuse_scaling: `rnnx fuse` of an unrolled LSTMCell exported by torch.onnx at T = 100, 300 and
+   1,000 steps, without and with its ONNX Runtime check, vs a plain onnx.load + onnx.save of
+   the same file: seconds, ratio and cost per step, so that growth in T shows
 Run one section with --only, e.g. `python benchmarks/run.py --only verify_large`.
 """
 
@@ -334,6 +337,51 @@ def verify_large(tmp: Path, repeats: int) -> dict:
     return out
 
 
+FUSE_STEPS = (100, 300, 1000)
+
+
+def fuse_scaling(tmp: Path, repeats: int) -> dict:
+    """rnnx fuse (check off, and on) against onnx.load + onnx.save of the same unrolled graph,
+    at several step counts: a linear pass keeps the cost per step flat as T grows."""
+    import onnx
+
+    from rnnx.pipelines.fuse import fuse_file
+
+    torch.manual_seed(0)
+    model = SteppedCell(64, 256).eval()
+    out: dict = {"setup": "LSTMCell(64, 256) stepped over T, B=1, exported by torch.onnx (TorchScript, opset 17); "
+                          "fuse via rnnx.pipelines.fuse.fuse_file; medians"}
+    for T in FUSE_STEPS:
+        src = tmp / f"unrolled{T}.onnx"
+        _ts_export(model, (torch.randn(T, 1, 64),), src)
+        nodes = len(onnx.load(str(src)).graph.node)
+
+        def load_save() -> None:
+            onnx.save(onnx.load(str(src)), str(tmp / "copy.onnx"))
+
+        def fuse(check: bool) -> Callable[[], None]:
+            def run() -> None:
+                target = tmp / f"fused{T}.onnx"
+                target.unlink(missing_ok=True)
+                report = fuse_file(src, target, check=check)
+                assert report.chains and report.chains[0]["steps"] == T, report
+            return run
+
+        # The check runs ONNX Runtime twice on the whole unrolled graph: fewer rounds at large T.
+        t = interleaved({"load+save": load_save, "fuse, no check": fuse(False)}, repeats)
+        t["fuse, check"] = interleaved({"fuse, check": fuse(True)}, max(1, repeats // 3))["fuse, check"]
+        row = {"nodes": nodes, **{f"{k} s": round(v, 3) for k, v in t.items()}}
+        row["ratio fuse/load+save"] = round(t["fuse, no check"] / t["load+save"], 2)
+        row["ratio fuse with check/load+save"] = round(t["fuse, check"] / t["load+save"], 2)
+        row["fuse ms per step"] = round(t["fuse, no check"] / T * 1e3, 3)
+        row["fuse with check ms per step"] = round(t["fuse, check"] / T * 1e3, 3)
+        out[f"T={T}"] = row
+        print(f"   T={T}: {row}", flush=True)
+    first, last = out[f"T={FUSE_STEPS[0]}"], out[f"T={FUSE_STEPS[-1]}"]
+    out["per-step cost, T=1000 / T=100"] = round(last["fuse ms per step"] / first["fuse ms per step"], 2)
+    return out
+
+
 def markdown(results: dict) -> str:
     s = results["stepped_cell"]
     p = results["pack_unpack"]
@@ -369,13 +417,23 @@ def markdown(results: dict) -> str:
         lines.append("| its float64 reference alone, threads unlimited / the rule, no load added / busy | "
                      f"{v['quiet']['ratio reference unlimited / rule']}x ({v['quiet']['reference, threads unlimited s']} s / {v['quiet']['reference, thread rule s']} s) / "
                      f"{v['busy']['ratio reference unlimited / rule']}x ({v['busy']['reference, threads unlimited s']} s / {v['busy']['reference, thread rule s']} s) | |")
+    f = results.get("fuse_scaling")
+    if f:
+        for T in FUSE_STEPS:
+            r = f[f"T={T}"]
+            goal = f"<= 1 s {'(met)' if r['fuse, no check s'] <= 1 else '(MISSED)'}" if T == 1000 else ""
+            lines.append(f"| rnnx fuse, LSTMCell unrolled by torch.onnx, T={T} ({r['nodes']} nodes): no check / with check / onnx.load+save | "
+                         f"{r['fuse, no check s']} s / {r['fuse, check s']} s / {r['load+save s']} s ({r['ratio fuse/load+save']}x; "
+                         f"{r['fuse ms per step']} ms per step) | {goal} |")
+        lines.append(f"| rnnx fuse, cost per step at T=1000 / at T=100 (1.0: linear) | {f['per-step cost, T=1000 / T=100']}x | <= 1.5x "
+                     f"{'(met)' if f['per-step cost, T=1000 / T=100'] <= 1.5 else '(MISSED)'} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--only", nargs="*", default=None, help="sections to run: stepped_cell stacks pack_unpack export gpu verify_large (the others keep their last figures)")
+    parser.add_argument("--only", nargs="*", default=None, help="sections to run: stepped_cell stacks pack_unpack export gpu verify_large fuse_scaling (the others keep their last figures)")
     args = parser.parse_args()
     import platform
 
@@ -391,6 +449,7 @@ def main() -> None:
             "export": lambda: export_time(Path(tmp), 3),
             "gpu": lambda: gpu(args.repeats),
             "verify_large": lambda: verify_large(Path(tmp), max(args.repeats // 5, 3)),
+            "fuse_scaling": lambda: fuse_scaling(Path(tmp), max(args.repeats // 5, 3)),
         }
         for name, fn in sections.items():
             if args.only is None or name in args.only:
