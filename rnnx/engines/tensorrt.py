@@ -1,25 +1,38 @@
-"""TensorRT: build an engine from ONNX through TensorRT's ONNX parser, and run it.
+"""TensorRT: build an engine from ONNX and run it, through Polygraphy's loaders.
 
-Thin on purpose: parse, configure, build, serialize, run, with the plain TensorRT API
-(8.6 and later; on Jetson the JetPack one). Options a given TensorRT lacks are refused by
-name instead of ignored. Next to each engine a small JSON file records what it was built
-for; loading checks it and refuses a mismatch with a message rather than a crash in
-deserialization. Nothing here is exercised on the CPU machines the tests run on: TensorRT's
-libraries cannot be installed there (see the README).
+Thin on purpose. NVIDIA's Polygraphy does the work: ``NetworkFromOnnxPath`` (TensorRT's ONNX
+parser), ``CreateConfig`` (precision, profiles, workspace, timing cache, compatibility),
+``EngineFromNetwork`` and ``SaveEngine`` to build and write, ``EngineFromBytes`` and
+``TrtRunner`` to load and run (TensorRT 8.6 and later; on Jetson the JetPack one). rnnx adds
+what Polygraphy does not know: options this TensorRT lacks are refused by name before a
+build instead of ignored; next to each engine a small JSON file records what it was built
+for (TensorRT, GPU, precision, profiles, the source and, for an rnnx stack, its spec), and
+loading checks it and refuses a mismatch with a message rather than a crash in
+deserialization; a stack's states not fed start at zeros (:mod:`rnnx.engines.runner`).
+
+On the CPU machines the tests run on TensorRT's libraries cannot be installed, so nothing
+here that needs them runs there (see the README).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rnnx.engines.runner import with_zero_states
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, require_file
+from rnnx.formats.onnx_build import build_stack_model, save_model
+from rnnx.graphs.lower import lower_recurrences
+from rnnx.spec import RNNSpec
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
 
@@ -74,6 +87,31 @@ def _import_trt() -> Any:
     return trt
 
 
+def _import_polygraphy() -> Any:
+    """TensorRT first (its message says how to get it), then Polygraphy's TensorRT loaders."""
+    _import_trt()
+    try:
+        from polygraphy.backend import trt as loaders
+    except ImportError:
+        raise RNNXError("Polygraphy is not installed: pip install 'rnnx[gpu]' (or pip install polygraphy)") from None
+    return loaders
+
+
+@contextlib.contextmanager
+def polygraphy_errors(what: str) -> Iterator[None]:
+    """Polygraphy's log on stderr at warning level and up (stdout carries rnnx's reports), and
+    its user errors (``PolygraphyException``) as one line saying ``what`` failed."""
+    from polygraphy.exception import PolygraphyException
+    from polygraphy.logger import G_LOGGER
+
+    with G_LOGGER.verbosity(G_LOGGER.WARNING), contextlib.redirect_stdout(sys.stderr):
+        try:
+            yield
+        except PolygraphyException as exc:
+            first = (str(exc).strip().splitlines() or ["no message"])[0]
+            raise RNNXError(f"{what}: {first[:300]}; TensorRT's log is above") from None
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -94,75 +132,92 @@ def _gpu() -> dict[str, str]:
     return {"name": "unknown", "compute_capability": "unknown"}
 
 
-def configure(trt: Any, builder: Any, network: Any, options: BuildOptions) -> tuple[Any, list[str]]:
-    """An IBuilderConfig for ``options``; refuses what this TensorRT lacks, by name."""
-    config = builder.create_builder_config()
-    refused: list[str] = []
-
-    def flag(name: str, what: str) -> None:
-        if not hasattr(trt.BuilderFlag, name):
-            refused.append(f"{what} (TensorRT {trt.__version__} has no BuilderFlag.{name})")
-        else:
-            config.set_flag(getattr(trt.BuilderFlag, name))
-
+def refusals(trt: Any, options: BuildOptions) -> list[str]:
+    """What ``options`` asks of this TensorRT that it lacks, each naming the missing API."""
     if options.precision not in PRECISIONS:
         raise RNNXError(f"precision: expected one of {', '.join(PRECISIONS)}, found {options.precision!r}")
-    if options.precision == "fp32" and hasattr(trt.BuilderFlag, "TF32"):
-        config.clear_flag(trt.BuilderFlag.TF32)  # fp32 means fp32; ask for tf32 by name
-    elif options.precision != "fp32":
-        flag(options.precision.upper(), options.precision)
-        if options.precision == "int8" and not builder.platform_has_fast_int8:
-            refused.append("int8 (this GPU has no fast INT8)")
-    if options.workspace_bytes:
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_bytes)
-    if options.optimization_level is not None:
-        if hasattr(config, "builder_optimization_level"):
-            config.builder_optimization_level = options.optimization_level
-        else:
-            refused.append("builder optimization level (needs TensorRT 8.6)")
-    if options.dla_core is not None:
-        if builder.num_DLA_cores <= options.dla_core:
-            refused.append(f"DLA core {options.dla_core} (this device has {builder.num_DLA_cores})")
-        else:
-            config.default_device_type = trt.DeviceType.DLA
-            config.DLA_core = options.dla_core
-            flag("GPU_FALLBACK", "GPU fallback for DLA")
-    if options.hardware_compatible:
-        if hasattr(trt, "HardwareCompatibilityLevel"):
-            config.hardware_compatibility_level = trt.HardwareCompatibilityLevel.AMPERE_PLUS
-        else:
-            refused.append("hardware-compatible engines (need TensorRT 8.6)")
-    if options.version_compatible:
-        flag("VERSION_COMPATIBLE", "version-compatible engines")
-    for profile in options.profiles:
-        p = builder.create_optimization_profile()
+    refused = []
+    flags = [options.precision.upper()] if options.precision != "fp32" else []
+    flags += ["VERSION_COMPATIBLE"] if options.version_compatible else []
+    flags += ["GPU_FALLBACK"] if options.dla_core is not None else []
+    for name in flags:
+        if not hasattr(trt.BuilderFlag, name):
+            refused.append(f"{name.lower()} (TensorRT {trt.__version__} has no BuilderFlag.{name})")
+    if options.optimization_level is not None and not hasattr(trt.IBuilderConfig, "builder_optimization_level"):
+        refused.append("builder optimization level (needs TensorRT 8.6)")
+    if options.hardware_compatible and not hasattr(trt, "HardwareCompatibilityLevel"):
+        refused.append("hardware-compatible engines (need TensorRT 8.6)")
+    return refused
+
+
+def polygraphy_profiles(profiles: list[Profile]) -> list[Any]:
+    """rnnx's min/opt/max shapes as Polygraphy's ``Profile`` objects (pure Python: no TensorRT needed)."""
+    from polygraphy.backend.trt import Profile as PolygraphyProfile
+
+    converted = []
+    for profile in profiles:
+        p = PolygraphyProfile()
         for name, (lo, opt, hi) in profile.shapes.items():
-            p.set_shape(name, lo, opt, hi)
-        config.add_optimization_profile(p)
-    if options.timing_cache is not None:
-        blob = options.timing_cache.read_bytes() if options.timing_cache.exists() else b""
-        config.set_timing_cache(config.create_timing_cache(blob), ignore_mismatch=False)
-    return config, refused
+            p.add(name, min=lo, opt=opt, max=hi)
+        converted.append(p)
+    return converted
+
+
+def create_config(trt: Any, loaders: Any, options: BuildOptions) -> Any:
+    """Polygraphy's ``CreateConfig`` for ``options``, after refusing what this TensorRT lacks.
+
+    fp32 means fp32: TF32 is off unless asked for by name (Polygraphy's default too).
+    Polygraphy puts DLA work on core 0; a device check after it sets the core asked for and
+    refuses, by name, a core or INT8 this device lacks.
+    """
+    refused = refusals(trt, options)
+    if refused:
+        raise RNNXError("TensorRT cannot honour: " + "; ".join(refused) + "; drop those options")
+    config = loaders.CreateConfig(
+        tf32=options.precision == "tf32",
+        fp16=options.precision == "fp16",
+        bf16=options.precision == "bf16",
+        int8=options.precision == "int8",
+        profiles=polygraphy_profiles(options.profiles) or None,
+        memory_pool_limits={trt.MemoryPoolType.WORKSPACE: options.workspace_bytes} if options.workspace_bytes else None,
+        load_timing_cache=str(options.timing_cache) if options.timing_cache is not None else None,
+        builder_optimization_level=options.optimization_level,
+        hardware_compatibility_level=trt.HardwareCompatibilityLevel.AMPERE_PLUS if options.hardware_compatible else None,
+        version_compatible=options.version_compatible or None,
+        use_dla=options.dla_core is not None,
+        allow_gpu_fallback=options.dla_core is not None,
+    )
+
+    def device_checks(builder: Any, network: Any, built: Any) -> None:
+        if options.precision == "int8" and not getattr(builder, "platform_has_fast_int8", True):
+            raise RNNXError("TensorRT cannot honour: int8 (this GPU has no fast INT8); drop that option")
+        if options.dla_core is not None:
+            if builder.num_DLA_cores <= options.dla_core:
+                raise RNNXError(f"TensorRT cannot honour: DLA core {options.dla_core} (this device has {builder.num_DLA_cores}); drop that option")
+            built.DLA_core = options.dla_core
+
+    return loaders.PostprocessConfig(config, device_checks)
+
+
+def _stack_record(onnx_path: Path) -> dict[str, str]:
+    """The spec and batch-major flag rnnx wrote into an ONNX stack ({} for any other model)."""
+    import onnx
+
+    props = {p.key: p.value for p in onnx.load(str(onnx_path), load_external_data=False).metadata_props}
+    if "rnnx.spec" not in props:
+        return {}
+    return {"spec": props["rnnx.spec"], "batch_first": props.get("rnnx.batch_first", "0")}
 
 
 def build_engine(onnx_path: Path, engine_path: Path, options: BuildOptions) -> dict[str, Any]:
-    """Parse, configure, build and serialize; write the engine and its metadata atomically."""
+    """Parse, configure, build and serialize with Polygraphy; write the engine and its metadata atomically."""
     trt = _import_trt()
+    loaders = _import_polygraphy()
     onnx_path = require_file(Path(onnx_path))
-    logger = trt.Logger(trt.Logger.WARNING)
-    builder = trt.Builder(logger)
-    flags = 0 if int(trt.__version__.split(".")[0]) >= 10 else 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
-    network = builder.create_network(flags)
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(onnx_path)):
-        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise RNNXError(f"{onnx_path}: TensorRT's ONNX parser refused the model: {errors[:400]}; `rnnx inspect` lists what it accepts")
-    config, refused = configure(trt, builder, network, options)
-    if refused:
-        raise RNNXError("TensorRT cannot honour: " + "; ".join(refused) + "; drop those options")
-    serialized = builder.build_serialized_network(network, config)
-    if serialized is None:
-        raise RNNXError(f"TensorRT failed to build an engine from {onnx_path}; rerun with --debug and see its log above")
+    with polygraphy_errors("TensorRT cannot be configured as asked"):
+        config = create_config(trt, loaders, options)
+    with polygraphy_errors(f"{onnx_path}: TensorRT's ONNX parser refused the model (`rnnx inspect` lists what its documented rules predict)"):
+        network = loaders.NetworkFromOnnxPath(str(onnx_path))()
     meta = {
         "tensorrt": trt.__version__,
         "gpu": _gpu(),
@@ -172,14 +227,13 @@ def build_engine(onnx_path: Path, engine_path: Path, options: BuildOptions) -> d
         "version_compatible": options.version_compatible,
         "dla_core": options.dla_core,
         "source": {"path": str(onnx_path), "sha256": _sha256(onnx_path)},
+        **_stack_record(onnx_path),
     }
-    with atomic_output(Path(engine_path)) as tmp:
-        tmp.write_bytes(bytes(serialized))
+    cache = str(options.timing_cache) if options.timing_cache is not None else None
+    with atomic_output(Path(engine_path)) as tmp, polygraphy_errors(f"TensorRT failed to build an engine from {onnx_path}"):
+        loaders.SaveEngine(loaders.EngineFromNetwork(network, config, save_timing_cache=cache), path=str(tmp))()
     with atomic_output(metadata_path(engine_path)) as tmp:
         tmp.write_text(json.dumps(meta, indent=2))
-    if options.timing_cache is not None:
-        with atomic_output(options.timing_cache) as tmp:
-            tmp.write_bytes(bytes(config.get_timing_cache().serialize()))
     return meta
 
 
@@ -194,10 +248,7 @@ def default_profile(spec: Any) -> Profile:
 
 def build_from_weights(weights: Any, engine_path: Path, options: BuildOptions) -> dict[str, Any]:
     """Canonical weights -> the lowered ONNX stack (written beside the engine) -> engine."""
-    from rnnx.formats.onnx_build import build_stack_model, save_model
-    from rnnx.graphs.lower import lower_recurrences
-
-    _import_trt()  # fail before writing anything
+    _import_polygraphy()  # fail before writing anything
     model = build_stack_model(weights)
     lower_recurrences(model)
     onnx_path = Path(str(engine_path) + ".onnx")
@@ -221,13 +272,15 @@ def check_metadata(meta: dict[str, Any], trt_version: str, gpu: dict[str, str]) 
 
 
 class TensorRTRunner:
-    """Runs a serialized engine: named numpy inputs in, named numpy outputs out (CUDA memory via torch)."""
+    """Runs a serialized engine with Polygraphy's ``TrtRunner``: named numpy inputs in, named
+    numpy outputs out. Activated on construction; ``close()`` (or ``with``) releases it."""
 
     device = "cuda"
 
     def __init__(self, engine_path: Path) -> None:
         trt = _import_trt()
-        import torch
+        loaders = _import_polygraphy()
+        from polygraphy.backend.common import BytesFromPath
 
         engine_path = require_file(Path(engine_path))
         meta_file = metadata_path(engine_path)
@@ -236,37 +289,36 @@ class TensorRTRunner:
         self.meta = json.loads(meta_file.read_text())
         check_metadata(self.meta, trt.__version__, _gpu())
         self.precision = self.meta.get("precision", "fp32")
-        self.torch = torch
-        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-        self.engine = runtime.deserialize_cuda_engine(engine_path.read_bytes())
-        if self.engine is None:
-            raise RNNXError(f"{engine_path}: TensorRT could not deserialize the engine")
-        self.context = self.engine.create_execution_context()
-        self.names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
-        self.inputs = [n for n in self.names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        self.spec = RNNSpec.parse(self.meta["spec"]) if self.meta.get("spec") else None
+        self.batch_first = self.meta.get("batch_first") == "1"
+        with polygraphy_errors(f"{engine_path}: TensorRT could not load the engine"):
+            self.engine = loaders.EngineFromBytes(BytesFromPath(str(engine_path)))()
+            self.runner = loaders.TrtRunner(self.engine)
+            self.runner.activate()
+        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+        self.input_names = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        self.output_names = [n for n in names if n not in self.input_names]
         self.trt = trt
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        torch, trt = self.torch, self.trt
-        buffers = {}
-        for name in self.inputs:
-            if name not in inputs:
-                raise RNNXError(f"engine input {name!r} missing; expected {self.inputs}")
-            array = np.ascontiguousarray(inputs[name], dtype=trt.nptype(self.engine.get_tensor_dtype(name)))
-            buffers[name] = torch.from_numpy(array).cuda()
-            self.context.set_input_shape(name, array.shape)
-        outputs = {}
-        for name in self.names:
-            if name in buffers:
-                continue
-            shape = tuple(self.context.get_tensor_shape(name))
-            dtype = trt.nptype(self.engine.get_tensor_dtype(name))
-            buffers[name] = torch.empty(shape, dtype=getattr(torch, np.dtype(dtype).name), device="cuda")
-            outputs[name] = buffers[name]
-        for name, tensor in buffers.items():
-            self.context.set_tensor_address(name, tensor.data_ptr())
-        stream = torch.cuda.current_stream()
-        if not self.context.execute_async_v3(stream.cuda_stream):
-            raise RNNXError("TensorRT failed to run the engine (execute_async_v3 returned false)")
-        stream.synchronize()
-        return {name: t.cpu().numpy() for name, t in outputs.items()}
+        if self.spec is not None and "X" in inputs:
+            inputs = with_zero_states(self.spec, inputs, self.batch_first)
+        missing = [n for n in self.input_names if n not in inputs]
+        if missing:
+            raise RNNXError(f"engine inputs: expected {self.input_names}, missing {missing}")
+        if "seq_lens" in inputs and "seq_lens" not in self.input_names:
+            raise RNNXError(f"the engine takes {self.input_names} and no seq_lens; run whole sequences or build from a model with sequence_lens")
+        feed = {n: np.ascontiguousarray(inputs[n], dtype=self.trt.nptype(self.engine.get_tensor_dtype(n))) for n in self.input_names}
+        with polygraphy_errors("TensorRT could not run the engine"):
+            outputs = self.runner.infer(feed)
+        return {n: np.array(outputs[n], copy=True) for n in self.output_names}  # TrtRunner reuses its output buffers
+
+    def close(self) -> None:
+        if getattr(self, "runner", None) is not None and self.runner.is_active:
+            self.runner.deactivate()
+
+    def __enter__(self) -> TensorRTRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
