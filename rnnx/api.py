@@ -17,6 +17,7 @@ def export(model: Any, example_inputs: Any, path: str | Path, **options: Any) ->
     Returns an :class:`rnnx.exporters.writing.ExportReport`; see that module for options
     (``tolerances=rnnx.tolerance.Tolerances.parse(["1e-3"])`` sets the self-check's tolerance).
     """
+    # Deferred so that `import rnnx` stays light: the exporter and its passes load on first use.
     from rnnx.exporters.torch_export import export as _export
 
     return _export(model, example_inputs, path, **options)

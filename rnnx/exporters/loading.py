@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rnnx.errors import RNNXError
+from rnnx.fileio import check_archive, read_safetensors, require_file
 
 _DTYPES = ("float32", "float64", "float16", "int64", "int32", "bool")
 
@@ -81,7 +82,6 @@ def load_model(target: str) -> tuple[Any, Any]:
 def _load_torchscript(path: Path) -> Any:
     import torch
 
-    from rnnx.fileio import require_file
 
     try:
         return torch.jit.load(str(require_file(path)), map_location="cpu")
@@ -95,7 +95,6 @@ def load_checkpoint(module: Any, path: Path) -> None:
     """Load a state_dict (weights-only .pt/.pth, or .safetensors) into ``module``, strictly."""
     import torch
 
-    from rnnx.fileio import check_archive, read_safetensors, require_file
 
     path = require_file(Path(path))
     if path.suffix.lower() == ".safetensors":  # rnnx's own bounded reader, then torch tensors

@@ -24,6 +24,7 @@ from rnnx.graphs import walk
 from rnnx.graphs.index import all_graphs
 from rnnx.formats.onnx_scan import read_lowered
 from rnnx.formats.onnx_metadata import EXPORT_KEY, RECURRENCES_KEY, read_metadata, set_metadata
+from rnnx._version import __version__
 
 # ONNX input/output positions of a native node (and of the projected-LSTM placeholder).
 NODE_INPUTS = {"X": 0, "sequence_lens": 4, "initial_h": 5, "initial_c": 6}
@@ -236,7 +237,6 @@ def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]], e
     """Record the recurrences and the axes in ``metadata_props`` (see the module docstring);
     ``example`` is each input's shape in the example it was exported from: the sizes a
     dynamic dimension that is neither a batch nor a length is known to take."""
-    from rnnx._version import __version__
 
     graph = proto.graph
     flow = _Flow(graph)

@@ -18,6 +18,10 @@ from typing import Any
 from rnnx.errors import RNNXError
 from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
 from rnnx.layouts.onnx import NATIVE_OPS
+from rnnx.exporters import record
+from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
+from rnnx.graphs.fuse_cells import fuse_cells
+from rnnx.graphs.fuse_steps import fuse_steps
 
 SEQ = "seq"
 
@@ -49,10 +53,6 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     import torch
     from torch.utils._pytree import tree_flatten
 
-    from rnnx.exporters import record
-    from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
-    from rnnx.graphs.fuse_cells import fuse_cells
-    from rnnx.graphs.fuse_steps import fuse_steps
 
     example, structure = tree_flatten(args)
     modules = [m for m in model.modules() if getattr(m, "original_name", "") in ("LSTM", "GRU", "RNN")]

@@ -31,6 +31,8 @@ import numpy as np
 from rnnx import progress
 from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
 from rnnx.tolerance import Tolerance, Tolerances, compare_arrays, quantile_label
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.errors import RNNXError
 
 _GROWTH = {BATCH: 2, LENGTH: 3}
 _OTHER_GROWTH = 2
@@ -243,8 +245,6 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
     import torch
     from torch.utils._pytree import tree_flatten
 
-    from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-    from rnnx.errors import RNNXError
 
     check = SelfCheck(tolerances=tolerances or Tolerances())
     try:

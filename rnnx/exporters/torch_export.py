@@ -26,6 +26,13 @@ from rnnx.layouts.onnx import NATIVE_OPS, OP_TYPES
 from rnnx.layouts.onnx import DEFAULT_OPSET
 from rnnx.formats.onnx_build import check_opset
 from rnnx.tolerance import Tolerances
+from rnnx.exporters import ops, shapes
+from rnnx.exporters.scripted import export_scripted
+from rnnx.exporters.selfcheck import run_eager
+from rnnx.graphs.legalize import convert_down
+from rnnx.exporters import record
+from rnnx.graphs.fuse_steps import fuse_steps
+from rnnx.formats.onnx_scan import lower_projections
 
 # torch.onnx builds at 18 or later; rnnx converts down itself with onnx's converter, since
 # torch.onnx's own down-conversion fails on reductions and in a process that ran its
@@ -65,7 +72,6 @@ def export(
     except ImportError as exc:
         raise RNNXError(f"rnnx export needs {exc.name}, which is not installed: pip install 'rnnx[torch]'") from None
 
-    from rnnx.exporters import ops, shapes
     from rnnx.exporters.modules import swap_recurrent_modules, swappable
 
     check_opset(opset)
@@ -74,7 +80,6 @@ def export(
     if isinstance(model, torch.jit.ScriptModule):
         if dynamic_shapes is not None or dynamic or static:
             raise RNNXError("a TorchScript model takes no dynamic shapes: rnnx finds its sequence and batch axes from its recurrent modules")
-        from rnnx.exporters.scripted import export_scripted
 
         return export_scripted(model, args, path, opset=opset, input_names=input_names, output_names=output_names, check=check, seed=seed,
                                tolerances=tolerances)
@@ -157,7 +162,6 @@ def _unflatten(values: list[Any], structure: Any) -> Any:
 
 def _runs(model: Any, structure: Any) -> Any:
     """A probe: does the eager model run on these inputs?"""
-    from rnnx.exporters.selfcheck import run_eager
 
     def runs(values: list[Any]) -> bool:
         try:
@@ -174,7 +178,6 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
     import torch
     import torch.fx.experimental._config as fx_config
 
-    from rnnx.exporters import shapes
     from rnnx.exporters.modules import packed_sequences_as_lengths
 
     values = [leaf.value for leaf in leaves]
@@ -218,8 +221,6 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
 def _to_onnx(program: Any, opset: int) -> Any:
     import torch
 
-    from rnnx.exporters import ops
-    from rnnx.graphs.legalize import convert_down
 
     try:
         with quiet():
@@ -246,10 +247,7 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     """Everything between torch.onnx's graph and the file: names, lowering, fusing, records."""
     import onnx
 
-    from rnnx.exporters import record
     from rnnx.exporters.modules import NativeCell, module_spec
-    from rnnx.graphs.fuse_steps import fuse_steps
-    from rnnx.formats.onnx_scan import lower_projections
 
     tensors = [leaf for leaf in leaves if leaf.is_tensor]
     record.rename_values(proto, {i.name: leaf.name for i, leaf in zip(proto.graph.input, tensors) if i.name != leaf.name})

@@ -25,13 +25,16 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
 
 
 def read_stored_stack(model: Any) -> RNNWeights | None:
-    """A stack rnnx wrote whose layers were lowered to Scans (projection): its initializers
-    keep the per-layer node inputs under l{k}_W, l{k}_R, ..., and its metadata the spec."""
+    """A projected stack written by rnnx 0.1.0 before each weight was stored once: beside
+    its Scans, initializers keep the per-layer node inputs under l{k}_W, l{k}_R, ..., and
+    its metadata the spec. (Files written since are read through their lowered records.)"""
     props = {p.key: p.value for p in model.metadata_props}
     if "rnnx.spec" not in props:
         return None
     spec = RNNSpec.parse(props["rnnx.spec"])
     inits = {i.name: i for i in model.graph.initializer}
+    if "l0_W" not in inits:
+        return None
     layers = []
     for k in range(spec.num_layers):
         node: dict[str, Any] = {"op_type": OP_TYPES[spec.cell], "direction": spec.direction, "hidden_size": spec.hidden_size}

@@ -17,8 +17,7 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, library_write
 from rnnx.formats.onnx_metadata import set_metadata
-from rnnx.formats.onnx_scan import DOMAIN as LOWER_DOMAIN
-from rnnx.formats.onnx_scan import LSTM_PROJECTED, lower_projections
+from rnnx.formats.onnx_scan import lower_layer, record_lowered
 from rnnx.layouts.onnx import DEFAULT_OPSET, MIN_OPSET, OP_TYPES, layer_arrays
 from rnnx.weights import RNNWeights
 
@@ -68,8 +67,8 @@ def build_stack_model(
         inputs.append(helper.make_tensor_value_info("seq_lens", TensorProto.INT32, ["batch"]))
         seq = "seq_lens"
     h_outs, c_outs = [], []
+    records = []
     for k, layer in enumerate(layers):
-        names = {key: const(f"l{k}_{key}", layer[key]) for key in ("W", "R", "B", "P", "proj") if key in layer}
         h0 = c0 = ""
         if initial_states:
             starts, ends, axes = const(f"l{k}_start", [k * D]), const(f"l{k}_end", [(k + 1) * D]), const(f"l{k}_axis", [0])
@@ -78,22 +77,28 @@ def build_stack_model(
             if is_lstm:
                 c0 = f"l{k}_c0"
                 nodes.append(helper.make_node("Slice", ["c0", starts, ends, axes], [c0]))
-        node_inputs = [x, names["W"], names["R"], names.get("B", ""), seq, h0]
-        if is_lstm:
-            node_inputs += [c0, names.get("P", "")]
-        op_type = OP_TYPES[spec.cell]
-        attrs: dict[str, Any] = {"hidden_size": H, "direction": spec.direction}
-        if spec.cell == "rnn_relu":
-            attrs["activations"] = ["Relu"] * D
-        if spec.cell == "gru":
-            attrs["linear_before_reset"] = layer["linear_before_reset"]
-        x = f"l{k}_out"
-        if "proj" in names:
-            # No ONNX node has a projection: a placeholder that lower_projections turns into Scans.
-            nodes.append(helper.make_node(LSTM_PROJECTED, node_inputs + [names["proj"]], [x, f"l{k}_Y_h", f"l{k}_Y_c"], name=f"LSTMProjected_l{k}", domain=LOWER_DOMAIN, **attrs))
+        layer_x, x = x, f"l{k}_out"
+        if spec.proj_size:
+            # No ONNX node has a projection: the layer is built as Scans straight from the
+            # canonical weights, each weight stored once, and recorded for readers.
+            name = f"LSTMProjected_l{k}"
+            ins = {"X": layer_x, "seq_lens": seq, "h0": h0, "c0": c0}
+            outs = [x, f"l{k}_Y_h", f"l{k}_Y_c"]
+            nodes.extend(lower_layer(weights, k, ins, outs, f"{name}__", elem, merged_y=True))
+            records.append({"node": name, "prefix": f"{name}__", "merged_y": True,
+                            "spec": str(spec.with_(num_layers=1, input_size=spec.layer_input_size(k))),
+                            "inputs": {r: t for r, t in ins.items() if t}, "outputs": dict(zip(("Y", "Y_h", "Y_c"), outs)), "node_metadata": {}})
         else:
+            names = {key: const(f"l{k}_{key}", layer[key]) for key in ("W", "R", "B", "P") if key in layer}
+            node_inputs = [layer_x, names["W"], names["R"], names.get("B", ""), seq, h0] + ([c0, names.get("P", "")] if is_lstm else [])
             while node_inputs and not node_inputs[-1]:
                 node_inputs.pop()
+            attrs: dict[str, Any] = {"hidden_size": H, "direction": spec.direction}
+            if spec.cell == "rnn_relu":
+                attrs["activations"] = ["Relu"] * D
+            if spec.cell == "gru":
+                attrs["linear_before_reset"] = layer["linear_before_reset"]
+            op_type = OP_TYPES[spec.cell]
             outputs = [f"l{k}_Y", f"l{k}_Y_h"] + ([f"l{k}_Y_c"] if is_lstm else [])
             nodes.append(helper.make_node(op_type, node_inputs, outputs, name=f"{op_type}_l{k}", **attrs))
             # Y is (seq, dirs, batch, hidden): move dirs next to hidden, merge them; 0 keeps a dim as is.
@@ -114,9 +119,9 @@ def build_stack_model(
         nodes.append(helper.make_node("Concat", c_outs, ["c_n"], axis=0) if L > 1 else helper.make_node("Identity", c_outs, ["c_n"]))
         outputs.append(helper.make_tensor_value_info("c_n", elem, [L * D, "batch", H]))
     graph = helper.make_graph(nodes, "rnnx_stack", inputs, outputs, inits)
-    opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(LOWER_DOMAIN, 1)] if spec.proj_size else [])
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="rnnx")
-    lower_projections(model)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="rnnx")
+    if records:
+        record_lowered(model, records)
     set_metadata(model, {"rnnx.spec": str(spec), "rnnx.batch_first": str(int(batch_first))})  # beside lowering's record
     # The lowest IR version for the opset, so that older consumers (TensorRT 8.6) accept the file.
     model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))

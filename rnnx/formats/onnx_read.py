@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+import json
 import stat
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import require_file
+from rnnx.layouts.onnx import GATE_ORDER, LOWERED_KEY, OP_TYPES, PEEPHOLE_ORDER, SCAN_GATE_ORDER, scan_constant
+from rnnx.spec import RNNSpec
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 PASSTHROUGH = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Dropout", "Cast")
@@ -135,6 +138,7 @@ class RecurrentNode:
     attributes: dict[str, Any]
     tensors: dict[str, np.ndarray | None]
     sources: dict[str, str]
+    lowered: bool = False  # rebuilt from the Scans rnnx lowered it into (see read_lowered)
 
     @property
     def name(self) -> str:
@@ -243,10 +247,93 @@ def recurrent_nodes(model: Any) -> list[RecurrentNode]:
                     tensors[key] = None
                     sources[key] = "graph input" if name in graph_inputs else "a computed tensor"
             found.append(RecurrentNode(node, path, attrs, tensors, sources))
+    found += lowered_nodes(model, constants(model.graph, {}))
     for i, rnode in enumerate(found):
         if not rnode.node.name:
             rnode.node.name = f"{rnode.node.op_type}_{i}"
     return found
+
+
+def read_lowered(model: Any) -> list[dict[str, Any]]:
+    """The records of the recurrences rnnx lowered into Scans in ``model`` (a damaged or
+    foreign entry reads as none)."""
+    for p in model.metadata_props:
+        if p.key == LOWERED_KEY and len(p.value) < (16 << 20):
+            try:
+                records = json.loads(p.value)
+            except (ValueError, RecursionError):
+                return []
+            return [r for r in records if isinstance(r, dict) and isinstance(r.get("inputs"), dict) and isinstance(r.get("outputs"), dict)] \
+                if isinstance(records, list) else []
+    return []
+
+
+def lowered_nodes(model: Any, known: dict[str, tuple[np.ndarray, str]]) -> list[RecurrentNode]:
+    """The lowered recurrences of the main graph as the native nodes they were: their weights
+    read back from the Scans' constants. The biases come back summed into the input bias
+    (the Scan adds them once), except a GRU's recurrent n bias: the same outputs."""
+    from onnx import helper
+
+    found = []
+    for record in read_lowered(model):
+        try:
+            spec = RNNSpec.parse(str(record.get("spec")))
+        except (RNNXError, ValueError):
+            continue
+        prefix = str(record.get("prefix") or f"{record.get('node')}__")
+        tensors = _lowered_tensors(spec, prefix, known)
+        if tensors is None or spec.num_layers != 1:
+            continue
+        op_type = OP_TYPES[spec.cell]
+        outputs = [str(record["outputs"].get(k, "")) for k in ("Y", "Y_h", "Y_c")[: 3 if op_type == "LSTM" else 2]]
+        ins = {k: str(v) for k, v in record["inputs"].items()}
+        inputs = [ins.get("X", ""), "", "", "", ins.get("seq_lens", ""), ins.get("h0", "")] + ([ins.get("c0", "")] if op_type == "LSTM" else [])
+        node = helper.make_node(op_type, inputs, outputs, name=str(record.get("node")))
+        attrs: dict[str, Any] = {"direction": spec.direction, "hidden_size": spec.hidden_size}
+        if spec.cell == "gru":
+            attrs["linear_before_reset"] = int(spec.reset_after)
+        if spec.cell == "rnn_relu":
+            attrs["activations"] = ["Relu"] * spec.num_directions
+        found.append(RecurrentNode(node, "main", attrs, tensors, {k: "a lowered Scan's constant" for k in tensors}, lowered=True))
+    return found
+
+
+def _lowered_tensors(spec: RNNSpec, prefix: str, known: dict[str, tuple[np.ndarray, str]]) -> dict[str, np.ndarray | None] | None:
+    H, scan, onnx_order = spec.hidden_size, SCAN_GATE_ORDER[spec.cell], GATE_ORDER[spec.cell]
+
+    def get(d: int, name: str) -> np.ndarray:
+        return np.asarray(known[scan_constant(prefix, d, name)][0])
+
+    def reorder(stacked: np.ndarray, order: tuple[str, ...]) -> np.ndarray:
+        parts = dict(zip(order, np.split(stacked, len(order), axis=0)))
+        return np.concatenate([parts[g] for g in onnx_order], axis=0)
+
+    W, R, B, P, proj = [], [], [], [], []
+    try:
+        for d in range(spec.num_directions):
+            W.append(reorder(get(d, "Wt").T, scan))
+            if spec.cell == "gru":
+                R.append(reorder(np.concatenate([get(d, "Rt_rz").T, get(d, "Rt_n").T]), scan))
+                recurrent_bias = {"r": np.zeros(H), "z": np.zeros(H), "n": get(d, "bR_n").astype(np.float64)}
+            else:
+                R.append(reorder(get(d, "Rt").T, scan))
+                recurrent_bias = {g: np.zeros(H) for g in scan}
+            hoisted = get(d, "bias")  # every bias but a GRU's recurrent n bias, which the Scan adds itself
+            B.append(np.concatenate([reorder(hoisted, scan), np.concatenate([recurrent_bias[g] for g in onnx_order])]).astype(hoisted.dtype))
+            if spec.peepholes:
+                P.append(np.concatenate([get(d, "P" + g) for g in PEEPHOLE_ORDER]))
+            if spec.proj_size:
+                proj.append(get(d, "Pt").T)
+    except KeyError:
+        return None  # not the Scans rnnx wrote: leave it to the record alone
+    tensors: dict[str, np.ndarray | None] = {"W": np.stack(W), "R": np.stack(R)}
+    if spec.bias:
+        tensors["B"] = np.stack(B)
+    if P:
+        tensors["P"] = np.stack(P)
+    if proj:
+        tensors["proj"] = np.stack(proj)
+    return tensors
 
 
 def _previous_layer(rnode: RecurrentNode, producers: dict[str, Any], by_output: dict[str, RecurrentNode]) -> RecurrentNode | None:

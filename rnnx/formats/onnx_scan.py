@@ -30,19 +30,16 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.layouts import onnx as onnx_layout
-from rnnx.formats.cudnn import LIN_LAYER_IDS
+from rnnx.layouts.onnx import LOWERED_KEY, SCAN_GATE_ORDER
 from rnnx.formats.onnx_metadata import set_metadata
 from rnnx.formats.onnx_read import constants as graph_constants
-from rnnx.formats.onnx_read import node_attributes
+from rnnx.formats.onnx_read import node_attributes, read_lowered
 from rnnx.weights import RNNWeights
 
 DOMAIN = "rnnx.lower"
 LSTM_PROJECTED = "LSTMProjected"
 INPUTS = ("X", "W", "R", "B", "seq_lens", "h0", "c0", "P", "proj")
 RECURRENT = ("LSTM", "GRU", "RNN")
-
-
-LOWERED_KEY = "rnnx.lowered"  # metadata: what each lowered node was, for verify's layer-by-layer check
 
 
 @dataclass
@@ -56,9 +53,7 @@ class LowerResult:
 
 
 def _order(cell: str) -> list[str]:
-    """cuDNN's gate order (its linLayerID order for the input matrices)."""
-    ids = LIN_LAYER_IDS[cell]["W"]
-    return sorted(ids, key=ids.__getitem__)
+    return list(SCAN_GATE_ORDER[cell])
 
 
 class _Builder:
@@ -269,37 +264,24 @@ def _lower_graph(model: Any, want: Any) -> LowerResult:
         # The Scans keep the node's input and output tensor names, so its record is enough
         # to find the layer again: what it computed, on which tensors, from which module.
         result.records.append({
-            "node": node.name or node.op_type, "spec": str(weights.spec), "merged_y": node.op_type == LSTM_PROJECTED,
+            "node": node.name or node.op_type, "prefix": f"{node.name or node.op_type}__", "spec": str(weights.spec), "merged_y": node.op_type == LSTM_PROJECTED,
             "inputs": {k: v for k, v in names.items() if v}, "outputs": {k: v for k, v in zip(("Y", "Y_h", "Y_c"), outputs) if v},
             "node_metadata": {p.key: p.value for p in node.metadata_props},
         })
     if result:
         del graph.node[:]
         graph.node.extend(new_nodes)
-        _record_lowered(model, result.records)
+        record_lowered(model, result.records)
         keep = [o for o in model.opset_import if o.domain != DOMAIN]
         del model.opset_import[:]
         model.opset_import.extend(keep)
     return result
 
 
-def _record_lowered(model: Any, records: list[dict[str, Any]]) -> None:
+def record_lowered(model: Any, records: list[dict[str, Any]]) -> None:
+    """Add ``records`` to the model's record of lowered recurrences."""
     earlier = read_lowered(model)
     set_metadata(model, {LOWERED_KEY: json.dumps(earlier + records)})
-
-
-def read_lowered(model: Any) -> list[dict[str, Any]]:
-    """The records of the nodes lowered in ``model`` (a damaged or foreign entry reads as none)."""
-    for p in model.metadata_props:
-        if p.key == LOWERED_KEY and len(p.value) < (16 << 20):
-            try:
-                records = json.loads(p.value)
-            except (ValueError, RecursionError):
-                return []
-            ok = [r for r in records if isinstance(r, dict) and isinstance(r.get("inputs"), dict) and isinstance(r.get("outputs"), dict)] \
-                if isinstance(records, list) else []
-            return ok
-    return []
 
 
 def lower_graph(model: Any, want: Any) -> LowerResult:

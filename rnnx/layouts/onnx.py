@@ -28,6 +28,21 @@ GATE_ORDER: dict[str, tuple[str, ...]] = {
     "rnn_relu": ("h",),
 }
 PEEPHOLE_ORDER = ("i", "o", "f")
+# rnnx's own layout for recurrences lowered to Scans (projections, TensorRT's form): the
+# hoisted input matrix and the recurrent matrix stack gates in cuDNN's order, so one
+# MatMul serves all gates; the constants are named by SCAN_CONSTANT.
+SCAN_GATE_ORDER: dict[str, tuple[str, ...]] = {
+    "lstm": ("i", "f", "g", "o"),
+    "gru": ("r", "z", "n"),
+    "rnn_tanh": ("h",),
+    "rnn_relu": ("h",),
+}
+LOWERED_KEY = "rnnx.lowered"  # metadata: what each lowered recurrence was, and its tensors' names
+
+
+def scan_constant(prefix: str, direction: int, name: str) -> str:
+    """The name of a lowered layer's constant: Wt, bias, Rt (GRU: Rt_rz, Rt_n, bR_n), Pi/Pf/Po, Pt."""
+    return f"{prefix}d{direction}_{name}"
 OP_TYPES = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
 NATIVE_OPS = tuple(dict.fromkeys(OP_TYPES.values()))  # ("LSTM", "GRU", "RNN")
 INPUTS: dict[str, tuple[str, ...]] = {  # each node's inputs, by position (ONNX operator docs)

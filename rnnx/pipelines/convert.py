@@ -22,6 +22,12 @@ from rnnx.fileio import atomic_output, refuse_overwriting
 from rnnx.spec import RNNSpec
 from rnnx.tolerance import Tolerances
 from rnnx.weights import RNNWeights
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.engines.jax import JaxRunner
+from rnnx.engines.keras import KerasRunner
+from rnnx.engines.torch import TorchRunner
+from rnnx.formats.onnx_read import data_files
+from rnnx.formats.onnx_build import DEFAULT_OPSET, build_stack_model, save_model
 
 
 @dataclass
@@ -55,7 +61,6 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
                    tolerances: Tolerances | None = None) -> parity.ParityReport:
     why = f"{fmt_name} has no runtime here"
     if fmt_name == "onnx":
-        from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 
         # The file's inputs have its weights' dtype (float16, float32 or float64).
         try:
@@ -68,10 +73,8 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
     if fmt_name in ("jax", "keras"):  # run by the framework that owns the format, where installed
         try:
             if fmt_name == "jax":
-                from rnnx.engines.jax import JaxRunner
 
                 return parity.check("jax", JaxRunner(path, weights.spec), weights, ragged=True, tolerances=tolerances)
-            from rnnx.engines.keras import KerasRunner
 
             return parity.check("keras", KerasRunner(path, weights.spec), weights, tolerances=tolerances)
         except RNNXError as exc:
@@ -79,7 +82,6 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
     reread = files.load(path, format=fmt_name, spec=weights.spec)
     if fmt_name == "torch":
         try:
-            from rnnx.engines.torch import TorchRunner
 
             return parity.check("torch", TorchRunner(reread.astype(np.float32)), weights, ragged=True, tolerances=tolerances)
         except RNNXError as exc:
@@ -114,7 +116,6 @@ def convert(
     src_fmt = formats.get(from_format) if from_format else formats.detect(source)
     out_fmt = formats.get(to_format) if to_format else formats.detect(output, output=True)
     if src_fmt.name == "onnx" or out_fmt.name == "onnx":
-        from rnnx.formats.onnx_read import data_files
 
         # An ONNX input's external data are inputs too, and an ONNX output may write a .data file beside it.
         refuse_overwriting([source, *(data_files(source) if src_fmt.name == "onnx" else [])],
@@ -157,7 +158,6 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
 def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, check: bool,
                      opset: int | None, batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None) -> None:
     if fmt_name == "onnx":
-        from rnnx.formats.onnx_build import DEFAULT_OPSET, build_stack_model, save_model
 
         progress.step(f"writing {output.name}")
         model = build_stack_model(weights, opset=DEFAULT_OPSET if opset is None else opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rnnx import parity, progress
-from rnnx.errors import ParityError, RNNXError
+from rnnx.errors import ParityError
 from rnnx.fileio import refuse_overwriting
 from rnnx.pipelines.rewrite_check import check_rewrite_size, compare_models
 from rnnx.layouts.onnx import NATIVE_OPS
@@ -16,6 +16,7 @@ from rnnx.graphs.index import all_graphs
 from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.tolerance import Tolerances
 from rnnx.graphs.lower import lower_recurrences
+from rnnx.formats.onnx_build import save_model
 
 
 def lower_file(source: Path, output: Path, select: str | None = None, check: bool = True, seed: int = 0,
@@ -23,7 +24,6 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
     """Lower ``source``'s recurrent nodes (or ``select``) into ``output``; the result is checked
     against the input in ONNX Runtime, each graph output held to ``tolerances`` (by output
     name; default: its dtype's), and nothing is written if it differs."""
-    from rnnx.formats.onnx_build import save_model
 
     source, output = Path(source), Path(output)
     refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})

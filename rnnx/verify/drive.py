@@ -21,6 +21,8 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.graphs import walk
+from rnnx.formats.onnx_metadata import read_metadata
+from rnnx.formats.onnx_read import recurrent_groups
 
 INPUT_ROLES = ("X", "h0", "c0", "seq_lens")
 OUTPUT_ROLES = ("Y", "h_n", "c_n")
@@ -89,7 +91,6 @@ def parse_map(items: list[str] | None) -> dict[str, str]:
 
 def plan(model: Any, spec: Any, overrides: dict[str, str] | None = None, batch_first: bool | None = None) -> Drive:
     """The drive of ``model`` for a stack of ``spec``; refuses, by name, what it cannot map."""
-    from rnnx.formats.onnx_metadata import read_metadata
 
     graph = model.graph
     inits = {i.name for i in graph.initializer}
@@ -151,7 +152,6 @@ def _shape_only_path(graph_input: str, node_names: list[str], graph: Any, produc
 
 
 def _from_wiring(model: Any, graph: Any, spec: Any) -> Drive:
-    from rnnx.formats.onnx_read import recurrent_groups
 
     groups = [g for g in recurrent_groups(model) if all(n.graph == "main" for n in g.nodes)]
     if not groups:

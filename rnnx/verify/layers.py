@@ -24,8 +24,11 @@ import numpy as np
 
 from rnnx import reference
 from rnnx.errors import RNNXError
+from rnnx.formats.onnx_read import read_lowered, recurrent_nodes
+from rnnx.layouts import onnx as onnx_layout
 from rnnx.spec import RNNSpec
 from rnnx.tolerance import Tolerance, compare_arrays, per_step_max
+from rnnx.verify.diagnose import diagnose
 from rnnx.weights import RNNWeights
 
 INPUT_ROLES = {"X": 0, "seq_lens": 4, "h0": 5, "c0": 6}
@@ -42,7 +45,7 @@ class Layer:
     inputs: dict[str, str]  # role -> tensor
     outputs: dict[str, str]  # role -> tensor
     spec: RNNSpec | None = None  # one layer
-    own: RNNWeights | None = None  # the node's stored weights (native nodes)
+    own: RNNWeights | None = None  # the node's stored weights (a lowered layer's read back from its Scans)
     unreadable: str = ""  # why the node's weights have no canonical form
     layout: int = 0  # ONNX layout attribute: 1 is batch-major
     merged_y: bool = False  # Y already (seq, batch, dirs*size): the projected placeholder's
@@ -58,15 +61,18 @@ def single_layer(weights: RNNWeights, k: int) -> RNNWeights:
 
 def find_layers(model: Any) -> list[Layer]:
     """The recurrent layers of the main graph, in graph order."""
-    from rnnx.layouts import onnx as onnx_layout
-    from rnnx.formats.onnx_read import recurrent_nodes
-    from rnnx.formats.onnx_scan import read_lowered
-
     position = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
     layers = []
+    lowered_own: dict[str, RNNWeights] = {}
     for rn in recurrent_nodes(model):
         if rn.graph != "main":
             continue  # inside a Loop or If body: its tensors cannot be marked as graph outputs
+        if rn.lowered:  # its weights, read back from its Scans; the record below gives its tensors
+            try:
+                lowered_own[rn.name] = onnx_layout.from_native([rn.as_dict()])
+            except RNNXError:
+                pass
+            continue
         node = rn.node
         layer = Layer(rn.name, node.op_type, "native", _named(list(node.input), INPUT_ROLES), _named(list(node.output), OUTPUT_ROLES),
                       layout=int(rn.attributes.get("layout", 0) or 0))
@@ -85,7 +91,7 @@ def find_layers(model: Any) -> list[Layer]:
         outs = {k: str(v) for k, v in rec["outputs"].items() if k in OUTPUT_ROLES and v}
         if "X" in ins and outs and all(v in position for v in outs.values()):
             layers.append(Layer(str(rec.get("node")), spec.cell.upper().replace("RNN_TANH", "RNN").replace("RNN_RELU", "RNN"), "lowered",
-                                ins, outs, spec=spec, merged_y=bool(rec.get("merged_y"))))
+                                ins, outs, spec=spec, merged_y=bool(rec.get("merged_y")), own=lowered_own.get(str(rec.get("node")))))
     layers.sort(key=lambda la: min(position.get(t, len(position)) for t in la.outputs.values()))
     return layers
 
@@ -187,8 +193,6 @@ def check_layers(layers: list[Layer], truths: dict[str, tuple[RNNWeights, str]],
                  tol: Tolerance) -> list[LayerCheck]:
     """Each layer on every run: ``truths`` maps a layer name to (weights, description);
     ``runs`` are (case label, every tensor's value by name)."""
-    from rnnx.verify.diagnose import diagnose
-
     checks = []
     for layer in layers:
         truth, said = truths.get(layer.name) or ((layer.own, "its own weights") if layer.own is not None else (None, ""))

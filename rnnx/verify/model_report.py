@@ -12,6 +12,7 @@ from typing import Any
 from rnnx.tolerance import ErrorStats
 from rnnx.verify.inputs import Case
 from rnnx.verify.layers import LayerCheck
+from rnnx.fileio import atomic_output
 
 
 @dataclass
@@ -65,7 +66,6 @@ class WholeModelReport:
                 "layers": [la.to_json() for la in self.layers], "first_drift": first.name if first else None, "notes": self.notes}
 
     def dump(self, path: Path) -> None:
-        from rnnx.fileio import atomic_output
 
         with atomic_output(Path(path)) as tmp:
             tmp.write_text(json.dumps(self.to_json(), indent=2))

@@ -34,6 +34,16 @@ from rnnx.verify.inputs import input_specs, make_feed, plan_cases, shape_note
 from rnnx.verify.layers import Layer, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_report import OutputRow, WholeModelReport
 from rnnx.weights import RNNWeights
+from rnnx.exporters.loading import load_checkpoint
+from rnnx.exporters.loading import load_model as load_torch_model_from
+from rnnx.formats.files import from_format
+from rnnx.exporters.selfcheck import run_eager
+from rnnx import limits
+from rnnx.formats.onnx_read import load_model as load_onnx
+from rnnx.formats.onnx_metadata import read_metadata
+from rnnx.engines.isolated import IsolatedOnnxRuntime
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.formats.onnx_read import to_array
 
 _TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
 
@@ -59,9 +69,8 @@ def is_model_code(against: str | Path) -> bool:
 
 
 def load_torch_model(against: str, checkpoint: Path | None) -> tuple[Any, Any]:
-    from rnnx.exporters.loading import load_checkpoint, load_model
 
-    model, example = load_model(str(against))
+    model, example = load_torch_model_from(str(against))
     if checkpoint is not None:
         load_checkpoint(model, Path(checkpoint))
     return model.eval(), example
@@ -69,7 +78,6 @@ def load_torch_model(against: str, checkpoint: Path | None) -> tuple[Any, Any]:
 
 def _recurrent_modules(model: Any) -> list[tuple[str, Any, RNNWeights]]:
     """(name, module, its canonical weights) of every nn.LSTM/GRU/RNN and cell, in module order."""
-    from rnnx.formats.files import from_format
     from rnnx.exporters.modules import CELL_MODULES, RECURRENT_MODULES, spec_of_cell, spec_of_module
 
     found = []
@@ -134,7 +142,6 @@ def _torch_outputs(model: Any, feed: dict[str, np.ndarray], names: list[str], st
     import torch
     from torch.utils._pytree import tree_flatten
 
-    from rnnx.exporters.selfcheck import run_eager
 
     tensors = iter(torch.from_numpy(np.ascontiguousarray(feed[n])) for n in names)
     values = []
@@ -172,12 +179,9 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
     """The ONNX file at ``model_path`` against the torch model ``against`` (see the module docstring)."""
     import torch
 
-    from rnnx import limits
-    from rnnx.formats.onnx_read import load_model
-    from rnnx.formats.onnx_metadata import read_metadata
 
     model_path = Path(model_path)
-    proto = load_model(model_path)
+    proto = load_onnx(model_path)
     torch_model, example = load_torch_model(against, checkpoint)
     export, recurrences = read_metadata(proto)
     specs, roles = input_specs(proto, export)
@@ -242,11 +246,9 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     computes what the float64 reference computes with the weights the file stores. This
     proves the file loads, runs and takes its dynamic shapes; not that the weights are the
     ones they should be (that needs ``--against``)."""
-    from rnnx.formats.onnx_read import load_model
-    from rnnx.formats.onnx_metadata import read_metadata
 
     model_path = Path(model_path)
-    proto = load_model(model_path)
+    proto = load_onnx(model_path)
     export, _ = read_metadata(proto)
     specs, roles = input_specs(proto, export)
     cases = plan_cases(specs, roles, _recorded_example(export), seq_lens, batches, dims or {})
@@ -268,23 +270,11 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
         runs.append((case.name, {**known, **feed, **got}))
     if not runs:
         raise RNNXError(f"{model_path}: ONNX Runtime could not run it at any of the shapes tried ({cases[0].error if cases else 'no shapes'})")
-    report.layers = check_layers(layers, _stored_stack_truths(proto, layers), runs, (tolerances or Tolerances()).get("", _elem_dtype(proto)))
+    report.layers = check_layers(layers, {}, runs, (tolerances or Tolerances()).get("", _elem_dtype(proto)))
     if not any(la.status != "not checked" for la in report.layers):
         raise RNNXError(f"{model_path}: it runs, but none of its recurrent layers can be checked on its own "
                         f"({report.layers[0].reason}): nothing to check without --against")
     return report
-
-
-def _stored_stack_truths(proto: Any, layers: list[Layer]) -> dict[str, tuple[RNNWeights, str]]:
-    """A stack rnnx wrote with its layers lowered (a projection) keeps each layer's weights
-    beside the Scans; they are the lowered layers' truth, in order."""
-    from rnnx.formats.onnx import read_stored_stack
-
-    lowered = [la for la in layers if la.form == "lowered"]
-    stack = read_stored_stack(proto) if lowered else None
-    if stack is None or stack.spec.num_layers != len(lowered):
-        return {}
-    return {la.name: (single_layer(stack, k), f"its stored layer {k}") for k, la in enumerate(lowered)}
 
 
 def _recorded_example(export: dict[str, Any] | None) -> dict[str, list[int]]:
@@ -307,9 +297,6 @@ def _layer_runner(proto: Any, layers: list[Layer], label: str, isolated: bool) -
     """ONNX Runtime on ``proto`` with every layer's tensors marked as outputs (in a child process
     under rnnx's limits unless ``isolated`` is False: files rnnx wrote itself); and the layers'
     tensors that are initializers, which no run returns."""
-    from rnnx.engines.isolated import IsolatedOnnxRuntime
-    from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-    from rnnx.formats.onnx_read import to_array
 
     marked, _ = mark_outputs(proto, layers)
     runner = IsolatedOnnxRuntime(marked.SerializeToString(), label) if isolated else OnnxRuntimeRunner(marked)

@@ -10,6 +10,7 @@ from typing import Any
 
 from rnnx.errors import RNNXError
 from rnnx.verify.run import VerifyReport
+from rnnx.fileio import atomic_output
 
 
 def _pyplot() -> Any:
@@ -66,7 +67,6 @@ def _png(fig: Any) -> str:
 
 
 def write_html(report: VerifyReport, path: Path) -> None:
-    from rnnx.fileio import atomic_output
 
     figures = [("Error along the sequence", _png(error_over_time(report)))]
     for d in report.diagnosis:

@@ -16,6 +16,15 @@ from rnnx.errors import RNNXError
 from rnnx.tolerance import Tolerance, Tolerances, compare_arrays, quantile_label
 from rnnx.verify.diagnose import diagnose, per_step_error
 from rnnx.weights import RNNWeights
+from rnnx.fileio import atomic_output
+from rnnx.engines.isolated import IsolatedOnnxRuntime
+from rnnx.formats.onnx_read import load_model
+from rnnx.verify.drive import DrivenRunner, plan
+from rnnx.engines.torch import TorchRunner
+from rnnx.engines.cudnn import CudnnRunner
+from rnnx.engines.tensorrt import TensorRTRunner
+from rnnx.formats import files
+from rnnx import limits
 
 BACKENDS = ("ort", "trt", "cudnn", "torch", "reference")
 #: Other names of a backend (``--tol onnxruntime=...``): one name, the one --backends takes, in every report.
@@ -72,7 +81,6 @@ class VerifyReport:
         return {**asdict(self), "passed": self.passed}
 
     def dump(self, path: Path) -> None:
-        from rnnx.fileio import atomic_output
 
         with atomic_output(path) as tmp:
             tmp.write_text(json.dumps(self.to_json(), indent=2))
@@ -127,9 +135,6 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], i
             if name == "ort":
                 if model is None:
                     raise RNNXError("no ONNX model given")
-                from rnnx.engines.isolated import IsolatedOnnxRuntime
-                from rnnx.formats.onnx_read import load_model
-                from rnnx.verify.drive import DrivenRunner, plan
 
                 # A file from elsewhere: its external data is checked by load_model, and it runs in
                 # a child process under rnnx's time and memory limits, fed by the roles its record
@@ -142,17 +147,14 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], i
 
                 runners[name] = ReferenceRunner(weights)
             elif name == "torch":
-                from rnnx.engines.torch import TorchRunner
 
                 runners[name] = TorchRunner(weights.astype(np.float32))
             elif name == "cudnn":
-                from rnnx.engines.cudnn import CudnnRunner
 
                 runners[name] = CudnnRunner(weights)
             elif name == "trt":
                 if model is None or not str(model).endswith(".engine"):
                     raise RNNXError("TensorRT runs an engine: pass MODEL.engine (rnnx build makes one)")
-                from rnnx.engines.tensorrt import TensorRTRunner
 
                 runners[name] = TensorRTRunner(model)
             else:
@@ -193,7 +195,6 @@ def verify(
     what ``--tol`` gives). A plain mapping passed as ``tolerances`` is taken as
     ``backend_tolerances`` (the older form of this argument).
     """
-    from rnnx.formats import files
 
     if tolerances is not None and not isinstance(tolerances, Tolerances):
         backend_tolerances, tolerances = {**tolerances, **(backend_tolerances or {})}, None
@@ -320,7 +321,6 @@ def _runners_for(dtype_name: str, runners: dict[str, Any], weights: RNNWeights, 
         if name == "reference":
             continue
         if name == "torch" and dtype != "float32":
-            from rnnx.engines.torch import TorchRunner
 
             try:
                 runner = TorchRunner(weights, dtype=dtype)
@@ -400,7 +400,6 @@ def _require_the_artefact_runs(model: Path | None, runners: dict[str, Any], stat
 
 def _check_run_sizes(weights: RNNWeights, source: Path, model: Path | None, seq_lens: Sequence[int], batches: Sequence[int]) -> None:
     """The largest case's activations, in float64 for the reference and once per backend, must fit the budget."""
-    from rnnx import limits
 
     spec = weights.spec
     per_step = spec.input_size + 2 * spec.num_layers * spec.num_directions * (spec.output_size + spec.hidden_size)

@@ -227,8 +227,9 @@ def test_inputs_are_seeded_and_lengths_fill_the_sequence() -> None:
 
 
 def test_a_file_on_its_own_runs_at_varied_shapes_and_each_layer_is_checked(tmp_path: Path) -> None:
-    """A projected stack: its layers are Scans, checked against the layer weights rnnx stored
-    beside them; a bug planted in one Scan's hoisted input matrix is named."""
+    """A projected stack: its layers are Scans, each weight stored once, read back from the
+    Scans through the lowering record and checked against the reference; a bug planted in
+    one Scan's arithmetic (two gates' pre-activations swapped) is named."""
     from rnnx import RNNSpec, RNNWeights
     from rnnx.verify.models import verify_file
 
@@ -239,14 +240,13 @@ def test_a_file_on_its_own_runs_at_varied_shapes_and_each_layer_is_checked(tmp_p
     convert(tmp_path / "w.safetensors", tmp_path / "m.onnx")
     report = verify_file(tmp_path / "m.onnx", seq_lens=[1, 7], batches=[1, 2], isolated=False)
     assert report.passed, str(report)
-    assert [(la.form, la.status, la.truth) for la in report.layers] == [("lowered", "ok", "its stored layer 0"), ("lowered", "ok", "its stored layer 1")]
+    assert [(la.form, la.status, la.truth) for la in report.layers] == [("lowered", "ok", "its own weights"), ("lowered", "ok", "its own weights")]
     assert [c.sizes for c in report.ran] == [{"seq": 1, "batch": 1}, {"seq": 1, "batch": 2}, {"seq": 7, "batch": 1}, {"seq": 7, "batch": 2}]
 
     model = onnx.load(str(tmp_path / "m.onnx"))
-    hoisted = next(n for n in model.graph.node if n.op_type == "Constant" and n.output[0].endswith("l1__d0_Wt"))
-    value = numpy_helper.to_array(hoisted.attribute[0].t).copy()
-    value[:, :5], value[:, 5:10] = value[:, 5:10].copy(), value[:, :5].copy()  # two gates' input columns swapped
-    hoisted.attribute[0].t.CopyFrom(numpy_helper.from_array(value))
+    scan = next(n for n in model.graph.node if n.op_type == "Scan" and "l1__" in n.output[0])
+    split = next(n for n in scan.attribute[0].g.node if n.op_type == "Split")
+    split.output[0], split.output[1] = split.output[1], split.output[0]  # the input and forget gates swapped in the step
     onnx.save(model, str(tmp_path / "bad.onnx"))
     bad = verify_file(tmp_path / "bad.onnx", seq_lens=[4], batches=[2], isolated=False)
     assert not bad.passed and bad.first_drift is not None and bad.first_drift.name.endswith("_l1"), str(bad)

@@ -1,0 +1,116 @@
+"""The layering, checked: each layer imports only the ones beneath it (the contract in
+.importlinter, run by import-linter), no package's modules import each other in a cycle,
+rnnx's own imports sit at the top of their modules (none hidden inside a function, where
+they used to hide cycles), and ``import rnnx`` stays light."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_import_contract_holds() -> None:
+    lint = Path(sys.executable).with_name("lint-imports")
+    if not lint.exists():
+        pytest.skip("import-linter is not installed (it comes with the test extra)")
+    done = subprocess.run([str(lint), "--config", str(ROOT / ".importlinter")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+# What may be imported only where needed: optional frameworks, and libraries heavy enough
+# that `import rnnx` and `rnnx --help` would pay for them at every start.
+DEFERRED = {"torch", "keras", "jax", "jaxlib", "tensorflow", "tensorrt", "polygraphy", "cupy", "matplotlib", "h5py",
+            "onnx", "onnxruntime", "onnx_ir", "onnxscript", "safetensors", "tqdm", "threadpoolctl"}
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(tree: ast.AST, module: str) -> tuple[set[str], list[tuple[int, str, str]]]:
+    """The modules ``module`` imports at its top level, and (line, function, module) of those
+    it imports inside functions."""
+    top: set[str] = set()
+    inner: list[tuple[int, str, str]] = []
+
+    def names(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Import):
+            return [a.name for a in node.names]
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(module.split(".")[: len(module.split(".")) - node.level + (1 if module.endswith("__init__") else 0)] + [base]).strip(".")
+            return [base] + [f"{base}.{a.name}" for a in node.names]
+        return []
+
+    def visit(node: ast.AST, inside: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            scope = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else inside
+            for name in names(child):
+                (inner.append((child.lineno, inside, name)) if inside else top.add(name))
+            visit(child, scope)
+
+    visit(tree, None)
+    return top, inner
+
+
+def _deferred_modules(root: Path) -> tuple[set[str], dict[str, list[tuple[int, str, str]]]]:
+    """rnnx's modules that load a deferred library when imported (directly or through
+    another rnnx module), and every module's imports inside functions."""
+    tops, inners = {}, {}
+    for path in sorted((root / "rnnx").rglob("*.py")):
+        name = _module_name(path, root)
+        tops[name], inners[name] = _imports(ast.parse(path.read_text()), name)
+    heavy = {m for m, t in tops.items() if any(i.split(".")[0] in DEFERRED for i in t)}
+    grew = True
+    while grew:
+        grew = False
+        for m, t in tops.items():
+            if m not in heavy and any(i in heavy for i in t):
+                heavy.add(m)
+                grew = True
+    return heavy, inners
+
+
+def hidden_rnnx_imports(root: Path) -> list[str]:
+    heavy, inners = _deferred_modules(root)
+    hidden = []
+    for module, found in inners.items():
+        for line, function, target in found:
+            if target.split(".")[0] == "rnnx" and target in inners and target not in heavy and target != "rnnx":
+                hidden.append(f"{module}:{line} in {function}(): imports {target}, which loads no deferred library")
+    return sorted(set(hidden))
+
+
+def test_rnnx_imports_are_at_module_top() -> None:
+    """An rnnx import inside a function is allowed only where the module it imports loads an
+    optional framework or a heavy library; anywhere else it would only hide a cycle."""
+    hidden = hidden_rnnx_imports(ROOT)
+    assert not hidden, "rnnx imports inside functions that belong at the top:\n" + "\n".join(hidden)
+
+
+def test_the_check_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "rnnx").mkdir()
+    (tmp_path / "rnnx" / "__init__.py").write_text("")
+    (tmp_path / "rnnx" / "light.py").write_text("import numpy\n")
+    (tmp_path / "rnnx" / "framework.py").write_text("import torch\n")
+    (tmp_path / "rnnx" / "user.py").write_text("def f():\n    from rnnx import light\n    from rnnx.framework import x\n")
+    assert hidden_rnnx_imports(tmp_path) == ["rnnx.user:2 in f(): imports rnnx.light, which loads no deferred library"]
+
+
+def test_import_rnnx_loads_no_framework() -> None:
+    """``import rnnx`` is numpy and rnnx's own modules: what the command line pays at every start."""
+    code = "import sys, rnnx; print(' '.join(m for m in ('onnx', 'onnxruntime', 'torch', 'keras', 'jax', 'tensorrt', 'onnx_ir') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", f"import rnnx loaded {done.stdout.strip()}"
