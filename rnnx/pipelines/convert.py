@@ -61,7 +61,6 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
                    tolerances: Tolerances | None = None) -> parity.ParityReport:
     why = f"{fmt_name} has no runtime here"
     if fmt_name == "onnx":
-
         # The file's inputs have its weights' dtype (float16, float32 or float64).
         try:
             return parity.check("ort", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first, states=states,
@@ -73,7 +72,6 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
     if fmt_name in ("jax", "keras"):  # run by the framework that owns the format, where installed
         try:
             if fmt_name == "jax":
-
                 return parity.check("jax", JaxRunner(path, weights.spec), weights, ragged=True, tolerances=tolerances)
 
             return parity.check("keras", KerasRunner(path, weights.spec), weights, tolerances=tolerances)
@@ -82,7 +80,6 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
     reread = files.load(path, format=fmt_name, spec=weights.spec)
     if fmt_name == "torch":
         try:
-
             return parity.check("torch", TorchRunner(reread.astype(np.float32)), weights, ragged=True, tolerances=tolerances)
         except RNNXError as exc:
             notes.append(f"torch check skipped: {exc}")
@@ -116,7 +113,6 @@ def convert(
     src_fmt = formats.get(from_format) if from_format else formats.detect(source)
     out_fmt = formats.get(to_format) if to_format else formats.detect(output, output=True)
     if src_fmt.name == "onnx" or out_fmt.name == "onnx":
-
         # An ONNX input's external data are inputs too, and an ONNX output may write a .data file beside it.
         refuse_overwriting([source, *(data_files(source) if src_fmt.name == "onnx" else [])],
                            {"-o": output, **({"-o's external data": output.with_name(output.name + ".data")} if out_fmt.name == "onnx" else {})})
@@ -158,7 +154,6 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
 def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, check: bool,
                      opset: int | None, batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None) -> None:
     if fmt_name == "onnx":
-
         progress.step(f"writing {output.name}")
         model = build_stack_model(weights, opset=DEFAULT_OPSET if opset is None else opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
         save_model(model, output)  # into ``written``: the output's write is under way

@@ -152,7 +152,6 @@ def _shape_only_path(graph_input: str, node_names: list[str], graph: Any, produc
 
 
 def _from_wiring(model: Any, graph: Any, spec: Any) -> Drive:
-
     groups = [g for g in recurrent_groups(model) if all(n.graph == "main" for n in g.nodes)]
     if not groups:
         raise RNNXError("no LSTM, GRU or RNN node in the main graph: nothing for verify to drive (lowered files are checked by the command that lowered them)")

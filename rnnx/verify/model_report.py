@@ -66,7 +66,6 @@ class WholeModelReport:
                 "layers": [la.to_json() for la in self.layers], "first_drift": first.name if first else None, "notes": self.notes}
 
     def dump(self, path: Path) -> None:
-
         with atomic_output(Path(path)) as tmp:
             tmp.write_text(json.dumps(self.to_json(), indent=2))
 

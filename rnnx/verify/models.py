@@ -69,7 +69,6 @@ def is_model_code(against: str | Path) -> bool:
 
 
 def load_torch_model(against: str, checkpoint: Path | None) -> tuple[Any, Any]:
-
     model, example = load_torch_model_from(str(against))
     if checkpoint is not None:
         load_checkpoint(model, Path(checkpoint))

@@ -67,7 +67,6 @@ def _png(fig: Any) -> str:
 
 
 def write_html(report: VerifyReport, path: Path) -> None:
-
     figures = [("Error along the sequence", _png(error_over_time(report)))]
     for d in report.diagnosis:
         figures.append((f"Diagnosis: {d['backend']}", _png(diagnosis_heatmap(report, d["backend"]))))

@@ -81,7 +81,6 @@ class VerifyReport:
         return {**asdict(self), "passed": self.passed}
 
     def dump(self, path: Path) -> None:
-
         with atomic_output(path) as tmp:
             tmp.write_text(json.dumps(self.to_json(), indent=2))
 
@@ -147,10 +146,8 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], i
 
                 runners[name] = ReferenceRunner(weights)
             elif name == "torch":
-
                 runners[name] = TorchRunner(weights.astype(np.float32))
             elif name == "cudnn":
-
                 runners[name] = CudnnRunner(weights)
             elif name == "trt":
                 if model is None or not str(model).endswith(".engine"):
@@ -321,7 +318,6 @@ def _runners_for(dtype_name: str, runners: dict[str, Any], weights: RNNWeights, 
         if name == "reference":
             continue
         if name == "torch" and dtype != "float32":
-
             try:
                 runner = TorchRunner(weights, dtype=dtype)
             except RNNXError as exc:
