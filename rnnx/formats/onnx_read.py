@@ -22,12 +22,11 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import require_file
-from rnnx.layouts.onnx import GATE_ORDER, LOWERED_KEY, OP_TYPES, PEEPHOLE_ORDER, SCAN_GATE_ORDER, scan_constant
+from rnnx.layouts.onnx import (DEFAULT_DOMAINS, GATE_ORDER, LOWERED_KEY, NATIVE_OPS, OP_TYPES, PEEPHOLE_ORDER, SCAN_GATE_ORDER,
+                               WEIGHT_INPUTS, scan_constant)
 from rnnx.spec import RNNSpec
 
-RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 PASSTHROUGH = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Dropout", "Cast")
-WEIGHT_INPUTS = {"W": 1, "R": 2, "B": 3, "P": 7}
 
 
 def _tensors(graph: Any) -> Iterator[Any]:
@@ -88,7 +87,7 @@ def _check_opsets(model: Any, path: Path) -> None:
 
     newest = onnx.defs.onnx_opset_version()
     for entry in model.opset_import:
-        default = entry.domain in ("", "ai.onnx")
+        default = entry.domain in DEFAULT_DOMAINS
         if not 1 <= entry.version < (newest + 1 if default else 1 << 31):
             domain = "the default domain" if default else f"domain {entry.domain!r}"
             hint = f"; this onnx knows opsets 1 to {newest}: upgrade onnx if the file is newer" if default else ""
@@ -186,7 +185,7 @@ def node_attributes(node: Any) -> dict[str, Any]:
     """A node's attributes as Python values, strings decoded (undecodable bytes replaced)."""
     from onnx import AttributeProto, helper
 
-    if node.op_type in ("LSTM", "GRU", "RNN"):
+    if node.op_type in NATIVE_OPS:
         for a in node.attribute:
             want = _ATTRIBUTE_TYPES.get(a.name)
             if want is not None and a.type != getattr(AttributeProto, want):
@@ -232,7 +231,7 @@ def recurrent_nodes(model: Any) -> list[RecurrentNode]:
         known = constants(graph, known)
         graph_inputs = {i.name for i in graph.input}
         for node in graph.node:
-            if node.op_type not in RECURRENT_OPS:
+            if node.op_type not in NATIVE_OPS:
                 continue
             attrs = node_attributes(node)
             tensors: dict[str, np.ndarray | None] = {}

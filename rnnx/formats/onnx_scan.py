@@ -39,7 +39,6 @@ from rnnx.weights import RNNWeights
 DOMAIN = "rnnx.lower"
 LSTM_PROJECTED = "LSTMProjected"
 INPUTS = ("X", "W", "R", "B", "seq_lens", "h0", "c0", "P", "proj")
-RECURRENT = ("LSTM", "GRU", "RNN")
 
 
 @dataclass

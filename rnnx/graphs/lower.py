@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from rnnx.errors import RNNXError
-from rnnx.formats.onnx_scan import DOMAIN, LSTM_PROJECTED, RECURRENT, LowerResult, lower_graph
+from rnnx.formats.onnx_scan import DOMAIN, LSTM_PROJECTED, LowerResult, lower_graph
+from rnnx.layouts.onnx import DEFAULT_DOMAINS, NATIVE_OPS
 
 
 def lower_recurrences(model: Any, select: str | None = None) -> LowerResult:
@@ -16,7 +17,7 @@ def lower_recurrences(model: Any, select: str | None = None) -> LowerResult:
     def want(n: Any) -> bool:
         if n.domain == DOMAIN and n.op_type == LSTM_PROJECTED:
             return True
-        return n.domain in ("", "ai.onnx") and n.op_type in RECURRENT and (select is None or n.name == select)
+        return n.domain in DEFAULT_DOMAINS and n.op_type in NATIVE_OPS and (select is None or n.name == select)
 
     result = lower_graph(model, want)
     if select is not None and select not in result.lowered and not result.left_alone:
