@@ -135,6 +135,22 @@ def build_stack_model(
 EXTERNAL_DATA_BYTES = 1_800_000_000  # below protobuf's 2 GiB limit, with room for the graph
 
 
+def stored_bytes(graph: Any) -> int:
+    """Bytes of every stored tensor: initializers and Constant nodes' values, subgraphs
+    included (a lowered recurrence keeps its weights in Constants inside and beside its Scans),
+    all of which onnx moves to external data."""
+    total = sum(t.ByteSize() for t in graph.initializer)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                total += attr.t.ByteSize()
+            total += sum(t.ByteSize() for t in attr.tensors)
+            if attr.HasField("g"):
+                total += stored_bytes(attr.g)
+            total += sum(stored_bytes(g) for g in attr.graphs)
+    return total
+
+
 def save_model(model: Any, path: Path) -> bool:
     """Write atomically; weights past protobuf's limit go to ``<name>.data`` beside it. Says whether they did."""
     path = Path(path)
@@ -145,7 +161,7 @@ def save_model(model: Any, path: Path) -> bool:
 def write_model(model: Any, tmp: Path, final_name: str) -> bool:
     """Write ``model`` to ``tmp``, which will be renamed to ``final_name`` in the same folder;
     external data, when the weights pass protobuf's limit, goes to ``<final_name>.data``."""
-    external = sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES
+    external = stored_bytes(model.graph) > EXTERNAL_DATA_BYTES
     with library_write(tmp.with_name(final_name)):
         _save(model, tmp, final_name, external)
     return external
@@ -155,6 +171,7 @@ def _save(model: Any, tmp: Path, final_name: str, external: bool) -> None:
     import onnx
 
     if external:
-        onnx.save(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True, location=final_name + ".data")
+        onnx.save(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True, location=final_name + ".data",
+                  convert_attribute=True)  # Constant nodes too: lowered recurrences keep their weights there
     else:
         onnx.save(model, str(tmp))

@@ -386,6 +386,20 @@ def test_large_weights_go_to_external_data(tmp_path, monkeypatch: pytest.MonkeyP
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
 
 
+def test_weights_in_constants_count_toward_external_data(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A projected LSTM keeps its weights in Constant nodes beside and inside its Scans; they
+    count toward the limit and go to external data like initializers."""
+    from rnnx.formats import onnx_build as build
+
+    monkeypatch.setattr(build, "EXTERNAL_DATA_BYTES", 1000)
+    path = tmp_path / "proj.onnx"
+    report = rnnx.export(torch.nn.LSTM(16, 32, proj_size=8), (torch.randn(4, 2, 16),), path)
+    assert report.external_data and report.passed
+    model = onnx.load(str(path), load_external_data=False)
+    assert not model.graph.initializer or all(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer if t.ByteSize() > 1024)
+    assert (tmp_path / "proj.onnx.data").stat().st_size > 16 * 32 * 4 * 4
+
+
 def test_export_after_a_torchscript_export_in_the_same_process(tmp_path) -> None:
     """torch.onnx's own down-conversion fails once its TorchScript exporter has run; rnnx's does not."""
     import warnings
