@@ -11,9 +11,9 @@ import numpy as np
 import onnx
 import pytest
 
+import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.formats.cudnn import LIN_LAYER_IDS
 from rnnx.formats.onnx_build import build_stack_model
 from rnnx.graphs.lower import lower_recurrences
 from tests.formats.test_onnx import ONNX_SPECS, PROJ_SPECS
@@ -33,18 +33,19 @@ def test_lowered_form_matches_reference(spec: RNNSpec, ragged: bool) -> None:
     assert report, str(report)
 
 
-def test_input_product_is_hoisted_in_cudnn_gate_order() -> None:
-    """Outside the Scan: one MatMul by W stacked i,f,g,o; inside: no product with W."""
-    spec = RNNSpec.parse("lstm,input=3,hidden=4")
-    weights = RNNWeights.random(spec, seed=2)
+def test_input_product_is_hoisted_as_torch_stacks_its_gates() -> None:
+    """Outside the Scan: one MatMul by the input matrix with its gates stacked as torch's
+    ``weight_ih`` stacks them (i,f,g,o, which is also cuDNN's order); inside: no product with it."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(2)
+    module = torch.nn.LSTM(3, 4)
+    weights = rnnx.from_format(module.state_dict(), "torch")
     model = build_stack_model(weights)
     lower_recurrences(model)
     consts = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node if n.op_type == "Constant"}
     matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
     assert len(matmuls) == 1
-    Wt = consts[matmuls[0].input[1]]
-    order = sorted(LIN_LAYER_IDS["lstm"]["W"], key=LIN_LAYER_IDS["lstm"]["W"].get)
-    np.testing.assert_array_equal(Wt, weights.stacked(0, "forward", "W", order).T)
+    np.testing.assert_array_equal(consts[matmuls[0].input[1]], module.weight_ih_l0.detach().numpy().T)
     (scan,) = [n for n in model.graph.node if n.op_type == "Scan"]
     body_ops = collections.Counter(n.op_type for n in scan.attribute[0].g.node)
     assert body_ops["MatMul"] == 1  # the recurrent product only
