@@ -43,10 +43,12 @@ class CellFuseResult:
 
 
 def _terms(g: GraphIndex, name: str, depth: int = 0) -> list[tuple[str, Any]] | None:
-    """A sum of linear terms as [("linear", (input, W_rows_by_in, node)), ("bias", vector)]."""
+    """A sum of linear terms as [("linear", (input, W_rows_by_in, origin)), ("bias", (vector, origin)),
+    ("node", node)]; equal origins mean equal weights (the constant's digest and how W was cut
+    from it), so steps of one cell are recognised without comparing their weights."""
     node = g.producer.get(name)
     if name in g.constants:
-        return [("bias", g.constants[name])]
+        return [("bias", (g.constants[name], g.digest(name)))]
     if node is None or depth > 4:
         return None
     if node.op_type == "Add":
@@ -58,29 +60,30 @@ def _terms(g: GraphIndex, name: str, depth: int = 0) -> list[tuple[str, Any]] | 
         if node.input[1] not in g.constants:
             return None
         W = g.constants[node.input[1]]
-        W = W if g.attr(node, "transB", 0) else W.T
-        out = _linear(g, node.input[0], W) + [("node", node)]
+        transB = bool(g.attr(node, "transB", 0))
+        W = W if transB else W.T
+        out = _linear(g, node.input[0], W, (g.digest(node.input[1]), transB)) + [("node", node)]
         if len(node.input) > 2 and node.input[2]:
             if node.input[2] not in g.constants:
                 return None
-            out.append(("bias", g.constants[node.input[2]]))
+            out.append(("bias", (g.constants[node.input[2]], g.digest(node.input[2]))))
         return out
     if node.op_type == "MatMul" and node.input[1] in g.constants:
-        return _linear(g, node.input[0], g.constants[node.input[1]].T) + [("node", node)]
+        return _linear(g, node.input[0], g.constants[node.input[1]].T, (g.digest(node.input[1]), False)) + [("node", node)]
     return None
 
 
-def _linear(g: GraphIndex, name: str, W: np.ndarray) -> list[tuple[str, Any]]:
+def _linear(g: GraphIndex, name: str, W: np.ndarray, origin: tuple[Any, ...]) -> list[tuple[str, Any]]:
     """``W @ name`` as linear terms; a product over Concat(x, h) is split into one per part
     (TensorFlow-style cells), using the parts' sizes from shape inference."""
     concat = g.prod(name, "Concat")
     if concat is None or g.attr(concat, "axis") not in (1, -1):
-        return [("linear", (name, W))]
+        return [("linear", (name, W, origin))]
     sizes = [g.last_dim.get(i) for i in concat.input]
     if None in sizes or sum(sizes) != W.shape[1]:  # type: ignore[arg-type]
-        return [("linear", (name, W))]
+        return [("linear", (name, W, origin))]
     bounds = np.cumsum([0, *sizes])
-    return [("linear", (i, W[:, a:b])) for i, a, b in zip(concat.input, bounds[:-1], bounds[1:])] + [("node", concat)]
+    return [("linear", (i, W[:, a:b], (*origin, int(a), int(b)))) for i, a, b in zip(concat.input, bounds[:-1], bounds[1:])] + [("node", concat)]
 
 
 def _single_consumer(g: GraphIndex, name: str, op_type: str) -> Any:
@@ -153,20 +156,21 @@ def _match(g: GraphIndex, pre: str, parts: list[str], cutters: list[Any]) -> str
     if terms is None:
         return "the gates' input is not a sum of constant linear maps and biases"
     linear = [t for kind, t in terms if kind == "linear"]
-    biases = [t for kind, t in terms if kind == "bias"]
+    biases = [t[0] for kind, t in terms if kind == "bias"]
+    bias_origins = tuple(sorted(t[1] for kind, t in terms if kind == "bias"))
     nodes = [t for kind, t in terms if kind == "node"]
     if len(linear) != 2:
         return f"{len(linear)} linear terms feed the gates, expected 2 (input and state)"
     H4 = linear[0][1].shape[0]
     H = H4 // 4
-    if any(W.shape[0] != H4 for _, W in linear) or any(np.asarray(b).shape[-1] != H4 for b in biases):
+    if any(W.shape[0] != H4 for _, W, _ in linear) or any(np.asarray(b).shape[-1] != H4 for b in biases):
         return "the linear terms disagree on 4*hidden"
     hs = [t for t in linear if t[1].shape[1] == H]
     if len(hs) == 2:  # input size equals hidden size: the input is the one read by Gather
         hs = [t for t in linear if g.prod(t[0], "Gather") is None]
     if len(hs) != 1:
         return "cannot tell the input from the state"
-    (h_prev, R), ((x_t, W),) = hs[0], [t for t in linear if t is not hs[0]]
+    (h_prev, R, r_origin), ((x_t, W, w_origin),) = hs[0], [t for t in linear if t is not hs[0]]
     inner = [*cutters, *acts, mul_ig, add_c, mul_fc, tanh_c, mul_h, *nodes]
     inner_outs = {o for n in inner for o in n.output} - {c_new, mul_h.output[0]}
     inner_ids = {id(n) for n in inner}
@@ -179,20 +183,21 @@ def _match(g: GraphIndex, pre: str, parts: list[str], cutters: list[Any]) -> str
     return {
         "x": x_t, "h": h_prev, "c": c_prev, "h_new": mul_h.output[0], "c_new": c_new, "H": H,
         "W": W[onnx_rows], "R": R[onnx_rows], "B": np.concatenate([bias[onnx_rows], np.zeros(H4)]).astype(W.dtype),
-        "remove": [mul_h, add_c], "weights_key": (W.tobytes(), R.tobytes(), bias.tobytes()),
+        "remove": [mul_h, add_c], "weights_key": ("LSTM", tuple(roles.items()), w_origin, r_origin, bias_origins),
     }
 
 
-def _linear_of(g: GraphIndex, name: str) -> tuple[str, np.ndarray, np.ndarray | None] | None:
-    """(input, W rows-by-input, bias) of a constant linear map feeding ``name``."""
+def _linear_of(g: GraphIndex, name: str) -> tuple[str, np.ndarray, np.ndarray | None, tuple[Any, ...]] | None:
+    """(input, W rows-by-input, bias, origin of W and bias) of a constant linear map feeding ``name``."""
     terms = _terms(g, name)
     if terms is None:
         return None
     linear = [t for kind, t in terms if kind == "linear"]
-    biases = [np.asarray(t, dtype=np.float64) for kind, t in terms if kind == "bias"]
+    biases = [np.asarray(t[0], dtype=np.float64) for kind, t in terms if kind == "bias"]
     if len(linear) != 1:
         return None
-    return linear[0][0], linear[0][1], (np.sum(biases, axis=0) if biases else None)
+    origin = (linear[0][2], tuple(sorted(t[1] for kind, t in terms if kind == "bias")))
+    return linear[0][0], linear[0][1], (np.sum(biases, axis=0) if biases else None), origin
 
 
 def _split_part(g: GraphIndex, name: str) -> tuple[Any, int] | None:
@@ -267,7 +272,7 @@ def _match_gru(g: GraphIndex, tanh: Any) -> str | dict[str, Any]:
     return {
         "x": lin_x[0], "h": h_prev, "h_new": out.output[0], "H": H,
         "W": W[rows], "R": lin_h[1][rows], "B": np.concatenate([bx[rows], bh[rows]]).astype(W.dtype),
-        "remove": [out], "weights_key": (b"gru", W.tobytes(), lin_h[1].tobytes(), bx.tobytes(), bh.tobytes()),
+        "remove": [out], "weights_key": ("GRU", tuple(roles.items()), lin_x[3], lin_h[3]),
     }
 
 

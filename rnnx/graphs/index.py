@@ -6,29 +6,35 @@ this small index rather than through a separate IR.
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
+from rnnx.formats.onnx_read import to_array
+
 
 class GraphIndex:
     """Producers, consumers and constants of one graph, looked up by tensor name."""
 
     def __init__(self, graph: Any, outer_constants: dict[str, np.ndarray] | None = None) -> None:
-        from rnnx.formats.onnx_read import to_array
-
         self.graph = graph
-        self.producer = {o: n for n in graph.node for o in n.output if o}
+        # One list of the node objects, held for the index's life: protobuf hands out one Python
+        # object per node while some reference to it lives, so ids identify nodes in O(1).
+        self.nodes: list[Any] = list(graph.node)
+        self.position = {id(n): k for k, n in enumerate(self.nodes)}  # graph order, for sorting found nodes
+        self.producer = {o: n for n in self.nodes for o in n.output if o}
         self.consumers: dict[str, list[Any]] = defaultdict(list)
-        for n in graph.node:
+        for n in self.nodes:
             for i in n.input:
                 if i:
                     self.consumers[i].append(n)
         self.constants = dict(outer_constants or {})  # a subgraph reads its outer scope's weights
         self.constants.update({i.name: to_array(i) for i in graph.initializer})
-        for n in graph.node:
+        for n in self.nodes:
             if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
                 self.constants[n.output[0]] = to_array(n.attribute[0].t)
         self.outputs = {o.name for o in graph.output}
@@ -39,6 +45,18 @@ class GraphIndex:
             if dims and dims[-1].HasField("dim_value"):
                 self.last_dim[vi.name] = int(dims[-1].dim_value)
         self.last_dim.update({k: int(v.shape[-1]) for k, v in self.constants.items() if v.ndim})
+        self._digests: dict[str, bytes] = {}
+
+    def digest(self, name: str) -> bytes:
+        """A digest of constant ``name``'s dtype, shape and values, computed once per name: steps
+        of one cell read the same weights, and comparing them each time would cost a step's
+        weights per step."""
+        found = self._digests.get(name)
+        if found is None:
+            value = np.ascontiguousarray(self.constants[name])
+            found = hashlib.blake2b(f"{value.dtype.str}{value.shape}".encode() + value.tobytes(), digest_size=16).digest()
+            self._digests[name] = found
+        return found
 
     def prod(self, name: str, op_type: str) -> Any:
         node = self.producer.get(name)
@@ -64,8 +82,6 @@ class GraphIndex:
 def graphs(graph: Any, outer: dict[str, np.ndarray] | None = None) -> Iterator[tuple[Any, dict[str, np.ndarray]]]:
     """The graph and every subgraph (If/Loop/Scan bodies, nested), each with the constants
     of its enclosing scopes."""
-    from rnnx.formats.onnx_read import to_array
-
     yield graph, dict(outer or {})
     scope = dict(outer or {})
     scope.update({i.name: to_array(i) for i in graph.initializer})
@@ -98,30 +114,25 @@ def _names_read_below(graph: Any) -> set[str]:
     return names
 
 
-def remove_dead(graph: Any) -> None:
-    live = {o.name for o in graph.output} | _names_read_below(graph)  # subgraphs read outer names
-    changed = True
-    nodes = list(graph.node)
-    while changed:
-        used = live | {i for n in nodes for i in n.input}
-        keep = [n for n in nodes if any(o in used for o in n.output)]
-        changed = len(keep) != len(nodes)
-        nodes = keep
-    del graph.node[:]
-    graph.node.extend(nodes)
-    used = {i for n in nodes for i in n.input} | live
-    inits = [i for i in graph.initializer if i.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(inits)
+def _live(nodes: list[Any], live: set[str]) -> list[Any]:
+    """The nodes that ``live`` names depend on, in their given order: a walk back from those
+    names, each node visited once."""
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    keep = [False] * len(nodes)
+    pending = [producer[name] for name in live if name in producer]
+    while pending:
+        k = pending.pop()
+        if keep[k]:
+            continue
+        keep[k] = True
+        pending.extend(producer[i] for i in nodes[k].input if i in producer)
+    return [n for n, kept in zip(nodes, keep) if kept]
 
 
-def toposort(graph: Any) -> None:
-    """Order nodes so that each comes after its producers, keeping the given order where it
+def _ordered(nodes: list[Any]) -> list[Any]:
+    """``nodes`` so that each comes after its producers, keeping the given order where it
     already is one (Kahn's algorithm, the lowest original position first: linear in the
-    graph's size up to the heap's log)."""
-    import heapq
-
-    nodes = list(graph.node)
+    graph's size up to the heap's log). A cycle (not a valid graph) keeps its given order."""
     producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
     waiting = [0] * len(nodes)
     readers: dict[int, list[int]] = defaultdict(list)
@@ -139,19 +150,32 @@ def toposort(graph: Any) -> None:
             waiting[j] -= 1
             if waiting[j] == 0:
                 heapq.heappush(ready, j)
-    if len(order) < len(nodes):  # a cycle: not a valid graph; keep the rest in their order
+    if len(order) < len(nodes):
         placed = set(order)
         order += [i for i in range(len(nodes)) if i not in placed]
+    return [nodes[i] for i in order]
+
+
+def _write(graph: Any, nodes: list[Any], live: set[str]) -> None:
+    """Replace ``graph``'s nodes by ``nodes`` and drop the initializers nothing reads. Writing
+    a repeated field copies every message, so each rewrite writes the nodes once."""
     del graph.node[:]
-    graph.node.extend(nodes[i] for i in order)
+    graph.node.extend(nodes)
+    used = {i for n in nodes for i in n.input} | live
+    if any(i.name not in used for i in graph.initializer):
+        inits = [i for i in graph.initializer if i.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(inits)
+
+
+def _live_names(graph: Any) -> set[str]:
+    return {o.name for o in graph.output} | _names_read_below(graph)  # subgraphs read outer names
 
 
 def rewrite(graph: Any, removed: set[int], added: Iterable[Any], initializers: Iterable[Any] = ()) -> None:
     """Drop the nodes whose ids are in ``removed``, add ``added``, then drop what became
     dead and restore topological order."""
-    kept = [n for n in graph.node if id(n) not in removed]
-    del graph.node[:]
-    graph.node.extend(kept + list(added))
     graph.initializer.extend(initializers)
-    remove_dead(graph)
-    toposort(graph)
+    live = _live_names(graph)
+    nodes = [n for n in graph.node if id(n) not in removed] + list(added)
+    _write(graph, _ordered(_live(nodes, live)), live)

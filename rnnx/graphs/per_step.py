@@ -118,8 +118,7 @@ def _region_from(g: GraphIndex, h: str, chain_ids: set[int], k: int) -> tuple[li
                         escapes.append(f"step {k}'s per-step {user.op_type} result is a graph output")
                     inside.add(o)
                     frontier.append(o)
-    order = {id(n): i for i, n in enumerate(g.graph.node)}
-    nodes = sorted(region.values(), key=lambda n: order[id(n)])
+    nodes = sorted(region.values(), key=lambda n: g.position[id(n)])
     for n in nodes:
         why = _row_wise(g, n, inside)
         if why:
