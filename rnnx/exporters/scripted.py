@@ -88,11 +88,11 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     report = ExportReport(
         path=str(path), opset=opset, op_types=dict(op_types), axes=naming.axes(),
         recurrences=[{"module": "(TorchScript)", "spec": "-", "onnx": ", ".join(f"{v} x {k}" for k, v in native.items()) or "none"}],
-        fused=chains.fused, tracing="by torch.onnx's TorchScript exporter; sequence and batch axes placed from the recurrent submodules",
+        fused=chains.rewritten, tracing="by torch.onnx's TorchScript exporter; sequence and batch axes placed from the recurrent submodules",
     )
     report.notes.append("a TorchScript file is exported by torch.onnx's TorchScript exporter: rnnx cannot swap its modules")
     if cells:
-        report.notes.append(f"{len(cells.fused)} decomposed cell(s) made native, {len(chains.fused)} chain(s) fused")
+        report.notes.append(f"{len(cells.rewritten)} decomposed cell(s) made native, {len(chains.rewritten)} chain(s) fused")
     write_checked(proto, path, report, model, leaves, structure, naming, check, seed, tolerances)
     return report
 

@@ -267,8 +267,8 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     unrolled: list[str] = []
     if stepped:
         fused = fuse_steps(proto, seq_label=record.free_label(naming, "seq"))
-        fused_info = fused.fused
-        for info in fused.fused:
+        fused_info = fused.rewritten
+        for info in fused.rewritten:
             if info.get("dynamic_seq"):
                 naming.input_dims[info["source"]][info["axis"]] = info["seq_label"]
                 naming.roles[info["seq_label"]] = "length"
@@ -277,9 +277,9 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
                          + (f"; per-step {', '.join(info['hoisted'])} applied to all steps after it" if info.get("hoisted") else ""))
         calls = collections.Counter(record.module_of(n) for n in proto.graph.node if n.op_type in NATIVE_OPS)
         looped = [name for name in stepped if calls.get(name, 0) > 1]  # a cell called once is one step, not a loop
-        if looped and (not fused.fused or fused.left_alone):
+        if looped and (not fused.rewritten or fused.left_alone):
             unrolled = looped
-            reasons = "; ".join(f"{r['node']}: {r['reason']}" for r in fused.left_alone) or "no chain of steps over one input found"
+            reasons = "; ".join(str(r) for r in fused.left_alone) or "no chain of steps over one input found"
             notes.append(f"cells stepped in Python stay one node per step, so their step count is fixed at the example's ({reasons})")
     if lowered:
         notes.append(f"ONNX has no LSTM projection: {len(lowered.lowered)} layer(s) lowered to Scans with the input product hoisted")

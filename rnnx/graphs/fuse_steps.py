@@ -5,9 +5,13 @@ Rules, for LSTM / GRU / RNN nodes in the main graph:
   with a constant scalar ``t``;
 - step B follows step A when B's initial_h (and initial_c) is ``Unsqueeze(Squeeze(A.Y_h))``
   (and the same for Y_c) and both use the same W, R, B and attributes;
-- a chain fuses when its steps read t = 0, 1, ..., T-1 of one S whose first dimension is
-  T, and no intermediate state is used outside the chain except by a ``Concat(axis=0)``
-  that stacks every step's ``Unsqueeze(h_t, [0])`` in order;
+- a chain fuses when ``steps.sliced_input``: every step's X is sliced from one input, and
+  ``steps.in_order``: its steps read t = 0, 1, ..., T-1 of one S whose first dimension is T;
+  ``steps.states``: every state is read through ``Squeeze`` only, and no step's Y is read;
+  ``steps.h_private`` / ``steps.c_private``: no intermediate state is used outside the chain
+  except by a ``Concat`` (axis 0, or 1 batch-first) that stacks every step's
+  ``Unsqueeze(h_t)``, ``steps.stack_order``: in order, or by per-step work on h that
+  :mod:`rnnx.graphs.per_step` can apply to all steps at once (its rules are ``per_step.*``);
 - the fused node reads all of S: the stack becomes ``Squeeze(Y, [1])`` and the last
   step's states ``Squeeze(Y_h)`` / ``Squeeze(Y_c)``; when S is a graph input read by
   nothing else but Shape, its first dimension (and the stack's, if a graph output)
@@ -18,22 +22,12 @@ A chain that breaks a rule is left alone, and the result says which rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from rnnx.graphs.index import GraphIndex, graphs, rewrite
 from rnnx.graphs.per_step import find_per_step, hoist
-
-RECURRENT = ("LSTM", "GRU", "RNN")
-
-
-@dataclass
-class FuseResult:
-    fused: list[dict[str, Any]] = field(default_factory=list)
-    left_alone: list[dict[str, str]] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.fused)
+from rnnx.layouts.onnx import NATIVE_OPS
+from rnnx.pass_result import Declined, PassResult
 
 
 def _is_one_step(g: GraphIndex, node: Any) -> bool:
@@ -63,24 +57,26 @@ def _key(node: Any) -> tuple[Any, ...]:
     return (node.op_type, tuple(node.input[1:4]), attrs)
 
 
-def fuse_steps(model: Any, seq_label: str = "seq") -> FuseResult:
+def fuse_steps(model: Any, seq_label: str = "seq") -> PassResult[dict[str, Any]]:
     """Fuse every chain of one-step nodes, in the main graph and in If/Loop/Scan bodies, in
-    place; a fused sequence input of the main graph gets the dynamic length ``seq_label``."""
-    result = FuseResult()
+    place; a fused sequence input of the main graph gets the dynamic length ``seq_label``.
+    Each rewritten chain is a record: op, steps, source, axis, node, stack, steps_outputs
+    (and hoisted, dynamic_seq, seq_label where they apply)."""
+    result: PassResult[dict[str, Any]] = PassResult()
     for graph, outer in list(graphs(model.graph)):
-        before = len(result.fused)
+        before = len(result.rewritten)
         _fuse_steps_in(GraphIndex(graph, outer), result)
         if graph is model.graph:
-            for info in result.fused[before:]:
+            for info in result.rewritten[before:]:
                 _make_sequence_dynamic(model, info, seq_label)
     return result
 
 
-def _fuse_steps_in(g: GraphIndex, result: FuseResult) -> None:
-    fused_before = len(result.fused)
+def _fuse_steps_in(g: GraphIndex, result: PassResult[dict[str, Any]]) -> None:
+    fused_before = len(result.rewritten)
     steps = {}
-    for node in g.graph.node:
-        if node.op_type not in RECURRENT or g.attr(node, "direction", b"forward") not in (b"forward", "forward"):
+    for node in g.nodes:
+        if node.op_type not in NATIVE_OPS or g.attr(node, "direction", b"forward") not in (b"forward", "forward"):
             continue
         if len(node.input) > 4 and node.input[4]:
             continue
@@ -109,29 +105,31 @@ def _fuse_steps_in(g: GraphIndex, result: FuseResult) -> None:
         if len(chain) < 2:
             continue
         plan = _plan(g, chain, steps)
-        if isinstance(plan, str):
-            result.left_alone.append({"node": chain[0].name, "reason": plan})
+        if isinstance(plan, Declined):
+            result.left_alone.append(plan.at(chain[0].name))
             continue
         nodes, dead, info = plan
         new_nodes.extend(nodes)
         removed |= dead
-        result.fused.append(info)
-    if len(result.fused) > fused_before:
+        result.rewritten.append(info)
+    if len(result.rewritten) > fused_before:
         rewrite(g.graph, removed, new_nodes)
 
 
-def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple[list[Any], set[int], dict[str, Any]]:
+def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> Declined | tuple[list[Any], set[int], dict[str, Any]]:
+    """The nodes that replace ``chain``, the ids of the nodes they make dead and the chain's
+    record; or the rule it breaks."""
     from onnx import TensorProto, helper
 
     sources = [steps[id(n)][1] for n in chain]
     T = len(chain)
     if any(src is None for src in sources):
         k = next(i for i, src in enumerate(sources) if src is None)
-        return (f"step {k}'s input is computed inside the loop, not sliced from one input (an autoregressive loop, "
-                "each step fed from the last one's output): its steps cannot run as one node")
+        return Declined("steps.sliced_input", f"step {k}'s input is computed inside the loop, not sliced from one input (an autoregressive "
+                        "loop, each step fed from the last one's output): its steps cannot run as one node")
     S, axis = sources[0][0], sources[0][2]
     if any(s != S or a != axis for s, _, a in sources) or [t for _, t, _ in sources] != list(range(T)):
-        return f"steps read {[t for _, t, _ in sources]} of {sorted({s for s, _, _ in sources})}, not 0..{T - 1} of one tensor"
+        return Declined("steps.in_order", f"steps read {[t for _, t, _ in sources]} of {sorted({s for s, _, _ in sources})}, not 0..{T - 1} of one tensor")
     is_lstm = chain[0].op_type == "LSTM"
     squeezes_h = [_only_squeeze(g, n.output[1]) for n in chain]
     last = chain[-1]
@@ -139,12 +137,12 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple
     last_c = _only_squeeze(g, last.output[2]) if is_lstm and len(last.output) > 2 and last.output[2] else None
     squeezes_c = [_only_squeeze(g, n.output[2]) if len(n.output) > 2 else None for n in chain[:-1]] if is_lstm else []
     if any(s is None for s in squeezes_h + squeezes_c):
-        return "a step's state is used other than through Squeeze"
+        return Declined("steps.states", "a step's state is used other than through Squeeze")
     if any(g.consumers.get(n.output[0]) for n in chain if n.output[0]):
-        return "a step's Y output is used; only its states may be"
+        return Declined("steps.states", "a step's Y output is used; only its states may be")
     chain_ids = {id(n) for n in chain}
     per = find_per_step(g, [sq.output[0] for sq in squeezes_h], chain_ids)
-    if isinstance(per, str):
+    if isinstance(per, Declined):
         return per
     stack = None
     for k, sq in enumerate(squeezes_h):
@@ -161,17 +159,17 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> str | tuple
                     continue
             if k == T - 1:
                 continue  # the final state may go anywhere
-            return f"step {k}'s h is used outside the chain by {user.op_type} {user.name!r}"
+            return Declined("steps.h_private", f"step {k}'s h is used outside the chain by {user.op_type} {user.name!r}")
         if k < T - 1 and sq.output[0] in g.outputs:
-            return f"step {k}'s h is a graph output"
+            return Declined("steps.h_private", f"step {k}'s h is a graph output")
     for k, sq in enumerate(squeezes_c):
         users = g.consumers.get(sq.output[0], [])
         if sq.output[0] in g.outputs or any(id(c) not in chain_ids for u in users for c in g.consumers.get(u.output[0], [])):
-            return f"step {k}'s c is used outside the chain"
+            return Declined("steps.c_private", f"step {k}'s c is used outside the chain")
     if stack is not None:
         stacked = [g.prod(i, "Unsqueeze") for i in stack.input]
         if [u.input[0] if u is not None else None for u in stacked] != [s.output[0] for s in squeezes_h]:
-            return "the steps' outputs are concatenated in another order or with other tensors"
+            return Declined("steps.stack_order", "the steps' outputs are concatenated in another order or with other tensors")
     first = chain[0]
     prefix = f"{first.name or first.op_type}_fused"
     nodes = []

@@ -4,15 +4,17 @@ A teacher-forced decoder applies the same row-wise operations to every step's h 
 Linear, an activation, a layer norm) and stacks the results over time. Such a loop is a
 recurrence followed by those operations applied to all steps at once. Rules:
 
-- step k's *region* is every node reached from its h (``Squeeze(Y_h)``), up to an
+- ``per_step.independent``: step k's *region* is every node reached from its h (``Squeeze(Y_h)``), up to an
   ``Unsqueeze`` feeding only a ``Concat`` on the same axis, 0 or 1 (the stack over time,
-  time-major or batch-first);
-- each region node is row-wise on (batch, features): elementwise with constants that
+  time-major or batch-first), and it reaches no later step;
+- ``per_step.graph_output``: no region result is a graph output;
+- ``per_step.row_wise``: each region node is row-wise on (batch, features): elementwise with constants that
   broadcast along rows, ``MatMul``/``Gemm`` against constant weights, ``LayerNormalization``,
   ``Softmax`` and ``Concat`` over the last axis; every input is the step's h, the region's
   own result, or a constant;
-- every step's region is the same computation (op types, attributes, constants, wiring),
-  and each stack takes every step's result in order.
+- ``per_step.same_computation``: every step's region is the same computation (op types,
+  attributes, constants, wiring);
+- ``per_step.stack``: each stack takes every step's result once, in order.
 
 The rewrite applies one copy of the region to the fused node's Y flattened to
 (seq*batch, features) and reshapes the result to (seq, batch, ...), which is what the
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.graphs.index import GraphIndex
+from rnnx.pass_result import Declined
 
 _UNARY = {
     "Relu", "Tanh", "Sigmoid", "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Exp",
@@ -91,11 +94,11 @@ def _row_wise(g: GraphIndex, node: Any, inside: set[str]) -> str | None:
     return f"per-step {op} is not known to act on each row alone"
 
 
-def _region_from(g: GraphIndex, h: str, chain_ids: set[int], k: int) -> tuple[list[Any], list[tuple[str, Any, Any]]] | str:
+def _region_from(g: GraphIndex, h: str, chain_ids: set[int], k: int) -> tuple[list[Any], list[tuple[str, Any, Any]]] | Declined:
     """Step k's region (graph order) and its terminals (result, Unsqueeze, Concat)."""
     region: dict[int, Any] = {}
     terminals: list[tuple[str, Any, Any]] = []
-    escapes: list[str] = []
+    escapes: list[Declined] = []
     inside = {h}
     frontier = [h]
     while frontier:
@@ -106,7 +109,7 @@ def _region_from(g: GraphIndex, h: str, chain_ids: set[int], k: int) -> tuple[li
             if t == h and user.op_type == "Unsqueeze" and g.axes(user) in ([0], [1]):
                 continue  # into the next step or the stack of h: the chain's own business
             if id(user) in chain_ids:
-                return f"step {k}'s h reaches a later step's input through {user.op_type}: each step depends on the last one's result"
+                return Declined("per_step.independent", f"step {k}'s h reaches a later step's input through {user.op_type}: each step depends on the last one's result")
             concat = _is_stack_unsqueeze(g, user)
             if concat is not None:
                 terminals.append((t, user, concat))
@@ -115,14 +118,14 @@ def _region_from(g: GraphIndex, h: str, chain_ids: set[int], k: int) -> tuple[li
             for o in user.output:
                 if o:
                     if o in g.outputs:
-                        escapes.append(f"step {k}'s per-step {user.op_type} result is a graph output")
+                        escapes.append(Declined("per_step.graph_output", f"step {k}'s per-step {user.op_type} result is a graph output"))
                     inside.add(o)
                     frontier.append(o)
     nodes = sorted(region.values(), key=lambda n: g.position[id(n)])
     for n in nodes:
         why = _row_wise(g, n, inside)
         if why:
-            return f"step {k}: {why}"
+            return Declined("per_step.row_wise", f"step {k}: {why}")
     if escapes:
         return escapes[0]
     return nodes, terminals
@@ -142,12 +145,12 @@ def _signature(g: GraphIndex, nodes: list[Any], h: str) -> list[tuple[Any, ...]]
     return sig
 
 
-def find_per_step(g: GraphIndex, hs: list[str], chain_ids: set[int]) -> PerStep | str | None:
+def find_per_step(g: GraphIndex, hs: list[str], chain_ids: set[int]) -> PerStep | Declined | None:
     """The per-step regions of a chain whose steps' h are ``hs``; None if there are none."""
     T = len(hs)
     found = [_region_from(g, h, chain_ids, k) for k, h in enumerate(hs)]
     for f in found:
-        if isinstance(f, str):
+        if isinstance(f, Declined):
             return f
     regions = [f[0] for f in found]  # type: ignore[index]
     terminals = [f[1] for f in found]  # type: ignore[index]
@@ -158,17 +161,17 @@ def find_per_step(g: GraphIndex, hs: list[str], chain_ids: set[int]) -> PerStep 
         sig = _signature(g, regions[k], hs[k])
         # The last step's h may also feed the model's final output: its region may be larger.
         if sig != template and not (k == T - 1 and sig[: len(template)] == template):
-            return f"step {k}'s per-step operations differ from step 0's"
+            return Declined("per_step.same_computation", f"step {k}'s per-step operations differ from step 0's")
     per = PerStep(template=regions[0], regions=regions)
     for j, (result, _, concat) in enumerate(terminals[0]):
         unsqueezes = []
         for k in range(T):
             match = [u for r, u, c in terminals[k] if c is concat]
             if len(match) != 1:
-                return f"the stack {concat.output[0]!r} does not take step {k}'s result exactly once"
+                return Declined("per_step.stack", f"the stack {concat.output[0]!r} does not take step {k}'s result exactly once")
             unsqueezes.append(match[0])
         if list(concat.input) != [u.output[0] for u in unsqueezes]:
-            return f"the stack {concat.output[0]!r} takes the steps' results in another order or with other tensors"
+            return Declined("per_step.stack", f"the stack {concat.output[0]!r} takes the steps' results in another order or with other tensors")
         per.terminals.append((result, concat))
         per.stacked |= {id(u) for u in unsqueezes}
     per.roots = {id(n) for region, h in zip(regions, hs) for n in region if h in n.input}

@@ -10,21 +10,21 @@ failure and nothing is written.
 from __future__ import annotations
 
 import copy
-
-import onnx
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rnnx import parity, progress
-from rnnx.errors import ParityError, RNNXError
+from rnnx.errors import ParityError
 from rnnx.fileio import refuse_overwriting
-from rnnx.pipelines.rewrite_check import check_rewrite_size, compare_models
+from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
-from rnnx.tolerance import Tolerances
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.graphs.legalize import drop_newer_attributes
+from rnnx.pass_result import Declined
+from rnnx.pipelines.rewrite_check import check_rewrite_size, compare_models
+from rnnx.tolerance import Tolerances
 
 
 @dataclass
@@ -34,22 +34,22 @@ class FuseReport:
     nodes_after: int
     cells: list[str] = field(default_factory=list)
     chains: list[dict[str, Any]] = field(default_factory=list)
-    left_alone: list[dict[str, str]] = field(default_factory=list)
+    left_alone: list[Declined] = field(default_factory=list)
     check: parity.ParityReport | None = None
     tolerances: dict[str, Any] = field(default_factory=dict)  # what the caller set (Tolerances.to_json); the rest is by dtype
 
     def to_json(self) -> dict[str, Any]:
         return {
             "output": self.output, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
-            "cells": self.cells, "chains": self.chains, "left_alone": self.left_alone,
+            "cells": self.cells, "chains": self.chains, "left_alone": [d.to_json() for d in self.left_alone],
             "check": None if self.check is None else {"passed": bool(self.check), "tolerances": self.tolerances, "rows": self.check.to_json()},
         }
 
     def __str__(self) -> str:
         lines = [f"{self.nodes_before} nodes -> {self.nodes_after} nodes, written to {self.output}"]
-        lines += [f"cell: {c} became a one-step LSTM node" for c in self.cells]
+        lines += [f"cell: {c} became a one-step native node" for c in self.cells]
         lines += [f"chain: {c['steps']} {c['op']} steps over {c['source']} fused into {c['node']}" + (" (sequence length now dynamic)" if c.get("dynamic_seq") else "") for c in self.chains]
-        lines += [f"left alone: {r['node']}: {r['reason']}" for r in self.left_alone]
+        lines += [f"left alone: {d} (rule {d.rule})" for d in self.left_alone]
         if self.check is not None:
             lines.append(str(self.check))
         return "\n".join(lines)
@@ -59,7 +59,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     """Fuse ``source`` into ``output``; the result is checked against the input in ONNX Runtime,
     each graph output held to ``tolerances`` (by output name; default: its dtype's), and
     nothing is written if it differs (:class:`~rnnx.errors.ParityError`)."""
-    from rnnx.formats.onnx_build import save_model
+    import onnx
 
     source, output = Path(source), Path(output)
     refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
@@ -77,7 +77,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     cells = fuse_cells(model)
     progress.step("fusing chains of steps")
     chains = fuse_steps(model)
-    report = FuseReport(str(output), before, len(model.graph.node), cells.fused, chains.fused, cells.left_alone + chains.left_alone,
+    report = FuseReport(str(output), before, len(model.graph.node), cells.rewritten, chains.rewritten, cells.left_alone + chains.left_alone,
                         tolerances=tolerances.to_json() if tolerances else {})
     if check and (cells or chains):
         progress.step("checking against the input in ONNX Runtime")

@@ -108,7 +108,8 @@ def test_gates_are_found_by_role_not_position(tmp_path, order: str, cut: str, co
 def test_a_cell_whose_gate_is_used_outside_is_left_alone(tmp_path) -> None:
     model = _hand_built_cell("ifgo", use_outside=True)
     result = fuse_cells(model)
-    assert not result and "used outside the cell" in result.left_alone[0]["reason"]
+    (declined,) = result.left_alone
+    assert not result and declined.rule == "lstm.private" and "used outside the cell" in declined.reason and declined.node
 
 
 def test_cli(tmp_path) -> None:

@@ -1,0 +1,249 @@
+"""Recognise LSTM and GRU cells that an exporter decomposed into elementwise ops.
+
+Each matcher is a pattern (the anchor that makes a candidate) and checks; a candidate that
+fails a check is a :class:`~rnnx.pass_result.Declined` naming the rule, and a node that is
+no candidate at all is None.
+
+LSTM, anchored at a ``Split`` into 4 equal parts along the last axis (or 4 ``Slice``\\ s
+covering one tensor in equal pieces), rules:
+- ``lstm.activations``: each part goes through one Sigmoid or Tanh, exactly one through Tanh
+  (the cell candidate g);
+- ``lstm.cell_update``: ``c' = f*c + i*g``, naming i (multiplied with g) and f (with the old c);
+- ``lstm.output``: ``h' = o*tanh(c')``, naming o;
+- ``lstm.linear_inputs``: the Split's input is a sum of constant linear maps and biases
+  (:mod:`rnnx.graphs.linear_terms`) of exactly two tensors, one by a (4H, H) matrix (the
+  state h) and one by a (4H, I) matrix (the input x; when I = H, the one read by ``Gather``);
+- ``lstm.private``: nothing inside the cell is used outside it, except h' and c'.
+
+GRU, anchored at a ``Tanh`` of ``Add(a, Mul(b, r))`` with a and b parts of 3-way Splits, as
+PyTorch's GRUCell decomposes (reset after the recurrent product, ONNX ``linear_before_reset=1``):
+- ``gru.reset``: the candidate's recurrent part is ``r * (h part)``;
+- ``gru.gates``: r and z are Sigmoids of (x part + h part) at one position each;
+- ``gru.linear_inputs``: both Splits read constant linear maps (plus bias) of x and of h, 3H wide;
+- ``gru.output``: ``h' = (h - n) * z + n``;
+- ``gru.private``: nothing else inside the cell is used outside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rnnx.graphs.index import GraphIndex
+from rnnx.graphs.linear_terms import LinearSum, linear_sum
+from rnnx.layouts.onnx import GATE_ORDER
+from rnnx.pass_result import Declined
+
+
+@dataclass(frozen=True)
+class CellMatch:
+    """A decomposed cell: the tensors it reads and writes, its weights as the exporter laid them
+    out (rows in the exporter's gate positions) and which gate sits at which position."""
+
+    op: str  # "LSTM" or "GRU"
+    x: str
+    h: str
+    h_new: str
+    hidden: int
+    W: np.ndarray  # (gates*H, I), exporter's positions
+    R: np.ndarray  # (gates*H, H)
+    biases: tuple[np.ndarray, np.ndarray]  # input-side and recurrent-side, exporter's positions, float64
+    positions: dict[str, int]  # gate name -> its position in the exporter's layout
+    remove: tuple[Any, ...]  # the nodes whose outputs the fused node now writes (the rest then falls dead)
+    weights_key: tuple[Any, ...]  # equal for steps of one cell: they share one set of weights
+    c: str | None = None  # LSTM only
+    c_new: str | None = None
+
+    def onnx_weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """W, R and B in ONNX's gate order, B = [input-side; recurrent-side] in W's dtype.
+        Reordered only when asked: the steps of one cell share one set."""
+        H = self.hidden
+        rows = np.concatenate([np.arange(self.positions[gate] * H, (self.positions[gate] + 1) * H) for gate in GATE_ORDER[self.op.lower()]])
+        B = np.concatenate([self.biases[0][rows], self.biases[1][rows]]).astype(self.W.dtype)
+        return self.W[rows], self.R[rows], B
+
+
+def _single_consumer(g: GraphIndex, name: str, op_type: str) -> Any:
+    users = g.consumers.get(name, [])
+    return users[0] if len(users) == 1 and users[0].op_type == op_type and name not in g.outputs else None
+
+
+def _used_outside(g: GraphIndex, inner: list[Any], results: set[str]) -> str | None:
+    """The first tensor computed by ``inner`` (other than ``results``) that something else reads."""
+    inner_ids = {id(n) for n in inner}
+    for name in {o for n in inner for o in n.output} - results:
+        if name in g.outputs or any(id(u) not in inner_ids for u in g.consumers.get(name, [])):
+            return name
+    return None
+
+
+def lstm_gate_parts(g: GraphIndex, node: Any) -> tuple[str, list[str], list[Any]] | None:
+    """The LSTM pattern at ``node``: (gate pre-activations, its 4 parts in position order, the
+    nodes that cut it), or None when ``node`` is no candidate."""
+    if node.op_type == "Split" and len(node.output) == 4 and g.attr(node, "axis", 0) in (1, -1):
+        return node.input[0], list(node.output), [node]
+    if node.op_type != "Slice" or len(node.input) < 4:
+        return None
+    pre = node.input[0]
+    slices = [u for u in g.consumers.get(pre, []) if u.op_type == "Slice"]
+    if len(slices) != 4 or node is not slices[0]:  # each tensor is examined once, from its first Slice
+        return None
+    ranges = []
+    for sl in slices:
+        if len(sl.input) < 4 or any(i not in g.constants for i in sl.input[1:4]):
+            return None
+        starts, ends, axes = (np.atleast_1d(g.constants[i]) for i in sl.input[1:4])
+        if len(starts) != 1 or int(axes[0]) not in (1, -1) or (len(sl.input) > 4 and sl.input[4] and int(np.atleast_1d(g.constants.get(sl.input[4], [1]))[0]) != 1):
+            return None
+        ranges.append((int(starts[0]), int(ends[0]), sl))
+    ranges.sort(key=lambda r: r[0])
+    width = ranges[0][1] - ranges[0][0]
+    if any(r[0] != k * width or r[1] != (k + 1) * width for k, r in enumerate(ranges)):
+        return None
+    return pre, [r[2].output[0] for r in ranges], [r[2] for r in ranges]
+
+
+def match_lstm(g: GraphIndex, pre: str, parts: list[str], cutters: list[Any]) -> CellMatch | Declined:
+    """The checks of an LSTM candidate found by :func:`lstm_gate_parts`."""
+    acts = [_single_consumer(g, p, "Sigmoid") or _single_consumer(g, p, "Tanh") for p in parts]
+    if any(a is None for a in acts):
+        return Declined("lstm.activations", "a gate is not one Sigmoid or Tanh")
+    tanh = [k for k, a in enumerate(acts) if a.op_type == "Tanh"]
+    if len(tanh) != 1:
+        return Declined("lstm.activations", f"{len(tanh)} gates go through Tanh, expected 1 (the cell candidate)")
+    k_g = tanh[0]
+    g_out = acts[k_g].output[0]
+    mul_ig = _single_consumer(g, g_out, "Mul")
+    if mul_ig is None:
+        return Declined("lstm.cell_update", "the candidate is not multiplied once")
+    i_out = next((x for x in mul_ig.input if x != g_out), None)
+    k_i = next((k for k, a in enumerate(acts) if a.output[0] == i_out), None)
+    add_c = _single_consumer(g, mul_ig.output[0], "Add")
+    if k_i is None or add_c is None:
+        return Declined("lstm.cell_update", "i*g is not added to f*c")
+    mul_fc = g.producer.get(next((x for x in add_c.input if x != mul_ig.output[0]), ""))
+    if mul_fc is None or mul_fc.op_type != "Mul":
+        return Declined("lstm.cell_update", "the old cell state is not multiplied by a gate")
+    sig_outs = {a.output[0]: k for k, a in enumerate(acts) if k not in (k_g, k_i)}
+    f_in = [x for x in mul_fc.input if x in sig_outs]
+    if len(f_in) != 1:
+        return Declined("lstm.cell_update", "f*c has no forget gate")
+    k_f = sig_outs[f_in[0]]
+    c_prev = next(x for x in mul_fc.input if x != f_in[0])
+    c_new = add_c.output[0]
+    tanh_c = next((u for u in g.consumers.get(c_new, []) if u.op_type == "Tanh"), None)
+    mul_h = _single_consumer(g, tanh_c.output[0], "Mul") if tanh_c is not None else None
+    if mul_h is None:
+        return Declined("lstm.output", "the new cell state does not feed o*tanh(c)")
+    k_o = next((k for k in sig_outs.values() if k != k_f), None)
+    if k_o is None or acts[k_o].output[0] not in mul_h.input:
+        return Declined("lstm.output", "h is not o*tanh(c)")
+    found = linear_sum(g, pre)
+    if found is None:
+        return Declined("lstm.linear_inputs", "the gates' input is not a sum of constant linear maps and biases")
+    if len(found.linear) != 2:
+        return Declined("lstm.linear_inputs", f"{len(found.linear)} linear terms feed the gates, expected 2 (input and state)")
+    H4 = found.linear[0].W.shape[0]
+    H = H4 // 4
+    if any(t.W.shape[0] != H4 for t in found.linear) or any(np.asarray(b).shape[-1] != H4 for b in found.biases):
+        return Declined("lstm.linear_inputs", "the linear terms disagree on 4*hidden")
+    hs = [t for t in found.linear if t.W.shape[1] == H]
+    if len(hs) == 2:  # input size equals hidden size: the input is the one read by Gather
+        hs = [t for t in found.linear if g.prod(t.input, "Gather") is None]
+    if len(hs) != 1:
+        return Declined("lstm.linear_inputs", "cannot tell the input from the state")
+    state = hs[0]
+    (inp,) = [t for t in found.linear if t is not state]
+    inner = [*cutters, *acts, mul_ig, add_c, mul_fc, tanh_c, mul_h, *found.nodes]
+    leak = _used_outside(g, inner, {c_new, mul_h.output[0]})
+    if leak is not None:
+        return Declined("lstm.private", f"{leak} is used outside the cell")
+    positions = {"i": k_i, "f": k_f, "g": k_g, "o": k_o}
+    return CellMatch(
+        op="LSTM", x=inp.input, h=state.input, c=c_prev, h_new=mul_h.output[0], c_new=c_new, hidden=H,
+        W=inp.W, R=state.W, biases=(found.bias(H4), np.zeros(H4)), positions=positions, remove=(mul_h, add_c),
+        weights_key=("LSTM", tuple(sorted(positions.items())), inp.origin, state.origin, tuple(sorted(found.bias_origins))),
+    )
+
+
+def _one_linear(g: GraphIndex, name: str) -> LinearSum | None:
+    found = linear_sum(g, name)
+    return found if found is not None and len(found.linear) == 1 else None
+
+
+def _split_part(g: GraphIndex, name: str) -> tuple[Any, int] | None:
+    node = g.producer.get(name)
+    if node is None or node.op_type != "Split" or len(node.output) != 3:
+        return None
+    return node, list(node.output).index(name)
+
+
+def match_gru(g: GraphIndex, tanh: Any) -> CellMatch | Declined | None:
+    """A GRU cell whose candidate is ``tanh``; None when ``tanh`` is no candidate."""
+    add_n = g.prod(tanh.input[0], "Add")
+    if add_n is None:
+        return None
+    for a, m in (add_n.input, reversed(add_n.input)):
+        mul = g.prod(m, "Mul")
+        if mul is not None and _split_part(g, a) is not None:
+            break
+    else:
+        return None
+    sx, k_n = _split_part(g, a)  # type: ignore[misc]
+    parts = [(_split_part(g, i), g.prod(i, "Sigmoid")) for i in mul.input]
+    hn = next((p for p, _ in parts if p is not None), None)
+    r_sig = next((s for _, s in parts if s is not None), None)
+    if hn is None or r_sig is None or hn[1] != k_n:
+        return Declined("gru.reset", "the candidate's recurrent part is not r * (h part)")
+    sh = hn[0]
+
+    def position(sig: Any) -> int | None:
+        add = g.prod(sig.input[0], "Add")
+        if add is None:
+            return None
+        found = [_split_part(g, i) for i in add.input]
+        if any(f is None for f in found) or {id(f[0]) for f in found} != {id(sx), id(sh)} or found[0][1] != found[1][1]:  # type: ignore[index]
+            return None
+        return found[0][1]  # type: ignore[index]
+
+    k_r = position(r_sig)
+    z_sigs = [u for p in sh.output for add in g.consumers.get(p, []) if add.op_type == "Add"
+              for u in g.consumers.get(add.output[0], []) if u.op_type == "Sigmoid" and u is not r_sig]
+    k_z = position(z_sigs[0]) if len(z_sigs) == 1 else None
+    if k_r is None or k_z is None:
+        return Declined("gru.gates", "r and z are not sigmoids of (x part + h part)")
+    z_sig = z_sigs[0]
+    lin_x, lin_h = _one_linear(g, sx.input[0]), _one_linear(g, sh.input[0])
+    if lin_x is None or lin_h is None:
+        return Declined("gru.linear_inputs", "the gates' inputs are not constant linear maps")
+    h_prev = lin_h.linear[0].input
+    n = tanh.output[0]
+
+    def same_h(name: str) -> bool:  # exporters may repeat a constant initial state under two names
+        if name == h_prev:
+            return True
+        a, b = g.constants.get(name), g.constants.get(h_prev)
+        return a is not None and b is not None and a.shape == b.shape and bool(np.array_equal(a, b))
+
+    sub = next((u for u in g.consumers.get(n, []) if u.op_type == "Sub" and u.input[1] == n and same_h(u.input[0])), None)
+    mul_z = _single_consumer(g, sub.output[0], "Mul") if sub is not None else None
+    out = _single_consumer(g, mul_z.output[0], "Add") if mul_z is not None else None
+    if mul_z is None or z_sig.output[0] not in mul_z.input or out is None or n not in out.input:
+        return Declined("gru.output", "h' is not (h - n) * z + n")
+    W, R = lin_x.linear[0].W, lin_h.linear[0].W
+    H = R.shape[1]
+    if R.shape[0] != 3 * H or W.shape[0] != 3 * H:
+        return Declined("gru.linear_inputs", "the linear maps are not 3*hidden wide")
+    inner = [sx, sh, tanh, add_n, mul, r_sig, z_sig, sub, mul_z, out,
+             g.producer[r_sig.input[0]], g.producer[z_sig.input[0]], g.producer[sx.input[0]], g.producer[sh.input[0]]]
+    leak = _used_outside(g, inner, {out.output[0]})
+    if leak is not None:
+        return Declined("gru.private", f"{leak} is used outside the cell")
+    positions = {"z": k_z, "r": k_r, "n": k_n}
+    return CellMatch(
+        op="GRU", x=lin_x.linear[0].input, h=h_prev, h_new=out.output[0], hidden=H, W=W, R=R,
+        biases=(lin_x.bias(3 * H), lin_h.bias(3 * H)), positions=positions, remove=(out,),
+        weights_key=("GRU", tuple(sorted(positions.items())), lin_x.origin, lin_h.origin),
+    )
