@@ -6,6 +6,7 @@ this small index rather than through a separate IR.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 from collections import defaultdict
@@ -38,14 +39,19 @@ class GraphIndex:
             if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
                 self.constants[n.output[0]] = to_array(n.attribute[0].t)
         self.outputs = {o.name for o in graph.output}
-        # Static last-axis sizes where shape inference recorded them (for split weights).
-        self.last_dim = {}
-        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+        self._digests: dict[str, bytes] = {}
+
+    @functools.cached_property
+    def last_dim(self) -> dict[str, int]:
+        """Static last-axis sizes where shape inference recorded them (to split the weights of a
+        product over a Concat); read on first use, as few graphs need it."""
+        found = {}
+        for vi in list(self.graph.input) + list(self.graph.value_info) + list(self.graph.output):
             dims = vi.type.tensor_type.shape.dim
             if dims and dims[-1].HasField("dim_value"):
-                self.last_dim[vi.name] = int(dims[-1].dim_value)
-        self.last_dim.update({k: int(v.shape[-1]) for k, v in self.constants.items() if v.ndim})
-        self._digests: dict[str, bytes] = {}
+                found[vi.name] = int(dims[-1].dim_value)
+        found.update({k: int(v.shape[-1]) for k, v in self.constants.items() if v.ndim})
+        return found
 
     def digest(self, name: str) -> bytes:
         """A digest of constant ``name``'s dtype, shape and values, computed once per name: steps
@@ -79,38 +85,46 @@ class GraphIndex:
         return default
 
 
+# The default domain's ops that hold graphs; other domains' ops may hold them too. Looking at
+# these nodes' attributes only, not every node's, keeps a walk of an 18k-node graph cheap.
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def _subgraphs(graph: Any) -> Iterator[Any]:
+    """The graphs held directly by ``graph``'s nodes (If branches, Loop and Scan bodies)."""
+    for node in graph.node:
+        if node.op_type not in _CONTROL_FLOW and node.domain in ("", "ai.onnx"):
+            continue
+        for a in node.attribute:
+            if a.type == a.GRAPH:
+                yield a.g
+            yield from a.graphs
+
+
 def graphs(graph: Any, outer: dict[str, np.ndarray] | None = None) -> Iterator[tuple[Any, dict[str, np.ndarray]]]:
     """The graph and every subgraph (If/Loop/Scan bodies, nested), each with the constants
     of its enclosing scopes."""
     yield graph, dict(outer or {})
-    scope = dict(outer or {})
-    scope.update({i.name: to_array(i) for i in graph.initializer})
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == a.GRAPH:
-                yield from graphs(a.g, scope)
-            for g in a.graphs:
-                yield from graphs(g, scope)
+    scope: dict[str, np.ndarray] | None = None
+    for sub in _subgraphs(graph):
+        if scope is None:  # read the weights only for a graph that has subgraphs
+            scope = dict(outer or {})
+            scope.update({i.name: to_array(i) for i in graph.initializer})
+        yield from graphs(sub, scope)
 
 
 def all_graphs(graph: Any) -> Iterator[Any]:
     """The graph and every subgraph, nested, without their constants (cheap: no weight is read)."""
     yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            if a.type == a.GRAPH:
-                yield from all_graphs(a.g)
-            for g in a.graphs:
-                yield from all_graphs(g)
+    for sub in _subgraphs(graph):
+        yield from all_graphs(sub)
 
 
 def _names_read_below(graph: Any) -> set[str]:
     """Every tensor name read by a node of a subgraph of ``graph``, however deep."""
     names: set[str] = set()
-    for node in graph.node:
-        for a in node.attribute:
-            for sub in ([a.g] if a.type == a.GRAPH else []) + list(a.graphs):
-                names |= {i for n in sub.node for i in n.input} | _names_read_below(sub)
+    for sub in _subgraphs(graph):
+        names |= {i for n in sub.node for i in n.input} | _names_read_below(sub)
     return names
 
 

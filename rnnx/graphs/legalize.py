@@ -49,21 +49,31 @@ def require_opset(proto: Any, opset: int) -> None:
         raise RNNXError(f"opset {opset} has no {op} (ONNX added it in opset {since}), which the model uses; export with --opset {lowest} or later")
 
 
+@functools.lru_cache(maxsize=None)
+def _attribute_names(op_type: str, opset: int) -> frozenset[str] | None:
+    """The attributes ``op_type`` has at ``opset`` (None if it has no schema there); looked up
+    once per op type, not once per node."""
+    import onnx
+
+    try:
+        return frozenset(onnx.defs.get_schema(op_type, opset, "").attributes)
+    except onnx.defs.SchemaError:
+        return None
+
+
 def drop_newer_attributes(proto: Any, strict: bool = True) -> None:
     """Remove attributes that the model's opset does not define, where the value left
     behind by the version converter means what the older op does anyway; refuse others
     (or, not ``strict``, leave them for the checker to name)."""
-    import onnx
     from onnx import helper
 
     opset = model_opset(proto)
     for graph in all_graphs(proto.graph):
         for node in graph.node:
-            if node.domain not in ("", "ai.onnx"):
+            if node.domain not in ("", "ai.onnx") or not node.attribute:
                 continue
-            try:
-                allowed = onnx.defs.get_schema(node.op_type, opset, "").attributes
-            except onnx.defs.SchemaError:
+            allowed = _attribute_names(node.op_type, opset)
+            if allowed is None:
                 continue  # require_opset has already refused ops the opset lacks
             keep = []
             for a in node.attribute:
