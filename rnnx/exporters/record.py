@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from rnnx.layouts.onnx import NATIVE_OPS
+from rnnx.layouts.onnx import INPUTS, NATIVE_OPS, NODE_OUTPUTS, PROJECTED_LSTM_INPUTS
 from rnnx.graphs import walk
 from rnnx.graphs.index import all_graphs
 from rnnx.formats.onnx_scan import read_lowered
@@ -27,9 +27,9 @@ from rnnx.formats.onnx_metadata import EXPORT_KEY, RECURRENCES_KEY, read_metadat
 from rnnx._version import __version__
 
 # ONNX input/output positions of a native node (and of the projected-LSTM placeholder).
-NODE_INPUTS = {"X": 0, "sequence_lens": 4, "initial_h": 5, "initial_c": 6}
-NODE_OUTPUTS = {"Y": 0, "Y_h": 1, "Y_c": 2}
-_WEIGHT_INPUTS = {1: "W", 2: "R", 3: "B", 7: "P", 8: "proj"}
+# The record names a node's tensors by ONNX's input names (part of the file's metadata, so fixed).
+NODE_INPUTS = {name: INPUTS["LSTM"].index(name) for name in ("X", "sequence_lens", "initial_h", "initial_c")}
+_WEIGHT_INPUTS = {PROJECTED_LSTM_INPUTS.index(key): key for key in ("W", "R", "B", "P", "proj")}
 _LIFTED = re.compile(r"^(?P<module>.*?)\.?lifted_tensor_\d+$")
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.layouts import onnx as onnx_layout
-from rnnx.layouts.onnx import LOWERED_KEY, SCAN_GATE_ORDER
+from rnnx.layouts.onnx import LOWERED_KEY, PROJECTED_LSTM_INPUTS, SCAN_GATE_ORDER
 from rnnx.formats.onnx_metadata import set_metadata
 from rnnx.formats.onnx_read import constants as graph_constants
 from rnnx.formats.onnx_read import node_attributes, read_lowered
@@ -38,7 +38,7 @@ from rnnx.weights import RNNWeights
 
 DOMAIN = "rnnx.lower"
 LSTM_PROJECTED = "LSTMProjected"
-INPUTS = ("X", "W", "R", "B", "seq_lens", "h0", "c0", "P", "proj")
+INPUTS = PROJECTED_LSTM_INPUTS
 
 
 @dataclass

@@ -12,7 +12,6 @@ TensorRT's parser refuse layout 1.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,6 +51,11 @@ INPUTS: dict[str, tuple[str, ...]] = {  # each node's inputs, by position (ONNX 
 }
 OUTPUTS: dict[str, tuple[str, ...]] = {"LSTM": ("Y", "Y_h", "Y_c"), "GRU": ("Y", "Y_h"), "RNN": ("Y", "Y_h")}
 WEIGHT_INPUTS = {"W": 1, "R": 2, "B": 3, "P": 7}  # input positions of the stored tensors
+# rnnx's short names for a node's runtime inputs and outputs, by position (the same in all three ops)
+STATE_INPUTS = {"X": 0, "seq_lens": 4, "h0": 5, "c0": 6}
+NODE_OUTPUTS = {"Y": 0, "Y_h": 1, "Y_c": 2}
+# rnnx's placeholder for a projected LSTM (lowered to Scans before a file is written): LSTM's inputs, then the projection
+PROJECTED_LSTM_INPUTS = ("X", "W", "R", "B", "seq_lens", "h0", "c0", "P", "proj")
 DEFAULT_OPSET = 17  # what rnnx writes: read by ONNX Runtime, TensorRT 8.6+ and onnx's checker
 MIN_OPSET = 14  # LSTM/GRU/RNN gained their layout attribute, and torch.onnx's reductions their form, in 14
 DEFAULT_DOMAINS = ("", "ai.onnx")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
+from rnnx.layouts.onnx import NODE_OUTPUTS, STATE_INPUTS
 from rnnx.graphs import walk
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.formats.onnx_read import recurrent_groups
@@ -27,8 +28,7 @@ from rnnx.formats.onnx_read import recurrent_groups
 INPUT_ROLES = ("X", "h0", "c0", "seq_lens")
 OUTPUT_ROLES = ("Y", "h_n", "c_n")
 # Positions on a native LSTM/GRU/RNN node, by role.
-_NODE_INPUTS = {"X": 0, "seq_lens": 4, "h0": 5, "c0": 6}
-_NODE_OUTPUTS = {"Y": 0, "h_n": 1, "c_n": 2}
+_NODE_OUTPUTS = dict(zip(OUTPUT_ROLES, NODE_OUTPUTS.values()))  # the stack's names for the node's Y, Y_h, Y_c
 _EXPORT_ROLES = {"X": "X", "sequence_lens": "seq_lens", "initial_h": "h0", "initial_c": "c0", "Y": "Y", "Y_h": "h_n", "Y_c": "c_n"}
 _SHAPE_ONLY = ("Identity", "Cast", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Slice", "Concat", "Split", "Flatten", "Gather")
 
@@ -161,7 +161,7 @@ def _from_wiring(model: Any, graph: Any, spec: Any) -> Drive:
     graph_inputs = {i.name for i in graph.input}
     outputs = {o.name for o in graph.output}
     drive = Drive({}, {})
-    for role, pos in _NODE_INPUTS.items():
+    for role, pos in STATE_INPUTS.items():
         for node in nodes[:1] if role == "X" else nodes:
             if pos < len(node.input) and node.input[pos]:
                 source, swaps = walk.back(node.input[pos], producers, _SHAPE_ONLY)

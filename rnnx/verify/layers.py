@@ -26,13 +26,14 @@ from rnnx import reference
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_read import read_lowered, recurrent_nodes
 from rnnx.layouts import onnx as onnx_layout
+from rnnx.layouts.onnx import NODE_OUTPUTS, OP_TYPES, STATE_INPUTS
 from rnnx.spec import RNNSpec
 from rnnx.tolerance import Tolerance, compare_arrays, per_step_max
 from rnnx.verify.diagnose import diagnose
 from rnnx.weights import RNNWeights
 
-INPUT_ROLES = {"X": 0, "seq_lens": 4, "h0": 5, "c0": 6}
-OUTPUT_ROLES = {"Y": 0, "Y_h": 1, "Y_c": 2}
+INPUT_ROLES = STATE_INPUTS
+OUTPUT_ROLES = NODE_OUTPUTS
 
 
 @dataclass
@@ -90,7 +91,7 @@ def find_layers(model: Any) -> list[Layer]:
         ins = {k: str(v) for k, v in rec["inputs"].items() if k in INPUT_ROLES and v}
         outs = {k: str(v) for k, v in rec["outputs"].items() if k in OUTPUT_ROLES and v}
         if "X" in ins and outs and all(v in position for v in outs.values()):
-            layers.append(Layer(str(rec.get("node")), spec.cell.upper().replace("RNN_TANH", "RNN").replace("RNN_RELU", "RNN"), "lowered",
+            layers.append(Layer(str(rec.get("node")), OP_TYPES[spec.cell], "lowered",
                                 ins, outs, spec=spec, merged_y=bool(rec.get("merged_y")), own=lowered_own.get(str(rec.get("node")))))
     layers.sort(key=lambda la: min(position.get(t, len(position)) for t in la.outputs.values()))
     return layers
