@@ -1,7 +1,8 @@
 """A read-only index over an ONNX graph, and the one way passes rewrite it.
 
-The passes change few nodes in graphs of modest size, so they work on the protobuf with
-this small index rather than through a separate IR.
+The passes work on the protobuf through this index: tensors by name, nodes by ``id``, never
+by comparing messages, so that building it, every lookup and each rewrite cost time in
+proportion to the graph's size (a 1,000-step unrolled cell is 18,000 nodes).
 """
 
 from __future__ import annotations
@@ -10,12 +11,48 @@ import functools
 import hashlib
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from rnnx.formats.onnx_read import to_array
+
+
+class _Constants(Mapping[str, np.ndarray]):
+    """A graph's constants by name (its scope's, its initializers, its Constant nodes' values,
+    each shadowing the last), each read from its TensorProto on first use: a pass looks at few
+    of them, and an unrolled graph holds thousands."""
+
+    def __init__(self, outer: Mapping[str, np.ndarray] | None) -> None:
+        self._arrays: dict[str, np.ndarray] = dict(outer or {})
+        self._protos: dict[str, Any] = {}
+
+    def add(self, name: str, tensor: Any) -> None:
+        self._arrays.pop(name, None)
+        self._protos[name] = tensor
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        found = self._arrays.get(name)
+        if found is None:
+            found = self._arrays[name] = to_array(self._protos.pop(name))
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._arrays or name in self._protos
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._arrays
+        yield from list(self._protos)
+
+    def __len__(self) -> int:
+        return len(self._arrays) + len(self._protos)
+
+    def last_dims(self) -> dict[str, int]:
+        """The last-axis size of every constant that has axes, read without its values."""
+        found = {k: int(v.shape[-1]) for k, v in self._arrays.items() if v.ndim}
+        found.update({k: int(t.dims[-1]) for k, t in self._protos.items() if len(t.dims)})
+        return found
 
 
 class GraphIndex:
@@ -33,11 +70,12 @@ class GraphIndex:
             for i in n.input:
                 if i:
                     self.consumers[i].append(n)
-        self.constants = dict(outer_constants or {})  # a subgraph reads its outer scope's weights
-        self.constants.update({i.name: to_array(i) for i in graph.initializer})
+        self.constants = _Constants(outer_constants)  # a subgraph reads its outer scope's weights
+        for i in graph.initializer:
+            self.constants.add(i.name, i)
         for n in self.nodes:
             if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-                self.constants[n.output[0]] = to_array(n.attribute[0].t)
+                self.constants.add(n.output[0], n.attribute[0].t)
         self.outputs = {o.name for o in graph.output}
         self._digests: dict[str, bytes] = {}
 
@@ -50,7 +88,7 @@ class GraphIndex:
             dims = vi.type.tensor_type.shape.dim
             if dims and dims[-1].HasField("dim_value"):
                 found[vi.name] = int(dims[-1].dim_value)
-        found.update({k: int(v.shape[-1]) for k, v in self.constants.items() if v.ndim})
+        found.update(self.constants.last_dims())
         return found
 
     def digest(self, name: str) -> bytes:
