@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.graphs.index import GraphIndex
+from rnnx.graphs.index import GraphIndex, all_graphs
 
 _MAX_DEPTH = 4  # Adds nested deeper than this are not a cell's gate sum
 
@@ -98,3 +98,13 @@ def _products(g: GraphIndex, name: str, W: np.ndarray, origin: tuple[Any, ...]) 
     bounds = np.cumsum([0, *sizes])
     terms = [Linear(i, W[:, a:b], (*origin, int(a), int(b))) for i, a, b in zip(concat.input, bounds[:-1], bounds[1:])]
     return LinearSum(linear=terms, nodes=[concat])
+
+
+def products_over_concat(model: Any) -> bool:
+    """Whether some graph of ``model`` multiplies a Concat's result (a TensorFlow-style cell):
+    only then do the passes need the parts' sizes, which shape inference records."""
+    for graph in all_graphs(model.graph):
+        concats = {o for n in graph.node if n.op_type == "Concat" for o in n.output}
+        if concats and any(n.op_type in ("MatMul", "Gemm") and n.input and n.input[0] in concats for n in graph.node):
+            return True
+    return False

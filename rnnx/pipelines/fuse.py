@@ -22,6 +22,7 @@ from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.graphs.legalize import drop_newer_attributes
+from rnnx.graphs.linear_terms import products_over_concat
 from rnnx.pass_result import Declined
 from rnnx.pipelines.rewrite_check import check_rewrite_size, compare_models
 from rnnx.tolerance import Tolerances
@@ -69,10 +70,11 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     drop_newer_attributes(original, strict=False)  # a graph from another tool: repair what the converter left, refuse nothing
     model = copy.deepcopy(original)
     before = len(model.graph.node)
-    try:  # shapes let the passes split weights of products over concatenated inputs
-        model = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # noqa: BLE001  shape inference is a help, not a requirement
-        pass
+    if products_over_concat(model):  # the passes split such products' weights by the parts' inferred sizes
+        try:
+            model = onnx.shape_inference.infer_shapes(model)
+        except Exception:  # noqa: BLE001  shape inference is a help, not a requirement
+            pass
     progress.step("fusing decomposed cells")
     cells = fuse_cells(model)
     progress.step("fusing chains of steps")
