@@ -117,10 +117,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     from rnnx.formats.onnx_read import load_model
     from rnnx.graphs.fuse_steps import fuse_steps
+    from rnnx.engines.acceptance import predict
     from rnnx.graphs.inspect import as_json, as_text, inspect_model
 
     model = load_model(args.model)
-    reports = inspect_model(model)
+    reports = inspect_model(model, judge=predict)
     fusable = fuse_steps(copy.deepcopy(model)).fused
     print(json.dumps(as_json(reports, fusable, model), indent=2, default=str) if args.json else as_text(reports, fusable, model))
     return 0

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.engines.cudnn_lib import DATA_FLOAT, CudnnRNN, _check
+from rnnx.engines.rules import BackendRules, Rule, default_activations, same_activations
 from rnnx.engines.runner import stack_input_names, stack_output_names, with_zero_states
 from rnnx.errors import RNNXError
 from rnnx.formats import cudnn as cudnn_format
@@ -20,6 +21,27 @@ from rnnx.weights import RNNWeights
 
 FWD_MODE_INFERENCE = 0
 SEQ_MAJOR_UNPACKED = 0
+
+
+def _other_activations(node: Any) -> bool:
+    default = default_activations(node)
+    return bool(node.activations) and (default is None or not same_activations(node.activations, default))
+
+
+#: What cuDNN's RNN modes (cudnnRNNMode_t, cudnnSetRNNDescriptor_v8) cannot express in an
+#: ONNX LSTM/GRU/RNN node. A prediction: cuDNN does not run in ``rnnx inspect``.
+RNN_MODE_RULES = BackendRules(
+    "cudnn",
+    "predicted from cuDNN's documented RNN modes; not run",
+    (
+        Rule(lambda n: n.peepholes, lambda n: "peepholes: cuDNN LSTMs have none"),
+        Rule(lambda n: n.op_type == "GRU" and n.linear_before_reset != 1, lambda n: "linear_before_reset=0: cuDNN GRUs reset after the recurrent product"),
+        Rule(lambda n: n.clip is not None, lambda n: f"clip={n.clip}: cuDNN has no cell clipping"),
+        Rule(_other_activations, lambda n: f"activations {n.activations}: cuDNN has only the defaults"),
+        Rule(lambda n: n.direction == "reverse", lambda n: "reverse-only: cuDNN has unidirectional and bidirectional modes only"),
+        Rule(lambda n: bool(n.input_forget), lambda n: "input_forget=1: cuDNN has no coupled gates"),
+    ),
+)
 
 
 class CudnnRunner:

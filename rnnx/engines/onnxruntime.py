@@ -12,9 +12,17 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.engines.rules import BackendRules, Rule
 from rnnx.engines.runner import with_zero_states
 from rnnx.errors import RNNXError
 from rnnx.spec import RNNSpec
+
+#: What ONNX Runtime's CPU kernels for LSTM/GRU/RNN refuse (tests/graphs/test_inspect.py pins it by running them).
+KERNEL_RULES = BackendRules(
+    "onnxruntime",
+    "predicted from ONNX Runtime's kernel rules, pinned by a test that runs them; not run on this file",
+    (Rule(lambda n: n.layout != 0, lambda n: "layout=1 (batch-major) is not supported; re-export with layout 0"),),
+)
 
 
 class OnnxRuntimeRunner:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.engines.rules import BackendRules, Rule, directions, same_activations
 from rnnx.engines.runner import with_zero_states
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, require_file
@@ -35,6 +36,24 @@ from rnnx.graphs.lower import lower_recurrences
 from rnnx.spec import RNNSpec
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
+
+
+def _reverse_differs(node: Any) -> bool:
+    half = len(node.activations) // 2
+    return directions(node) == 2 and bool(node.activations) and not same_activations(node.activations[:half], node.activations[half:])
+
+
+#: What TensorRT's ONNX parser refuses in LSTM/GRU/RNN nodes, from onnx-tensorrt's documented
+#: operator limits (docs/operators.md). A prediction: nothing here has been built.
+PARSER_RULES = BackendRules(
+    "tensorrt",
+    "predicted from TensorRT's documented rules; not built",
+    (
+        Rule(lambda n: n.layout != 0, lambda n: "layout=1 is not supported by the parser"),
+        Rule(_reverse_differs, lambda n: f"reverse activations {n.activations[len(n.activations) // 2:]} differ from forward {n.activations[:len(n.activations) // 2]}"),
+        Rule(lambda n: bool(n.input_forget), lambda n: "input_forget=1 is not supported by the parser"),
+    ),
+)
 
 
 @dataclass

@@ -1,21 +1,18 @@
 """``rnnx inspect``: every recurrent node of an ONNX model, what it is, and who can run it.
 
-Backend rules, each with its source:
-- ONNX Runtime (CPU): ``layout`` must be 0 (its LSTM/GRU/RNN kernels reject 1; pinned by a test
-  that runs it);
-- TensorRT's ONNX parser (onnx-tensorrt's documented operator limits): ``layout`` 0, the reverse
-  direction's activations equal to the forward's, ``input_forget`` 0;
-- cuDNN (its RNN modes): no peepholes, GRU only with ``linear_before_reset=1``, no ``clip``,
-  default activations only, no reverse-only layer.
+Who can run it is a prediction: the caller passes a ``judge`` (``rnnx inspect`` passes
+:func:`rnnx.engines.acceptance.predict`, which applies each engine's documented rules), and
+each backend's verdict is printed with its basis, e.g. "predicted from TensorRT's documented
+rules; not built", so that "accepts" is never read as "was built and ran".
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rnnx.layouts.onnx import DEFAULT_ACTIVATIONS
-from rnnx.formats.onnx_read import RecurrentNode, recurrent_groups
+from rnnx.formats.onnx_read import recurrent_groups
 from rnnx.formats.onnx_metadata import describe, read_metadata
 
 
@@ -37,51 +34,21 @@ class NodeReport:
     sequence_lens: bool
     weight_sources: dict[str, str]
     backends: dict[str, list[str]] = field(default_factory=dict)  # backend -> reasons it refuses; [] = accepts
+    backend_basis: dict[str, str] = field(default_factory=dict)  # backend -> what its verdict rests on (a prediction unless it ran)
 
 
-def _cell(rnode: RecurrentNode) -> str:
-    if rnode.node.op_type != "RNN":
-        return rnode.node.op_type.lower()
-    acts = rnode.attributes.get("activations") or ["Tanh"]
-    return {"tanh": "rnn_tanh", "relu": "rnn_relu"}.get(str(acts[0]).lower(), "rnn_other")
+#: backend -> (the reasons it refuses the node, [] if none; what that verdict rests on)
+Judge = Callable[[NodeReport], dict[str, tuple[list[str], str]]]
 
 
-def backend_refusals(r: NodeReport, cell: str) -> dict[str, list[str]]:
-    dirs = 2 if r.direction == "bidirectional" else 1
-    ort, trt, cudnn = [], [], []
-    if r.layout != 0:
-        ort.append("layout=1 (batch-major) is not supported; re-export with layout 0")
-        trt.append("layout=1 is not supported by the parser")
-    if dirs == 2 and r.activations:
-        half = len(r.activations) // 2
-        if [a.lower() for a in r.activations[:half]] != [a.lower() for a in r.activations[half:]]:
-            trt.append(f"reverse activations {r.activations[half:]} differ from forward {r.activations[:half]}")
-    if r.input_forget:
-        trt.append("input_forget=1 is not supported by the parser")
-    if r.peepholes:
-        cudnn.append("peepholes: cuDNN LSTMs have none")
-    if r.op_type == "GRU" and r.linear_before_reset != 1:
-        cudnn.append("linear_before_reset=0: cuDNN GRUs reset after the recurrent product")
-    if r.clip is not None:
-        cudnn.append(f"clip={r.clip}: cuDNN has no cell clipping")
-    default = DEFAULT_ACTIVATIONS.get(cell)
-    if r.activations and (default is None or [a.lower() for a in r.activations] != [a.lower() for a in default * dirs]):
-        cudnn.append(f"activations {r.activations}: cuDNN has only the defaults")
-    if r.direction == "reverse":
-        cudnn.append("reverse-only: cuDNN has unidirectional and bidirectional modes only")
-    if r.input_forget:
-        cudnn.append("input_forget=1: cuDNN has no coupled gates")
-    return {"onnxruntime": ort, "tensorrt": trt, "cudnn": cudnn}
-
-
-def inspect_model(model: Any) -> list[NodeReport]:
+def inspect_model(model: Any, judge: Judge | None = None) -> list[NodeReport]:
+    """A report per recurrent node (subgraphs too); with ``judge``, its backends' verdicts and their basis."""
     reports = []
     for group in recurrent_groups(model):
         for rnode in group.nodes:
             a = rnode.attributes
             W = rnode.tensors.get("W")
             direction = a.get("direction", "forward")
-            cell = _cell(rnode)
             r = NodeReport(
                 name=rnode.name,
                 graph=rnode.graph,
@@ -99,7 +66,10 @@ def inspect_model(model: Any) -> list[NodeReport]:
                 sequence_lens=len(rnode.node.input) > 4 and bool(rnode.node.input[4]),
                 weight_sources=dict(rnode.sources),
             )
-            r.backends = backend_refusals(r, cell)
+            if judge is not None:
+                verdicts = judge(r)
+                r.backends = {backend: reasons for backend, (reasons, _) in verdicts.items()}
+                r.backend_basis = {backend: basis for backend, (_, basis) in verdicts.items()}
             reports.append(r)
     return reports
 
@@ -133,7 +103,9 @@ def as_text(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any
         lines.append(f"{r.name} [{r.op_type}] in {r.graph} (stack {r.stack}): input {r.input_size}, hidden {r.hidden_size}, {r.direction}, {', '.join(extras)}")
         lines.append("  weights from: " + ", ".join(f"{k} {v}" for k, v in r.weight_sources.items()))
         for backend, reasons in r.backends.items():
-            lines.append(f"  {backend:<12} " + ("accepts" if not reasons else "refuses: " + "; ".join(reasons)))
+            verdict = "accepts" if not reasons else "refuses: " + "; ".join(reasons)
+            basis = r.backend_basis.get(backend)
+            lines.append(f"  {backend:<12} {verdict}" + (f" ({basis})" if basis else ""))
     for chain in fusable:
         lines.append(f"fusable: {chain['steps']} one-step {chain['op']} nodes over {chain['source']} (rnnx fuse)")
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""rnnx inspect: node facts, weight sources, and backend rules (ONNX Runtime's pinned by running it)."""
+"""rnnx inspect: node facts, weight sources, and backend verdicts predicted from each engine's
+documented rules (ONNX Runtime's pinned by running it), each labelled as a prediction."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from onnx import helper, numpy_helper
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError
+from rnnx.engines.acceptance import BACKEND_RULES, predict
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.formats.onnx_build import build_stack_model
 from rnnx.graphs.inspect import inspect_model
@@ -34,23 +36,23 @@ def _single_node_model(op: str, weights: RNNWeights, **attrs) -> onnx.ModelProto
 
 def test_rnnx_stacks_are_accepted_everywhere() -> None:
     model = build_stack_model(RNNWeights.random(RNNSpec.parse("lstm,input=3,hidden=4,layers=2,bidirectional")))
-    reports = inspect_model(model)
+    reports = inspect_model(model, judge=predict)
     assert [r.name for r in reports] == ["LSTM_l0", "LSTM_l1"] and {r.stack for r in reports} == {"LSTM_l0"}
     assert reports[1].input_size == 8 and reports[1].hidden_size == 4
-    assert all(not reasons for r in reports for reasons in r.backends.values())
+    assert all(not reasons for r in reports for reasons in r.backends.values()) and set(reports[0].backends) == {"onnxruntime", "tensorrt", "cudnn"}
     assert reports[0].weight_sources == {"W": "initializer", "R": "initializer", "B": "initializer"}
 
 
 def test_layout_1_is_refused_by_onnx_runtime_as_inspect_says() -> None:
     weights = RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"))
     model = _single_node_model("GRU", weights, layout=1, linear_before_reset=1)
-    (report,) = inspect_model(model)
+    (report,) = inspect_model(model, judge=predict)
     assert report.layout == 1 and report.backends["onnxruntime"] and report.backends["tensorrt"]
     with pytest.raises(RNNXError):  # the rule is ONNX Runtime's own behaviour
         OnnxRuntimeRunner(model)({"X": np.zeros((2, 5, 3), np.float32)})
     layout0 = _single_node_model("GRU", weights, linear_before_reset=1)
     OnnxRuntimeRunner(layout0)({"X": np.zeros((5, 2, 3), np.float32)})
-    assert not inspect_model(layout0)[0].backends["onnxruntime"]
+    assert not inspect_model(layout0, judge=predict)[0].backends["onnxruntime"]
 
 
 @pytest.mark.parametrize(
@@ -66,8 +68,32 @@ def test_layout_1_is_refused_by_onnx_runtime_as_inspect_says() -> None:
 )
 def test_backend_refusals(spec: str, op: str, attrs: dict, backend: str, fragment: str) -> None:
     weights = RNNWeights.random(RNNSpec.parse(spec))
-    (report,) = inspect_model(_single_node_model(op, weights, **attrs))
+    (report,) = inspect_model(_single_node_model(op, weights, **attrs), judge=predict)
     assert any(fragment in reason for reason in report.backends[backend]), report.backends
+
+
+def test_verdicts_are_labelled_predictions_and_none_are_made_without_rules() -> None:
+    """Neither TensorRT nor cuDNN runs in inspect: each verdict says it rests on documented rules."""
+    weights = RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"))
+    model = _single_node_model("GRU", weights, linear_before_reset=1)
+    (bare,) = inspect_model(model)
+    assert bare.backends == {} and bare.backend_basis == {}  # no judge, no claim
+    (report,) = inspect_model(model, judge=predict)
+    assert report.backend_basis["tensorrt"] == "predicted from TensorRT's documented rules; not built"
+    assert report.backend_basis["cudnn"] == "predicted from cuDNN's documented RNN modes; not run"
+    assert report.backend_basis == {table.backend: table.basis for table in BACKEND_RULES}
+
+
+def test_inspect_text_says_each_verdict_is_a_prediction(tmp_path) -> None:
+    weights = RNNWeights.random(RNNSpec.parse("lstm,input=3,hidden=4"))
+    path = tmp_path / "l.onnx"
+    onnx.save(_single_node_model("LSTM", weights, input_forget=1), str(path))
+    out = subprocess.run([sys.executable, "-m", "rnnx.cli", "inspect", str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "  tensorrt     refuses: input_forget=1 is not supported by the parser (predicted from TensorRT's documented rules; not built)" in lines
+    assert "  cudnn        refuses: input_forget=1: cuDNN has no coupled gates (predicted from cuDNN's documented RNN modes; not run)" in lines
+    assert not any(line.strip().startswith(("tensorrt", "cudnn")) and "predicted from" not in line for line in lines)
 
 
 def test_cli_json_and_subgraphs(tmp_path) -> None:
@@ -97,12 +123,13 @@ def test_inspect_json_field_by_field(tmp_path) -> None:
         "name": "n", "graph": "main", "op_type": "GRU", "stack": "n", "input_size": 3, "hidden_size": 4,
         "direction": "bidirectional", "activations": [], "clip": 5.0, "layout": 0, "linear_before_reset": 0,
         "input_forget": 0, "peepholes": False, "sequence_lens": False,
-        "weight_sources": {"W": "initializer", "R": "initializer", "B": "initializer"},
+        "weight_sources": {"W": "initializer", "R": "initializer", "B": "initializer"}, "lowered": False,
         "backends": {
             "onnxruntime": [],
             "tensorrt": [],
             "cudnn": ["linear_before_reset=0: cuDNN GRUs reset after the recurrent product", "clip=5.0: cuDNN has no cell clipping"],
         },
+        "backend_basis": {table.backend: table.basis for table in BACKEND_RULES},
     }
     assert json.loads(out.stdout)["fusable_chains"] == []
 
