@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rnnx import parity
+from rnnx import limits, parity
+from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
 from rnnx.errors import RNNXError
 from rnnx.graphs import walk
+from rnnx.graphs.index import all_graphs
 from rnnx.tolerance import Tolerances
 
 UNKNOWN_DIM = 3  # the size fed to dynamic axes
@@ -21,11 +24,6 @@ LOWERED_BYTES = 256 << 10
 def check_rewrite_size(model: Any, source: Any, lowered: int = 0) -> None:
     """Refuse, before copying it, a graph whose rewrite would pass the memory budget
     (300,000 Identity nodes fit in 9 MB of protobuf and take a gigabyte as objects)."""
-    from pathlib import Path
-
-    from rnnx import limits
-    from rnnx.graphs.index import all_graphs
-
     nodes = sum(len(g.node) for g in all_graphs(model.graph))
     limits.check_claim(f"{source}: rewriting its {nodes} nodes", nodes * NODE_BYTES + lowered * LOWERED_BYTES, Path(source).stat().st_size)
 
@@ -79,12 +77,8 @@ def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "t
     boolean inputs (an If's condition, say) once with all of them true and once false. Each
     output is held to ``tolerances`` by its graph name (default: the tolerance of its dtype,
     :data:`rnnx.tolerance.BY_DTYPE`; integer and boolean outputs get float32's)."""
-    from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
-
     # Both run in child processes under rnnx's time and memory limits: the input is a graph from
     # elsewhere, and the rewrite keeps whatever else it holds.
-    from rnnx import limits
-
     first, second = original.SerializeToString(), rewritten.SerializeToString()
     shared = TimeBudget(limits.time_limit(len(first)))  # one limit for both sessions and all their runs
     before = IsolatedOnnxRuntime(first, label, shared)
