@@ -116,3 +116,12 @@ def test_a_chain_left_alone_names_the_rule(tmp_path) -> None:
     result = fuse_steps(proto)
     (declined,) = result.left_alone
     assert not result and declined.rule == "steps.h_private" and "graph output" in declined.reason
+
+
+def test_a_gru_cell_whose_gate_is_a_graph_output_names_the_rule(tmp_path) -> None:
+    proto = _export(SteppedGRU(), tmp_path / "unrolled.onnx", steps=2)
+    gate = next(n for n in proto.graph.node if n.op_type == "Sigmoid").output[0]
+    proto.graph.output.append(helper.make_tensor_value_info(gate, onnx.TensorProto.FLOAT, None))
+    result = fuse_cells(proto)
+    assert [d.rule for d in result.left_alone] == ["gru.private"] and gate in result.left_alone[0].reason
+    assert len(result.rewritten) == 1  # the other step is still fused
