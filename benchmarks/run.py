@@ -45,7 +45,7 @@ import rnnx  # noqa: E402
 from rnnx import RNNSpec, RNNWeights  # noqa: E402
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner  # noqa: E402
 from rnnx.exporters.writing import quiet as _quiet  # noqa: E402
-from rnnx.formats import cudnn  # noqa: E402
+from rnnx.layouts import cudnn  # noqa: E402
 
 BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
 

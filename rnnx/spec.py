@@ -26,6 +26,14 @@ GATES: dict[str, tuple[str, ...]] = {
     "rnn_relu": ("h",),
 }
 
+#: The cell kinds with each number of gates, derived from :data:`GATES`: what a layout
+#: whose shapes give only the gate count can infer. One gate leaves tanh or relu open,
+#: which the weights cannot settle.
+CELLS_BY_GATE_COUNT: dict[int, tuple[str, ...]] = {
+    n: tuple(cell for cell, gates in GATES.items() if len(gates) == n)
+    for n in dict.fromkeys(len(gates) for gates in GATES.values())
+}
+
 #: The LSTM gates that carry a peephole, in canonical form.
 PEEPHOLE_GATES: tuple[str, ...] = ("i", "f", "o")
 

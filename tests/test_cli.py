@@ -13,7 +13,7 @@ import pytest
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights
-from rnnx.formats import cudnn
+from rnnx.layouts import cudnn
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "encoder.safetensors"
 
@@ -37,7 +37,7 @@ def test_help_lists_the_verbs() -> None:
 def test_convert_example_to_onnx_checks_it(tmp_path: Path) -> None:
     before = digest(EXAMPLE)
     out = tmp_path / "enc.onnx"
-    result = run("convert", EXAMPLE, "-o", out, "--json", "--seq-lens")
+    result = run("convert", EXAMPLE, "-o", out, "--json", "--seq-lens-input")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["spec"] == "lstm,input=24,hidden=32,layers=2,bidirectional"
@@ -259,11 +259,12 @@ def test_export_names_inputs_axes_and_outputs(tmp_path: Path) -> None:
 
 def test_an_internal_error_has_its_own_exit_status(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from rnnx import cli
+    from rnnx.cli import commands
 
     def broken(args: object) -> int:
         return {}["missing"]  # a bug, not bad input
 
-    monkeypatch.setattr(cli, "_cmd_formats", broken)
+    monkeypatch.setattr(commands, "list_formats", broken)
     assert cli.main(["formats"]) == cli.INTERNAL_ERROR == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "internal error KeyError" in err[0] and "--debug" in err[0]
@@ -375,13 +376,14 @@ def test_other_libraries_warnings_stay_out_of_a_refusal(monkeypatch: pytest.Monk
     import warnings
 
     from rnnx import RNNXError, cli
+    from rnnx.cli import commands
 
     def noisy(args: object) -> int:
         warnings.warn("some library's deprecation notice", DeprecationWarning)
         warnings.warn("another library's user warning", UserWarning)
         raise RNNXError("x.onnx: expected an ONNX model, found nothing")
 
-    monkeypatch.setattr(cli, "_cmd_formats", noisy)
+    monkeypatch.setattr(commands, "list_formats", noisy)
     assert cli.main(["formats"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["rnnx formats: x.onnx: expected an ONNX model, found nothing"]

@@ -60,7 +60,7 @@ LAYOUT = [
     new_code_cell("""import numpy as np, matplotlib.pyplot as plt
 import rnnx
 from rnnx import RNNSpec, RNNWeights, reference
-from rnnx.formats import cudnn
+from rnnx.layouts import cudnn
 
 spec = RNNSpec.parse("lstm,input=8,hidden=16,layers=2,bidirectional,proj=4")
 table = cudnn.offset_table(spec)

@@ -1,7 +1,7 @@
 """Hold rnnx's cuDNN offset table against cuDNN and PyTorch on a real GPU.
 
 Three independent witnesses, each compared offset by offset with
-:func:`rnnx.formats.cudnn.offset_table`:
+:func:`rnnx.layouts.cudnn.offset_table`:
 
 - ``cudnnGetRNNWeightParams``: where cuDNN 9 itself says each matrix and bias lies;
 - ``torch._cudnn_rnn_flatten_weight``: the flat buffer PyTorch builds for cuDNN, compared
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.formats import cudnn
+from rnnx.layouts import cudnn
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
@@ -110,7 +110,7 @@ def _torch_names(spec: RNNSpec) -> dict[str, str]:
 
     A torch parameter (e.g. weight_ih_l0) starts where its first gate (in torch order) starts.
     """
-    from rnnx.formats.torch import GATE_ORDER
+    from rnnx.layouts.torch import GATE_ORDER
 
     first = GATE_ORDER[spec.cell][0]
     names = {}

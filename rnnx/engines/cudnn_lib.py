@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rnnx.errors import RNNXError
-from rnnx.formats.cudnn import LIN_LAYER_IDS, PROJ_LIN_LAYER_ID, check_expressible
+from rnnx.layouts.cudnn import LIN_LAYER_IDS, PROJ_LIN_LAYER_ID, check_expressible
 from rnnx.spec import RNNSpec
 
 # Enum values from cudnn_adv.h / cudnn_graph.h (cuDNN 9).

@@ -1,157 +1,24 @@
-"""``cudnn``: cuDNN's packed RNN weight space, as PyTorch and cuDNN 9 lay it out.
+"""``cudnn``: cuDNN's packed weight space in a file. The blob's layout (offset table, pack,
+unpack, refusals) is :mod:`rnnx.layouts.cudnn`.
 
-Pseudo-layer ``p = layer * directions + direction``. The space holds every pseudo-layer's
-matrices first, then every bias (double-bias mode, or none with ``no_bias``)::
-
-    [ W(p=0) R(p=0) Proj(p=0) | W(p=1) ... | bW(p=0) bR(p=0) | bW(p=1) bR(p=1) | ... ]
-
-Inside each block gates follow cuDNN's linLayerID (:data:`LIN_LAYER_IDS`); each matrix is
-(hidden, in) row-major, as PyTorch's rows already are. The offset table below is the
-single description of the blob; packing and unpacking both walk it. On disk the blob is a
-.safetensors file holding one 1-D tensor ``blob``, with the spec and the table in its
-metadata. With ``no_bias`` the blob is cuDNN's CUDNN_RNN_NO_BIAS weight space (matrices
-only); PyTorch instead keeps double-bias mode with zero biases, so its buffer for a
-bias=False module is this blob followed by a zero block (both checked on a GPU by
-:mod:`rnnx.engines.cudnn_check`). cuDNN cannot express peepholes, a GRU that resets before the recurrent product,
-or a reverse-only layer; those are refused.
+On disk the blob is a .safetensors file holding one 1-D tensor ``blob``, with the spec and
+the offset table in its metadata: a file written under another table is refused.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import read_safetensors, safetensors_metadata, write_safetensors
 from rnnx.formats.registry import Format, register, settle_spec
+from rnnx.layouts.cudnn import from_native, refusals, stored_table, to_native
 from rnnx.spec import RNNSpec
-from rnnx.weights import RNNWeights, tensor_name
+from rnnx.weights import RNNWeights
 
-#: linLayerID of each gate, for the input matrices (W) and the recurrent ones (R);
-#: the LSTM projection is linLayerID 8. Biases share their matrix's id.
-LIN_LAYER_IDS: dict[str, dict[str, dict[str, int]]] = {
-    "lstm": {"W": {"i": 0, "f": 1, "g": 2, "o": 3}, "R": {"i": 4, "f": 5, "g": 6, "o": 7}},
-    "gru": {"W": {"r": 0, "z": 1, "n": 2}, "R": {"r": 3, "z": 4, "n": 5}},
-    "rnn_tanh": {"W": {"h": 0}, "R": {"h": 1}},
-    "rnn_relu": {"W": {"h": 0}, "R": {"h": 1}},
-}
-PROJ_LIN_LAYER_ID = 8
 MARKER = "rnnx.cudnn"
 BLOB_KEY = "blob"
-
-
-@dataclass(frozen=True)
-class BlobEntry:
-    """One tensor inside the blob. ``kind`` is W, R, proj (matrices) or bW, bR (biases)."""
-
-    pseudo_layer: int
-    layer: int
-    direction: str
-    lin_layer_id: int
-    gate: str | None
-    kind: str
-    offset: int
-    shape: tuple[int, ...]
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape))
-
-    @property
-    def canonical_name(self) -> str:
-        return tensor_name(self.layer, self.direction, self.kind, self.gate)
-
-    @property
-    def is_bias(self) -> bool:
-        return self.kind in ("bW", "bR")
-
-
-def check_expressible(spec: RNNSpec) -> None:
-    if spec.peepholes:
-        raise RNNXError(
-            f"spec {spec}: cuDNN LSTMs have no peepholes (the output gate would need c(t), which cuDNN "
-            "returns only after the call); keep these weights in onnx or rnnx form"
-        )
-    if not spec.reset_after:
-        raise RNNXError(
-            f"spec {spec}: cuDNN GRUs apply the reset gate after the recurrent product (ONNX "
-            "linear_before_reset=1); a reset_before GRU has no cuDNN form"
-        )
-    if spec.direction == "reverse":
-        raise RNNXError(f"spec {spec}: cuDNN has no reverse-only mode (only unidirectional and bidirectional)")
-
-
-def offset_table(spec: RNNSpec) -> list[BlobEntry]:
-    """Every tensor of the blob, in blob order, with its element offset and shape."""
-    check_expressible(spec)
-    ids = LIN_LAYER_IDS[spec.cell]
-    hidden, out = spec.hidden_size, spec.output_size
-    entries: list[BlobEntry] = []
-    offset = 0
-
-    def add(p: int, layer: int, direction: str, lin_id: int, gate: str | None, kind: str, shape: tuple[int, ...]) -> None:
-        nonlocal offset
-        entries.append(BlobEntry(p, layer, direction, lin_id, gate, kind, offset, shape))
-        offset += int(np.prod(shape))
-
-    cells = [(layer, d) for layer in range(spec.num_layers) for d in spec.directions]
-    for p, (layer, direction) in enumerate(cells):
-        for gate, lin_id in ids["W"].items():
-            add(p, layer, direction, lin_id, gate, "W", (hidden, spec.layer_input_size(layer)))
-        for gate, lin_id in ids["R"].items():
-            add(p, layer, direction, lin_id, gate, "R", (hidden, out))
-        if spec.proj_size:
-            add(p, layer, direction, PROJ_LIN_LAYER_ID, None, "proj", (spec.proj_size, hidden))
-    if spec.bias:
-        for p, (layer, direction) in enumerate(cells):
-            for kind, matrix_kind in (("bW", "W"), ("bR", "R")):
-                for gate, lin_id in ids[matrix_kind].items():
-                    add(p, layer, direction, lin_id, gate, kind, (hidden,))
-    return entries
-
-
-def blob_size(spec: RNNSpec) -> int:
-    table = offset_table(spec)
-    return table[-1].offset + table[-1].size
-
-
-def to_native(weights: RNNWeights) -> np.ndarray:
-    """Pack into one 1-D array of the weights' dtype: one allocation, one copy per tensor."""
-    table = offset_table(weights.spec)
-    blob = np.empty(table[-1].offset + table[-1].size, dtype=weights.dtype)
-    for entry in table:
-        blob[entry.offset : entry.offset + entry.size] = weights[entry.canonical_name].reshape(-1)
-    return blob
-
-
-def from_native(blob: np.ndarray, spec: RNNSpec | None) -> RNNWeights:
-    """Unpack a blob. The canonical tensors are views into ``blob``: nothing is copied."""
-    if spec is None:
-        raise RNNXError("cuDNN blob: the blob does not describe itself; pass its spec (--spec)")
-    blob = np.asarray(blob)
-    if blob.ndim != 1:
-        blob = blob.reshape(-1)
-    table = offset_table(spec)
-    expected = table[-1].offset + table[-1].size
-    if blob.size != expected:
-        raise RNNXError(
-            f"cuDNN blob: expected {expected} elements for spec {spec}, found {blob.size}; "
-            "check --spec (sizes, layers, bidirectional, proj, no_bias)"
-        )
-    return RNNWeights(spec, {e.canonical_name: blob[e.offset : e.offset + e.size].reshape(e.shape) for e in table})
-
-
-def table_as_dicts(spec: RNNSpec, itemsize: int = 4) -> list[dict[str, object]]:
-    rows = []
-    for e in offset_table(spec):
-        row = asdict(e)
-        row["shape"] = list(e.shape)
-        row["byte_offset"] = e.offset * itemsize
-        rows.append(row)
-    return rows
 
 
 def sniff(path: Path) -> bool:
@@ -167,21 +34,19 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
         raise RNNXError(f"{path}: the blob carries no spec in its metadata; pass --spec")
     if "table" in meta:
         try:
-            stored_table = json.loads(meta["table"])
+            recorded = json.loads(meta["table"])
         except (ValueError, RecursionError):
             raise RNNXError(f"{path}: the blob's offset table in its metadata is not valid JSON; the file is damaged") from None
-        ours = [[e.offset, list(e.shape)] for e in offset_table(spec)]
-        if stored_table != ours:
+        if recorded != stored_table(spec):
             raise RNNXError(f"{path}: the blob's offset table differs from rnnx's for spec {spec}; it was written by another layout")
     return from_native(tensors[BLOB_KEY], spec)
 
 
 def write(weights: RNNWeights, path: Path) -> None:
-    table = [[e.offset, list(e.shape)] for e in offset_table(weights.spec)]
     write_safetensors(
         path,
         {BLOB_KEY: to_native(weights)},
-        {"format": MARKER, "spec": str(weights.spec), "table": json.dumps(table, separators=(",", ":"))},
+        {"format": MARKER, "spec": str(weights.spec), "table": json.dumps(stored_table(weights.spec), separators=(",", ":"))},
     )
 
 
@@ -194,6 +59,7 @@ register(
         write=write,
         extensions=(".safetensors",),
         sniff=sniff,
+        refusals=refusals,
         description="cuDNN's packed weight space, one 1-D blob (.safetensors with spec and offset table)",
     )
 )

@@ -1,10 +1,6 @@
-"""``jax``: the flat weight vector of ``jax.experimental.rnn`` (LSTM only, double bias).
-
-Its documented layout: for every pseudo-layer (layer-major, forward before reverse)
-``W_ih`` (4*hidden, in) then ``W_hh`` (4*hidden, hidden); after all of them, for every
-pseudo-layer ``b_ih`` then ``b_hh`` (4*hidden,). Gates stack in :data:`GATE_ORDER`.
-jax hands this vector to cuDNN unchanged, so it should equal rnnx's cuDNN blob for the
-same weights; a test holds the two formats to that independently.
+"""``jax``: the flat weight vector of ``jax.experimental.rnn`` (LSTM only, double bias) in
+an .npz file beside its spec. The vector's layout, cuDNN's weight space, is
+:mod:`rnnx.layouts.jax`.
 """
 
 from __future__ import annotations
@@ -16,66 +12,11 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, check_archive, library_write, require_file
 from rnnx.formats.registry import Format, register, settle_spec
+from rnnx.layouts.jax import from_native, refusals, to_native
 from rnnx.spec import RNNSpec
-from rnnx.weights import RNNWeights, split_gates, tensor_name
+from rnnx.weights import RNNWeights
 
-GATE_ORDER = ("i", "f", "g", "o")
-# The vector's blocks: matrices of every pseudo-layer, then biases of every pseudo-layer.
-MATRIX_BLOCKS = ("W", "R")
-BIAS_BLOCKS = ("bW", "bR")
 NPZ_KEY = "weights"
-
-
-def _check_expressible(spec: RNNSpec) -> None:
-    if spec.cell != "lstm":
-        raise RNNXError(f"spec {spec}: jax.experimental.rnn has only LSTMs, found {spec.cell}")
-    problems = [
-        (not spec.bias, "no_bias (jax always has both biases)"),
-        (spec.proj_size > 0, "a projection"),
-        (spec.peepholes, "peepholes"),
-        (spec.direction == "reverse", "a reverse-only layer"),
-    ]
-    for bad, what in problems:
-        if bad:
-            raise RNNXError(f"spec {spec}: jax.experimental.rnn cannot express {what}")
-
-
-def _blocks(spec: RNNSpec) -> list[tuple[int, str, str, tuple[int, int] | tuple[int]]]:
-    """(layer, direction, kind, stacked shape) in vector order."""
-    cells = [(layer, d) for layer in range(spec.num_layers) for d in spec.directions]
-    H = spec.hidden_size
-    blocks: list[tuple[int, str, str, tuple[int, int] | tuple[int]]] = []
-    for layer, d in cells:
-        blocks.append((layer, d, "W", (4 * H, spec.layer_input_size(layer))))
-        blocks.append((layer, d, "R", (4 * H, H)))
-    for layer, d in cells:
-        for kind in BIAS_BLOCKS:
-            blocks.append((layer, d, kind, (4 * H,)))
-    return blocks
-
-
-def to_native(weights: RNNWeights) -> np.ndarray:
-    _check_expressible(weights.spec)
-    return np.concatenate([weights.stacked(layer, d, kind, GATE_ORDER).reshape(-1) for layer, d, kind, _ in _blocks(weights.spec)])
-
-
-def from_native(vector: np.ndarray, spec: RNNSpec | None) -> RNNWeights:
-    if spec is None:
-        raise RNNXError("jax weight vector: the vector does not describe itself; pass its spec (--spec)")
-    _check_expressible(spec)
-    vector = np.asarray(vector).reshape(-1)
-    blocks = _blocks(spec)
-    expected = sum(int(np.prod(shape)) for *_, shape in blocks)
-    if vector.size != expected:
-        raise RNNXError(f"jax weight vector: expected {expected} elements for spec {spec}, found {vector.size}; check --spec")
-    tensors: dict[str, np.ndarray] = {}
-    offset = 0
-    for layer, d, kind, shape in blocks:
-        n = int(np.prod(shape))
-        for gate, part in split_gates(vector[offset : offset + n].reshape(shape), GATE_ORDER).items():
-            tensors[tensor_name(layer, d, kind, gate)] = part
-        offset += n
-    return RNNWeights(spec, tensors)
 
 
 def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
@@ -107,6 +48,7 @@ register(
         read=read,
         write=write,
         extensions=(".npz",),
+        refusals=refusals,
         description="jax.experimental.rnn's flat LSTM vector (.npz holding 'weights' and 'spec')",
     )
 )

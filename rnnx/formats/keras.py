@@ -1,20 +1,7 @@
-"""``keras``: Keras 3 LSTM / GRU / SimpleRNN weights, Bidirectional included.
+"""``keras``: Keras 3 LSTM / GRU / SimpleRNN weights, Bidirectional included, in files.
 
-Per layer ``get_weights()`` is [kernel (in, gates*units), recurrent_kernel (units,
-gates*units), bias]: matrices transposed relative to ours, gates in :data:`GATE_ORDER`
-along the last axis. Biases: LSTM and SimpleRNN one (gates*units,), read as the input bias
-with a zero recurrent bias and written as their sum; GRU ``reset_after=True`` (2,
-3*units) = [input; recurrent]; GRU ``reset_after=False`` one (3*units,) like LSTM's;
-``use_bias=False`` no bias array at all. A Bidirectional layer lists its forward layer's
-weights, then its backward layer's, and concatenates their outputs like our
-``bidirectional``; a layer with ``go_backwards=True`` is our ``reverse`` (Keras returns its
-sequence in the order it ran, last step first). Keras has no projection and no peepholes.
-
-The natural object is the flat list of arrays, layer after layer, each layer's forward
-then backward weights: ``model.get_weights()`` of a model made of exactly these layers,
-and what ``model.set_weights`` takes. A list of one layer's 2 or 3 arrays describes itself
-(except SimpleRNN's tanh or relu, and a bias-free GRU's reset mode); a longer list needs
-its spec.
+The arrays' layout (``get_weights()`` order, gate order, biases, what Keras cannot hold)
+is :mod:`rnnx.layouts.keras`.
 
 Files, read with h5py alone (Keras is never imported and no model code runs):
 
@@ -58,7 +45,7 @@ import io
 import json
 import re
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,18 +55,12 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, check_archive, library_write, require_file
 from rnnx.formats.registry import Format, register, settle_spec
+from rnnx.layouts import keras as layout
 from rnnx.spec import RNNSpec
-from rnnx.weights import RNNWeights, split_gates, tensor_name
+from rnnx.weights import RNNWeights
 
-GATE_ORDER: dict[str, tuple[str, ...]] = {
-    "lstm": ("i", "f", "g", "o"),  # Keras calls g "c"
-    "gru": ("z", "r", "n"),  # Keras calls n "h"
-    "rnn_tanh": ("h",),
-    "rnn_relu": ("h",),
-}
 #: Keras's h5 group name (its snake-cased class name) per cell kind, for writing.
 LAYER_GROUP = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "simple_rnn", "rnn_relu": "simple_rnn"}
-_FAMILY_BY_GATES = {4: "lstm", 3: "gru", 1: "rnn"}
 # Keras classes whose math rnnx knows: the layers, and the cells inside keras.layers.RNN.
 _LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
 _CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
@@ -93,116 +74,6 @@ _MAX_CONFIG = 64 * 1024 * 1024
 _SLACK = 1 << 16
 #: Root attribute of the .weights.h5 files rnnx writes: the spec, a fixed-length string (no HDF5 string heap).
 SPEC_ATTR = "rnnx_spec"
-
-
-def _check_expressible(spec: RNNSpec) -> None:
-    if spec.proj_size:
-        raise RNNXError(f"spec {spec}: Keras LSTMs have no projection (proj={spec.proj_size}); convert to torch, onnx or rnnx instead")
-    if spec.peepholes:
-        raise RNNXError(f"spec {spec}: Keras LSTMs have no peepholes; convert to onnx or rnnx instead")
-
-
-def _arrays_per_cell(spec: RNNSpec) -> int:
-    return 3 if spec.bias else 2
-
-
-def _keras_bias(weights: RNNWeights, layer: int, direction: str) -> np.ndarray:
-    spec, order = weights.spec, GATE_ORDER[weights.spec.cell]
-    bw, br = weights.stacked(layer, direction, "bW", order), weights.stacked(layer, direction, "bR", order)
-    if spec.cell == "gru" and spec.reset_after:
-        return np.stack([bw, br])
-    # One bias: the sum. A zero recurrent bias (what reading Keras gives) adds nothing, not even a sign flip of -0.0.
-    return bw + br if np.any(br) else bw
-
-
-def to_native(weights: RNNWeights) -> list[np.ndarray]:
-    """Keras's arrays, layer after layer (forward then backward): ``model.set_weights`` order."""
-    spec = weights.spec
-    _check_expressible(spec)
-    order = GATE_ORDER[spec.cell]
-    out: list[np.ndarray] = []
-    for layer, d in weights.cells():
-        out.append(np.ascontiguousarray(weights.stacked(layer, d, "W", order).T))
-        out.append(np.ascontiguousarray(weights.stacked(layer, d, "R", order).T))
-        if spec.bias:
-            out.append(_keras_bias(weights, layer, d))
-    return out
-
-
-def _infer_spec(arrays: Sequence[np.ndarray], where: str = "Keras weights: ") -> RNNSpec:
-    """One layer's spec from its 2 or 3 arrays, where the shapes settle it; ``where`` starts each message."""
-    if len(arrays) not in (2, 3):
-        raise RNNXError(
-            f"{where}{len(arrays)} arrays cannot be read without a spec (one layer has 2 or 3: kernel, "
-            "recurrent_kernel[, bias]); pass the spec (--spec) saying layers and direction"
-        )
-    kernel, recurrent = arrays[0], arrays[1]
-    if kernel.ndim != 2 or recurrent.ndim != 2 or recurrent.shape[0] == 0 or recurrent.shape[1] % recurrent.shape[0]:
-        raise RNNXError(
-            f"{where}expected kernel (in, gates*units) and recurrent_kernel (units, gates*units), "
-            f"found shapes {kernel.shape} and {recurrent.shape}"
-        )
-    units = recurrent.shape[0]
-    n_gates = recurrent.shape[1] // units
-    family = _FAMILY_BY_GATES.get(n_gates)
-    if family is None:
-        raise RNNXError(f"{where}expected 4 (LSTM), 3 (GRU) or 1 (SimpleRNN) gates, found recurrent_kernel {recurrent.shape} ({n_gates} gates)")
-    bias = len(arrays) == 3
-    fields: dict[str, Any] = {"input_size": int(kernel.shape[0]), "hidden_size": int(units), "bias": bias}
-    if family == "rnn":
-        tanh, relu = RNNSpec("rnn_tanh", **fields), RNNSpec("rnn_relu", **fields)
-        raise RNNXError(f"{where}a SimpleRNN's weights do not say tanh or relu; pass --spec {tanh} or --spec {relu}")
-    if family == "gru" and not bias:
-        after, before = RNNSpec("gru", **fields), RNNSpec("gru", reset_after=False, **fields)
-        raise RNNXError(f"{where}a GRU without bias does not say its reset mode; pass --spec {after} or --spec {before}")
-    reset_after = not (family == "gru" and arrays[2].ndim == 1)
-    return RNNSpec(family, reset_after=reset_after, **fields)
-
-
-def _as_arrays(arrays: Any) -> list[np.ndarray]:
-    if isinstance(arrays, (np.ndarray, dict, str, bytes)) or not isinstance(arrays, Sequence):
-        raise RNNXError(
-            f"Keras weights: expected a list of arrays (layer.get_weights() or model.get_weights()), found {type(arrays).__name__}"
-        )
-    return [np.asarray(a) for a in arrays]
-
-
-def from_native(arrays: Sequence[Any], spec: RNNSpec | None = None) -> RNNWeights:
-    """Canonical weights from ``get_weights()`` arrays; ``spec`` may be left out for one layer's list."""
-    arrays = _as_arrays(arrays)
-    spec = spec or _infer_spec(arrays)
-    _check_expressible(spec)
-    order = GATE_ORDER[spec.cell]
-    per_cell = _arrays_per_cell(spec)
-    cells = [(layer, d) for layer in range(spec.num_layers) for d in spec.directions]
-    if len(arrays) != per_cell * len(cells):
-        raise RNNXError(
-            f"Keras weights: expected {per_cell * len(cells)} arrays for spec {spec} "
-            f"({per_cell} per layer and direction), found {len(arrays)}; check --spec"
-        )
-    H, G = spec.hidden_size, len(order)
-    tensors: dict[str, np.ndarray] = {}
-    for k, (layer, d) in enumerate(cells):
-        kernel, recurrent, *rest = arrays[k * per_cell : (k + 1) * per_cell]
-        where = f"layer {layer} {d}"
-        for name, array, shape in (("kernel", kernel, (spec.layer_input_size(layer), G * H)), ("recurrent_kernel", recurrent, (H, G * H))):
-            if array.shape != shape:
-                raise RNNXError(f"tensor {name} of {where}: expected shape {shape} for spec {spec}, found {array.shape}; check --spec")
-        for kind, array in (("W", kernel.T), ("R", recurrent.T)):
-            for gate, part in split_gates(array, order).items():
-                tensors[tensor_name(layer, d, kind, gate)] = part
-        if spec.bias:
-            (bias,) = rest
-            two_rows = spec.cell == "gru" and spec.reset_after
-            expected = (2, G * H) if two_rows else (G * H,)
-            if bias.shape != expected:
-                hint = "; a (2, 3*units) bias is reset_after=True, a (3*units,) one reset_before" if spec.cell == "gru" else ""
-                raise RNNXError(f"tensor bias of {where}: expected shape {expected} for spec {spec}, found {bias.shape}{hint}")
-            bw, br = (bias[0], bias[1]) if two_rows else (bias, np.zeros_like(bias))
-            for kind, array in (("bW", bw), ("bR", br)):
-                for gate, part in split_gates(array, order).items():
-                    tensors[tensor_name(layer, d, kind, gate)] = part
-    return RNNWeights(spec, tensors)
 
 
 # --- files: reading ----------------------------------------------------------------------
@@ -514,10 +385,10 @@ def _settle(found: _Found, cells: list[list[np.ndarray]], spec: RNNSpec | None) 
     if spec is not None and stated is not None and spec != stated:
         raise RNNXError(f"--spec {spec} disagrees with the file's own spec {stated}; drop --spec")
     if spec is None and stated is None:
-        spec = _infer_spec(cells[0], "")
+        spec = layout.infer_spec(cells[0], "")
         if len(cells) == 2:
             spec = spec.with_(direction="bidirectional")
-    return from_native([a for cell in cells for a in cell], spec or stated)
+    return layout.from_native([a for cell in cells for a in cell], spec or stated)
 
 
 def _stored_spec(h5: Any) -> str | None:
@@ -539,7 +410,7 @@ def _whole_stack(path: Path, found: list[_Found], cells: list[list[list[np.ndarr
     if [f.name for f in found] != expected:
         raise RNNXError(f"{path}: spec {settled} expects groups {expected}, found {[f.name for f in found]}; the file was changed after rnnx wrote it")
     try:
-        return from_native([a for layer in cells for cell in layer for a in cell], settled)
+        return layout.from_native([a for layer in cells for cell in layer for a in cell], settled)
     except RNNXError as exc:
         raise RNNXError(f"{path}: {exc}") from None
 
@@ -592,9 +463,9 @@ def write(weights: RNNWeights, path: Path) -> None:
             "name the output NAME.weights.h5"
         )
     spec = weights.spec
-    arrays = to_native(weights)
+    arrays = layout.to_native(weights)
     h5py = _import_h5py("writing .weights.h5")
-    per_cell = _arrays_per_cell(spec)
+    per_cell = layout.arrays_per_cell(spec)
     kind = "bidirectional" if spec.direction == "bidirectional" else LAYER_GROUP[spec.cell]
     with atomic_output(path) as tmp, library_write(path), h5py.File(tmp, "w") as f:
         f.attrs[SPEC_ATTR] = np.bytes_(str(spec))
@@ -615,12 +486,13 @@ def write(weights: RNNWeights, path: Path) -> None:
 register(
     Format(
         name="keras",
-        to_native=to_native,
-        from_native=from_native,
+        to_native=layout.to_native,
+        from_native=layout.from_native,
         read=read,
         write=write,
         groups=groups,
         extensions=(".keras", ".weights.h5"),
+        refusals=layout.refusals,
         description="Keras 3 LSTM/GRU/SimpleRNN (get_weights() arrays; .keras and .weights.h5 read with h5py, .weights.h5 written)",
     )
 )

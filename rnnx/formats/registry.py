@@ -12,6 +12,11 @@ from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
 
+def holds_any(spec: RNNSpec) -> list[str]:
+    """The refusals of a format that holds every spec (the canonical form)."""
+    return []
+
+
 @dataclass(frozen=True)
 class Format:
     """One external layout.
@@ -20,7 +25,9 @@ class Format:
     ``from_native(obj, spec)`` reads it back. ``read``/``write`` handle files, when the
     format has them; ``groups(path)`` lists the recurrent groups a file holds, for
     ``--select``. ``sniff(path)`` says whether a file with one of ``extensions`` is in
-    this format (several formats share ``.safetensors``).
+    this format (several formats share ``.safetensors``). ``refusals(spec)`` says why the
+    format cannot hold a spec, one reason per line of its layout (empty when it can): ask
+    it rather than restate what a format can express.
     """
 
     name: str
@@ -33,6 +40,7 @@ class Format:
     sniff: Callable[[Path], bool] | None = None
     description: str = ""
     options: dict[str, str] = field(default_factory=dict)
+    refusals: Callable[[RNNSpec], list[str]] = holds_any
 
 
 _FORMATS: dict[str, Format] = {}
@@ -53,6 +61,12 @@ def get(name: str) -> Format:
 
 def names() -> list[str]:
     return sorted(_FORMATS)
+
+
+def refusals(spec: RNNSpec) -> dict[str, list[str]]:
+    """Every registered format that cannot hold ``spec``, with its reasons."""
+    found = {name: fmt.refusals(spec) for name, fmt in sorted(_FORMATS.items())}
+    return {name: reasons for name, reasons in found.items() if reasons}
 
 
 def settle_spec(path: Path, given: RNNSpec | None, stored: str | None) -> RNNSpec | None:

@@ -1,14 +1,12 @@
-"""``torch``: state_dicts of nn.LSTM / nn.GRU / nn.RNN and their Cell variants.
+"""``torch``: nn.LSTM / nn.GRU / nn.RNN and Cell state_dicts as torch tensors and in files.
 
-PyTorch stacks gates on dim 0 of ``weight_ih_l{k}`` (gates*hidden, in) in the order of
-:data:`GATE_ORDER`; ``weight_hr_l{k}`` (proj, hidden) is the LSTM projection. Files are
-.pt/.pth (loaded weights-only: a pickle's code never runs) or .safetensors. A whole
-model's state_dict may hold several recurrent groups, named by their key prefix.
+Files are .pt/.pth (loaded weights-only: a pickle's code never runs) or .safetensors. The
+parameters' names, gate order and shapes are :mod:`rnnx.layouts.torch`; here tensors are
+made and read, and files written and loaded.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,59 +17,15 @@ from rnnx import limits
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, check_archive, library_write, read_safetensors, require_file, safetensors_metadata, write_safetensors
 from rnnx.formats.registry import Format, register
+from rnnx.layouts import torch as layout
 from rnnx.spec import RNNSpec
-from rnnx.weights import RNNWeights, split_gates, tensor_name
-
-GATE_ORDER: dict[str, tuple[str, ...]] = {
-    "lstm": ("i", "f", "g", "o"),
-    "gru": ("r", "z", "n"),
-    "rnn_tanh": ("h",),
-    "rnn_relu": ("h",),
-}
-# (torch parameter, canonical kind); "proj" is not gate-stacked.
-_PARAMS = (("weight_ih", "W"), ("weight_hh", "R"), ("bias_ih", "bW"), ("bias_hh", "bR"), ("weight_hr", "proj"))
-_KEY = re.compile(r"^(?P<prefix>(?:.*\.)?)(?P<param>weight_ih|weight_hh|bias_ih|bias_hh|weight_hr)(?P<suffix>_l(?P<layer>\d+)(?P<rev>_reverse)?)?$")
-_CELLS_BY_GATES = {4: "lstm", 3: "gru", 1: "rnn_tanh"}
-
-
-def _suffix(layer: int, direction: str, cell_style: bool) -> str:
-    if cell_style:
-        return ""
-    return f"_l{layer}" + ("_reverse" if direction == "reverse" else "")
-
-
-def _check_expressible(spec: RNNSpec, cell_style: bool) -> None:
-    if spec.peepholes:
-        raise RNNXError(f"spec {spec}: PyTorch LSTMs have no peepholes; convert to onnx or rnnx instead")
-    if not spec.reset_after:
-        raise RNNXError(f"spec {spec}: PyTorch GRUs always reset after the recurrent product; reset_before has no torch form")
-    if spec.direction == "reverse":
-        raise RNNXError(f"spec {spec}: PyTorch has no reverse-only layer; use bidirectional or forward")
-    if cell_style and (spec.num_layers != 1 or spec.num_directions != 1 or spec.proj_size):
-        raise RNNXError(f"spec {spec}: a torch Cell is one layer, one direction, no projection")
-
-
-def to_arrays(weights: RNNWeights, cell: bool = False, prefix: str = "") -> dict[str, np.ndarray]:
-    """The state_dict as numpy arrays (what .safetensors stores). ``cell=True`` gives nn.LSTMCell keys."""
-    spec = weights.spec
-    _check_expressible(spec, cell)
-    order = GATE_ORDER[spec.cell]
-    out: dict[str, np.ndarray] = {}
-    for layer, direction in weights.cells():
-        sfx = _suffix(layer, direction, cell)
-        for param, kind in _PARAMS:
-            if kind == "proj":
-                if spec.proj_size:
-                    out[f"{prefix}{param}{sfx}"] = weights.proj(layer, direction)  # type: ignore[assignment]
-            elif kind in ("W", "R") or spec.bias:
-                out[f"{prefix}{param}{sfx}"] = weights.stacked(layer, direction, kind, order)
-    return out
+from rnnx.weights import RNNWeights
 
 
 def to_native(weights: RNNWeights, cell: bool = False, prefix: str = "") -> dict[str, Any]:
     """A state_dict of torch tensors, ready for ``module.load_state_dict``."""
     torch = _import_torch("building a torch state_dict")
-    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in to_arrays(weights, cell, prefix).items()}
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in layout.to_native(weights, cell, prefix).items()}
 
 
 def _as_numpy(value: Any, key: str = "") -> np.ndarray:
@@ -93,113 +47,14 @@ def _as_numpy(value: Any, key: str = "") -> np.ndarray:
     return np.asarray(value)
 
 
-def find_groups(state: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Recurrent groups by key prefix: ``{"encoder.lstm": {"weight_ih_l0": ..., ...}}``."""
-    groups: dict[str, dict[str, Any]] = {}
-    for key, value in state.items():
-        m = _KEY.match(key)
-        if m:
-            groups.setdefault(m["prefix"].rstrip("."), {})[key[len(m["prefix"]) :]] = value
-    # A group needs its matrices; stray "weight_hh" keys of other layers are not recurrences.
-    return {p: g for p, g in groups.items() if any(k.startswith("weight_ih") for k in g) and any(k.startswith("weight_hh") for k in g)}
-
-
-def _infer_spec(group: Mapping[str, np.ndarray], name: str) -> RNNSpec:
-    cell_style = "weight_ih" in group
-    sfx0 = "" if cell_style else "_l0"
-    for key in (f"weight_ih{sfx0}", f"weight_hh{sfx0}"):
-        if key not in group:
-            raise RNNXError(f"group {name!r}: expected {key}, found only {sorted(group)}; pass --spec if the layer numbering is unusual")
-    w_ih, w_hh = group[f"weight_ih{sfx0}"], group[f"weight_hh{sfx0}"]
-    w_hr = group.get(f"weight_hr{sfx0}")
-    if w_ih.ndim != 2 or w_hh.ndim != 2 or (w_hr is not None and w_hr.ndim != 2):
-        raise RNNXError(f"group {name!r}: weight_ih{sfx0} and weight_hh{sfx0} must be matrices, found shapes {tuple(w_ih.shape)} and {tuple(w_hh.shape)}")
-    hidden = w_hr.shape[1] if w_hr is not None else w_hh.shape[1]
-    if hidden == 0 or w_hh.shape[0] % hidden:
-        raise RNNXError(f"group {name!r}: weight_hh{sfx0} of shape {tuple(w_hh.shape)} is no recurrent matrix (gates*hidden, hidden)")
-    n_gates = w_hh.shape[0] // hidden
-    if n_gates not in _CELLS_BY_GATES:
-        raise RNNXError(f"group {name!r}: expected 4 (LSTM), 3 (GRU) or 1 (RNN) gates, found {n_gates} in weight_hh{sfx0}")
-    cell = _CELLS_BY_GATES[n_gates]
-    layers = 1 if cell_style else 1 + max(int(_KEY.match(k)["layer"]) for k in group)  # type: ignore[index]
-    spec_fields = dict(
-        cell=cell,
-        input_size=int(w_ih.shape[1]),
-        hidden_size=int(hidden),
-        num_layers=layers,
-        direction="bidirectional" if any(k.endswith("_reverse") for k in group) else "forward",
-        bias=f"bias_ih{sfx0}" in group,
-        proj_size=int(w_hr.shape[0]) if w_hr is not None else 0,
-    )
-    if cell == "rnn_tanh":
-        tanh, relu = RNNSpec(**spec_fields), RNNSpec(**{**spec_fields, "cell": "rnn_relu"})  # type: ignore[arg-type]
-        raise RNNXError(
-            f"group {name!r}: a plain RNN's state_dict does not say tanh or relu; "
-            f"pass --spec {tanh} or --spec {relu}"
-        )
-    return RNNSpec(**spec_fields)  # type: ignore[arg-type]
-
-
-def _group_to_weights(group: Mapping[str, Any], spec: RNNSpec | None, name: str) -> RNNWeights:
-    arrays = {k: _as_numpy(v, f"{name}.{k}" if name else k) for k, v in group.items()}
-    cell_style = "weight_ih" in arrays
-    if spec is None:
-        spec = _infer_spec(arrays, name)
-    else:
-        _check_expressible(spec, cell_style)
-    order = GATE_ORDER[spec.cell]
-    tensors: dict[str, np.ndarray] = {}
-    expected_keys = set()
-    for layer in range(spec.num_layers):
-        for direction in spec.directions:
-            sfx = _suffix(layer, direction, cell_style)
-            for param, kind in _PARAMS:
-                key = f"{param}{sfx}"
-                if kind == "proj":
-                    if not spec.proj_size:
-                        continue
-                    expected_keys.add(key)
-                    if key not in arrays:
-                        raise RNNXError(f"group {name!r}: expected {key} for spec {spec}, found nothing")
-                    tensors[tensor_name(layer, direction, "proj")] = arrays[key]
-                    continue
-                if kind in ("bW", "bR") and not spec.bias:
-                    continue
-                expected_keys.add(key)
-                if key not in arrays:
-                    raise RNNXError(f"group {name!r}: expected {key} for spec {spec}, found nothing")
-                if arrays[key].shape[0] != len(order) * spec.hidden_size:
-                    raise RNNXError(
-                        f"tensor {key}: expected {len(order)}*{spec.hidden_size} rows for spec {spec}, "
-                        f"found shape {tuple(arrays[key].shape)}"
-                    )
-                for gate, part in split_gates(arrays[key], order).items():
-                    tensors[tensor_name(layer, direction, kind, gate)] = part
-    extra = sorted(set(arrays) - expected_keys)
-    if extra:
-        raise RNNXError(f"group {name!r}: {extra[0]} is not part of spec {spec}; check layers, bias, direction and proj")
-    return RNNWeights(spec, tensors)
-
-
 def from_native(state: Mapping[str, Any], spec: RNNSpec | None = None, select: str | None = None) -> RNNWeights:
     """Canonical weights from a state_dict (a module's, a cell's, or a whole model's with ``select``)."""
-    groups = find_groups(state)
-    name = choose_group(groups, select, "state_dict")
-    return _group_to_weights(groups[name], spec, name)
+    return _from_groups(layout.find_groups(state), spec, select, "state_dict")
 
 
-def choose_group(groups: Mapping[str, Any], select: str | None, where: str) -> str:
-    """The one group to convert: ``select`` if given, else the only one; else a listing."""
-    if not groups:
-        raise RNNXError(f"{where}: expected LSTM/GRU/RNN weights (weight_ih/weight_hh keys), found none")
-    shown = lambda g: repr(g) if g else "'' (top level)"  # noqa: E731
-    if select is not None:
-        if select not in groups:
-            raise RNNXError(f"{where}: no recurrent group {select!r}; groups are {', '.join(shown(g) for g in groups)}")
-        return select
-    if len(groups) > 1:
-        raise RNNXError(f"{where}: {len(groups)} recurrent groups ({', '.join(shown(g) for g in groups)}); pass --select GROUP")
-    return next(iter(groups))
+def _from_groups(groups: Mapping[str, Mapping[str, Any]], spec: RNNSpec | None, select: str | None, where: str) -> RNNWeights:
+    name = layout.choose_group(groups, select, where)
+    return layout.from_group({k: _as_numpy(v, f"{name}.{k}" if name else k) for k, v in groups[name].items()}, spec, name)
 
 
 def _import_torch(why: str) -> Any:
@@ -259,18 +114,15 @@ def _dense_bytes(value: Any) -> int:
 
 
 def groups(path: Path) -> list[str]:
-    return list(find_groups(load_state(path)))
+    return list(layout.find_groups(load_state(path)))
 
 
 def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
-    state = load_state(path)
-    groups_ = find_groups(state)
-    name = choose_group(groups_, select, str(path))
-    return _group_to_weights(groups_[name], spec, name)
+    return _from_groups(layout.find_groups(load_state(path)), spec, select, str(path))
 
 
 def write(weights: RNNWeights, path: Path) -> None:
-    arrays = to_arrays(weights)
+    arrays = layout.to_native(weights)
     if path.suffix.lower() == ".safetensors":
         write_safetensors(path, arrays, {"format": "torch", "spec": str(weights.spec)})
         return
@@ -295,6 +147,7 @@ register(
         groups=groups,
         extensions=(".pt", ".pth", ".safetensors"),
         sniff=sniff,
+        refusals=layout.refusals,
         description="PyTorch nn.LSTM/GRU/RNN and Cell state_dicts (.pt/.pth weights-only, .safetensors)",
     )
 )

@@ -1,19 +1,24 @@
-"""The cuDNN blob on the CPU: the offset formula of layouts.md, round trips, the forum answer.
+"""The cuDNN blob on the CPU: the offset formula of layouts.md, round trips, the forum answer,
+and PyTorch's flat weights read as a blob running as PyTorch runs them.
 
-What only a GPU can prove (torch's own flattened buffer, cudnnGetRNNWeightParams, cuDNN's
-outputs) is in tests/gpu/test_cudnn_gpu.py.
+The owner's check of the table itself (torch's own flattened cuDNN buffer,
+cudnnGetRNNWeightParams' offsets for every linLayerID, cuDNN's outputs) needs a GPU:
+tests/gpu/test_cudnn_gpu.py and tests/engines (marked ``gpu``). Here, where cuDNN cannot
+run, PyTorch on the CPU stands in for it: the tensors a module hands cuDNN, in the order of
+its ``_flat_weights_names``, unpacked by rnnx's table, must compute what torch computes.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 
 import numpy as np
 import pytest
 
 import rnnx
-from rnnx import RNNSpec, RNNWeights, RNNXError, reference
-from rnnx.formats import cudnn
+from rnnx import RNNSpec, RNNWeights, RNNXError, parity, reference
+from rnnx.layouts import cudnn
 
 
 def test_offsets_follow_the_layouts_formula() -> None:
@@ -48,36 +53,63 @@ def test_offsets_follow_the_layouts_formula() -> None:
     assert cudnn.blob_size(spec) == RNNWeights.random(spec).num_parameters()
 
 
-@pytest.mark.parametrize(
-    ("cell", "ids"),
-    [("lstm", {"W": "ifgo", "R": "ifgo"}), ("gru", {"W": "rzn", "R": "rzn"}), ("rnn_relu", {"W": "h", "R": "h"})],
-)
-def test_lin_layer_ids(cell: str, ids: dict[str, str]) -> None:
-    spec = RNNSpec(cell, 2, 3)
-    table = [e for e in cudnn.offset_table(spec) if e.kind in ("W", "R")]
-    order = [(e.kind, e.gate) for e in sorted(table, key=lambda e: e.lin_layer_id)]
-    assert order == [("W", g) for g in ids["W"]] + [("R", g) for g in ids["R"]]
+def _torch_flat_blob(module: object) -> np.ndarray:
+    """What PyTorch hands cuDNN, in the order torch keeps it (``_flat_weights_names``: per
+    layer and direction, its matrices and biases): each tensor as it is, no permutation, no
+    transpose, every matrix before every bias (cuDNN's weight space, layouts.md)."""
+    flat = dict(zip(module._flat_weights_names, module._flat_weights))  # type: ignore[attr-defined]
+    matrices = [t for name, t in flat.items() if name.startswith("weight_")]
+    biases = [t for name, t in flat.items() if name.startswith("bias_")]
+    return np.concatenate([t.detach().numpy().reshape(-1) for t in matrices + biases])
 
 
-def _torch_order_concat(weights: RNNWeights) -> np.ndarray:
-    """layouts.md: PyTorch fills the space with its own tensors, no permutation, no transpose:
-    every pseudo-layer's weight_ih, weight_hh, weight_hr, then every bias_ih, bias_hh."""
-    state = rnnx.to_format(weights, "torch")
-    spec = weights.spec
-    sfx = [f"_l{l}" + ("_reverse" if d == "reverse" else "") for l in range(spec.num_layers) for d in spec.directions]
-    mats = [state[f"{k}{s}"] for s in sfx for k in ("weight_ih", "weight_hh", "weight_hr") if f"{k}{s}" in state]
-    biases = [state[f"{k}{s}"] for s in sfx for k in ("bias_ih", "bias_hh") if f"{k}{s}" in state]
-    return np.concatenate([t.numpy().reshape(-1) for t in mats + biases])
+def _run(torch: object, module: object, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The module's output sequence from the same inputs and initial states as the reference's."""
+    h0 = torch.from_numpy(inputs["h0"])  # type: ignore[attr-defined]
+    state = (h0, torch.from_numpy(inputs["c0"])) if "c0" in inputs else h0  # type: ignore[attr-defined]
+    with torch.no_grad():  # type: ignore[attr-defined]
+        return module(torch.from_numpy(inputs["X"]), state)[0].numpy()  # type: ignore[attr-defined,operator]
 
 
-@pytest.mark.parametrize(
-    "text",
-    ["lstm,input=5,hidden=7,layers=2,bidirectional,proj=3", "gru,input=3,hidden=4,layers=3", "rnn_tanh,input=2,hidden=3,bidirectional,no_bias"],
-)
-def test_blob_is_torch_parameters_in_order(text: str) -> None:
-    pytest.importorskip("torch")
-    weights = RNNWeights.random(RNNSpec.parse(text), seed=3)
-    np.testing.assert_array_equal(rnnx.to_format(weights, "cudnn"), _torch_order_concat(weights))
+TORCH_MODULES = {
+    "lstm,input=5,hidden=7,layers=2,bidirectional,proj=3": lambda nn: nn.LSTM(5, 7, num_layers=2, bidirectional=True, proj_size=3),
+    "gru,input=3,hidden=4,layers=3": lambda nn: nn.GRU(3, 4, num_layers=3),
+    "rnn_tanh,input=2,hidden=3,bidirectional,no_bias": lambda nn: nn.RNN(2, 3, bidirectional=True, bias=False),
+    "rnn_relu,input=3,hidden=5,layers=2": lambda nn: nn.RNN(3, 5, num_layers=2, nonlinearity="relu"),
+}
+
+
+@pytest.mark.parametrize("text", list(TORCH_MODULES))
+def test_torch_flat_weights_read_as_a_blob_compute_what_torch_computes(text: str) -> None:
+    """Weights torch chose, taken in the order torch feeds cuDNN and unpacked by rnnx's table
+    (its linLayerIDs and offsets): the reference on them gives torch's outputs, and rnnx packs
+    the same blob back. A wrong linLayerID order or offset puts a gate's rows under another
+    gate's name, which the outputs show."""
+    torch = pytest.importorskip("torch")
+    spec = RNNSpec.parse(text)
+    torch.manual_seed(zlib.crc32(text.encode()))
+    module = TORCH_MODULES[text](torch.nn).eval()
+    for p in module.parameters():
+        torch.nn.init.uniform_(p, -0.6, 0.6)
+    blob = _torch_flat_blob(module)
+    weights = rnnx.from_format(blob, "cudnn", spec=spec)
+    inputs = parity.random_inputs(weights, 7, 3, seed=1)
+    np.testing.assert_allclose(_run(torch, module, inputs), parity.reference_outputs(weights, inputs)["Y"], atol=2e-5, rtol=0)
+    np.testing.assert_array_equal(rnnx.to_format(weights, "cudnn"), blob)
+
+
+def test_a_wrong_lin_layer_id_order_is_caught_by_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above can fail: with f and g swapped in the table, torch's weights unpack
+    under the wrong names and the reference drifts from torch."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    module = torch.nn.LSTM(3, 4).eval()
+    blob = _torch_flat_blob(module)
+    spec = RNNSpec.parse("lstm,input=3,hidden=4")
+    monkeypatch.setitem(cudnn.LIN_LAYER_IDS, "lstm", {"W": {"i": 0, "g": 1, "f": 2, "o": 3}, "R": {"i": 4, "g": 5, "f": 6, "o": 7}})
+    weights = rnnx.from_format(blob, "cudnn", spec=spec)
+    inputs = parity.random_inputs(weights, 6, 2, seed=2)
+    assert np.abs(_run(torch, module, inputs) - parity.reference_outputs(weights, inputs)["Y"]).max() > 1e-2
 
 
 def test_round_trip_is_bit_exact_and_unpacking_copies_nothing() -> None:

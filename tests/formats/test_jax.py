@@ -17,10 +17,11 @@ ATOL = 2e-5
 JAX_SPECS = [RNNSpec.parse(s) for s in ("lstm,input=3,hidden=5", "lstm,input=4,hidden=6,layers=2,bidirectional", "lstm,input=2,hidden=3,layers=3")]
 
 
-def _run_lstm_ref(weights: RNNWeights, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _run_lstm_ref(weights: RNNWeights, inputs: dict[str, np.ndarray], vector: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """jax's own code on ``vector`` (default: what the jax format writes for ``weights``)."""
     spec = weights.spec
     bidirectional = spec.direction == "bidirectional"
-    vector = rnnx.to_format(weights, "jax")
+    vector = rnnx.to_format(weights, "jax") if vector is None else vector
     W_ih, W_hh, b_ih, b_hh = jrnn.unpack_lstm_weights(vector, spec.input_size, spec.hidden_size, spec.num_layers, bidirectional)
     x = inputs["X"].transpose(1, 0, 2)  # jax is batch-first
     lens = inputs.get("seq_lens", np.full(x.shape[0], x.shape[1])).astype(np.int32)
@@ -44,10 +45,15 @@ def test_vector_size_is_jaxs(spec: RNNSpec) -> None:
 
 
 @pytest.mark.parametrize("spec", JAX_SPECS, ids=str)
-def test_jax_vector_equals_cudnn_blob(spec: RNNSpec) -> None:
-    """layouts.md: jax hands its vector to cuDNN unchanged. Two independent tables agree."""
+def test_jax_runs_rnnx_cudnn_blob(spec: RNNSpec) -> None:
+    """jax's vector is cuDNN's weight space, so rnnx's jax layout reads cuDNN's offset table.
+    jax's own unpack_lstm_weights ("CUDNN LSTM weight layout") and lstm_ref, fed the cuDNN
+    blob rnnx packs, give the reference's outputs: jax holds cuDNN's table for LSTMs on a CPU."""
     weights = RNNWeights.random(spec, seed=6)
-    np.testing.assert_array_equal(rnnx.to_format(weights, "jax"), rnnx.to_format(weights, "cudnn"))
+    blob = rnnx.to_format(weights, "cudnn")
+    report = parity.check("jax lstm_ref on the cudnn blob", lambda inputs: _run_lstm_ref(weights, inputs, blob), weights, shapes=[(1, 1), (7, 3)])
+    assert report, str(report)
+    assert report.worst().max_abs < ATOL
 
 
 def test_torch_weights_run_in_jax_give_torchs_outputs() -> None:
@@ -82,14 +88,19 @@ def test_refusals(text: str, fragment: str) -> None:
 
 def test_convert_runs_the_written_vector_in_jax_and_a_wrong_gate_order_fails(tmp_path) -> None:
     """convert's check of a .npz is jax.experimental.rnn running the file: with the writer's gate
-    order planted wrong (i,g,f,o for jax's i,f,g,o) it must fail and leave nothing behind."""
+    order planted wrong (i,g,f,o for i,f,g,o in cuDNN's table, which jax's layout reads) it
+    must fail and leave nothing behind."""
     import json
 
     from tests.helpers import convert_as_shipped_and_planted
 
     weights = RNNWeights.random(RNNSpec.parse("lstm,input=3,hidden=4,layers=2,bidirectional"), seed=9)
     rnnx.save(weights, tmp_path / "w.safetensors")
-    good, bad = convert_as_shipped_and_planted(tmp_path / "w.safetensors", tmp_path / "w.npz", "jax", "fmt.GATE_ORDER = ('i', 'g', 'f', 'o'); ")
+    plant = (
+        "import rnnx.layouts.cudnn as table; "
+        "table.LIN_LAYER_IDS = {**table.LIN_LAYER_IDS, 'lstm': {'W': {'i': 0, 'g': 1, 'f': 2, 'o': 3}, 'R': {'i': 4, 'g': 5, 'f': 6, 'o': 7}}}; "
+    )
+    good, bad = convert_as_shipped_and_planted(tmp_path / "w.safetensors", tmp_path / "w.npz", "jax", plant)
     assert good.returncode == 0, good.stderr
     rows = json.loads(good.stdout)["check"]["rows"]
     assert {r["backend"] for r in rows} == {"jax"} and all(r["ran"] for r in rows)

@@ -392,7 +392,7 @@ def test_convert_runs_the_written_file_in_keras_and_a_wrong_gate_order_fails(tmp
     weights = RNNWeights.random(RNNSpec.parse(text), seed=9)
     rnnx.save(weights, tmp_path / "w.safetensors")
     swapped = {"lstm": "('i', 'g', 'f', 'o')", "gru": "('r', 'z', 'n')"}[weights.spec.cell]
-    plant = f"fmt.GATE_ORDER = {{**fmt.GATE_ORDER, '{weights.spec.cell}': {swapped}}}; "
+    plant = f"fmt.layout.GATE_ORDER = {{**fmt.layout.GATE_ORDER, '{weights.spec.cell}': {swapped}}}; "  # rnnx.layouts.keras
     good, bad = convert_as_shipped_and_planted(tmp_path / "w.safetensors", tmp_path / "m.weights.h5", "keras", plant)
     assert good.returncode == 0, good.stderr
     rows = json.loads(good.stdout)["check"]["rows"]

@@ -1,0 +1,158 @@
+"""Keras 3's LSTM / GRU / SimpleRNN weight arrays: gate order, bias forms, pack, unpack,
+spec inference and what Keras cannot hold (pure numpy; files are :mod:`rnnx.formats.keras`).
+
+Per layer ``get_weights()`` is [kernel (in, gates*units), recurrent_kernel (units,
+gates*units), bias]: matrices transposed relative to ours, gates in :data:`GATE_ORDER`
+along the last axis. Biases: LSTM and SimpleRNN one (gates*units,), read as the input bias
+with a zero recurrent bias and written as their sum; GRU ``reset_after=True`` (2,
+3*units) = [input; recurrent]; GRU ``reset_after=False`` one (3*units,) like LSTM's;
+``use_bias=False`` no bias array at all. A Bidirectional layer lists its forward layer's
+weights, then its backward layer's, and concatenates their outputs like our
+``bidirectional``; a layer with ``go_backwards=True`` is our ``reverse`` (Keras returns its
+sequence in the order it ran, last step first). Keras has no projection and no peepholes.
+
+The natural object is the flat list of arrays, layer after layer, each layer's forward
+then backward weights: ``model.get_weights()`` of a model made of exactly these layers,
+and what ``model.set_weights`` takes. A list of one layer's 2 or 3 arrays describes itself
+(except SimpleRNN's tanh or relu, and a bias-free GRU's reset mode); a longer list needs
+its spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rnnx.errors import RNNXError
+from rnnx.spec import CELLS_BY_GATE_COUNT, RNNSpec
+from rnnx.weights import RNNWeights, split_gates, tensor_name
+
+GATE_ORDER: dict[str, tuple[str, ...]] = {
+    "lstm": ("i", "f", "g", "o"),  # Keras calls g "c"
+    "gru": ("z", "r", "n"),  # Keras calls n "h"
+    "rnn_tanh": ("h",),
+    "rnn_relu": ("h",),
+}
+
+
+def refusals(spec: RNNSpec) -> list[str]:
+    """Why Keras's recurrent layers cannot hold ``spec`` (empty when they can)."""
+    reasons = []
+    if spec.proj_size:
+        reasons.append(f"Keras LSTMs have no projection (proj={spec.proj_size})")
+    if spec.peepholes:
+        reasons.append("Keras LSTMs have no peepholes")
+    return reasons
+
+
+def check_expressible(spec: RNNSpec) -> None:
+    reasons = refusals(spec)
+    if reasons:
+        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; convert to onnx or rnnx instead")
+
+
+def arrays_per_cell(spec: RNNSpec) -> int:
+    """Arrays per layer and direction: kernel, recurrent_kernel and, with a bias, the bias."""
+    return 3 if spec.bias else 2
+
+
+def _keras_bias(weights: RNNWeights, layer: int, direction: str) -> np.ndarray:
+    spec, order = weights.spec, GATE_ORDER[weights.spec.cell]
+    bw, br = weights.stacked(layer, direction, "bW", order), weights.stacked(layer, direction, "bR", order)
+    if spec.cell == "gru" and spec.reset_after:
+        return np.stack([bw, br])
+    # One bias: the sum. A zero recurrent bias (what reading Keras gives) adds nothing, not even a sign flip of -0.0.
+    return bw + br if np.any(br) else bw
+
+
+def to_native(weights: RNNWeights) -> list[np.ndarray]:
+    """Keras's arrays, layer after layer (forward then backward): ``model.set_weights`` order."""
+    spec = weights.spec
+    check_expressible(spec)
+    order = GATE_ORDER[spec.cell]
+    out: list[np.ndarray] = []
+    for layer, d in weights.cells():
+        out.append(np.ascontiguousarray(weights.stacked(layer, d, "W", order).T))
+        out.append(np.ascontiguousarray(weights.stacked(layer, d, "R", order).T))
+        if spec.bias:
+            out.append(_keras_bias(weights, layer, d))
+    return out
+
+
+def infer_spec(arrays: Sequence[np.ndarray], where: str = "Keras weights: ") -> RNNSpec:
+    """One layer's spec from its 2 or 3 arrays, where the shapes settle it; ``where`` starts each message."""
+    if len(arrays) not in (2, 3):
+        raise RNNXError(
+            f"{where}{len(arrays)} arrays cannot be read without a spec (one layer has 2 or 3: kernel, "
+            "recurrent_kernel[, bias]); pass the spec (--spec) saying layers and direction"
+        )
+    kernel, recurrent = arrays[0], arrays[1]
+    if kernel.ndim != 2 or recurrent.ndim != 2 or recurrent.shape[0] == 0 or recurrent.shape[1] % recurrent.shape[0]:
+        raise RNNXError(
+            f"{where}expected kernel (in, gates*units) and recurrent_kernel (units, gates*units), "
+            f"found shapes {kernel.shape} and {recurrent.shape}"
+        )
+    units = recurrent.shape[0]
+    n_gates = recurrent.shape[1] // units
+    cells = CELLS_BY_GATE_COUNT.get(n_gates)
+    if cells is None:
+        raise RNNXError(f"{where}expected 4 (LSTM), 3 (GRU) or 1 (SimpleRNN) gates, found recurrent_kernel {recurrent.shape} ({n_gates} gates)")
+    bias = len(arrays) == 3
+    fields: dict[str, Any] = {"input_size": int(kernel.shape[0]), "hidden_size": int(units), "bias": bias}
+    if len(cells) > 1:
+        specs = " or ".join(f"--spec {RNNSpec(cell, **fields)}" for cell in cells)
+        raise RNNXError(f"{where}a SimpleRNN's weights do not say tanh or relu; pass {specs}")
+    (cell,) = cells
+    if cell == "gru" and not bias:
+        after, before = RNNSpec("gru", **fields), RNNSpec("gru", reset_after=False, **fields)
+        raise RNNXError(f"{where}a GRU without bias does not say its reset mode; pass --spec {after} or --spec {before}")
+    reset_after = not (cell == "gru" and arrays[2].ndim == 1)
+    return RNNSpec(cell, reset_after=reset_after, **fields)
+
+
+def _as_arrays(arrays: Any) -> list[np.ndarray]:
+    if isinstance(arrays, (np.ndarray, dict, str, bytes)) or not isinstance(arrays, Sequence):
+        raise RNNXError(
+            f"Keras weights: expected a list of arrays (layer.get_weights() or model.get_weights()), found {type(arrays).__name__}"
+        )
+    return [np.asarray(a) for a in arrays]
+
+
+def from_native(arrays: Sequence[Any], spec: RNNSpec | None = None) -> RNNWeights:
+    """Canonical weights from ``get_weights()`` arrays; ``spec`` may be left out for one layer's list."""
+    arrays = _as_arrays(arrays)
+    spec = spec or infer_spec(arrays)
+    check_expressible(spec)
+    order = GATE_ORDER[spec.cell]
+    per_cell = arrays_per_cell(spec)
+    cells = [(layer, d) for layer in range(spec.num_layers) for d in spec.directions]
+    if len(arrays) != per_cell * len(cells):
+        raise RNNXError(
+            f"Keras weights: expected {per_cell * len(cells)} arrays for spec {spec} "
+            f"({per_cell} per layer and direction), found {len(arrays)}; check --spec"
+        )
+    H, G = spec.hidden_size, len(order)
+    tensors: dict[str, np.ndarray] = {}
+    for k, (layer, d) in enumerate(cells):
+        kernel, recurrent, *rest = arrays[k * per_cell : (k + 1) * per_cell]
+        where = f"layer {layer} {d}"
+        for name, array, shape in (("kernel", kernel, (spec.layer_input_size(layer), G * H)), ("recurrent_kernel", recurrent, (H, G * H))):
+            if array.shape != shape:
+                raise RNNXError(f"tensor {name} of {where}: expected shape {shape} for spec {spec}, found {array.shape}; check --spec")
+        for kind, array in (("W", kernel.T), ("R", recurrent.T)):
+            for gate, part in split_gates(array, order).items():
+                tensors[tensor_name(layer, d, kind, gate)] = part
+        if spec.bias:
+            (bias,) = rest
+            two_rows = spec.cell == "gru" and spec.reset_after
+            expected = (2, G * H) if two_rows else (G * H,)
+            if bias.shape != expected:
+                hint = "; a (2, 3*units) bias is reset_after=True, a (3*units,) one reset_before" if spec.cell == "gru" else ""
+                raise RNNXError(f"tensor bias of {where}: expected shape {expected} for spec {spec}, found {bias.shape}{hint}")
+            bw, br = (bias[0], bias[1]) if two_rows else (bias, np.zeros_like(bias))
+            for kind, array in (("bW", bw), ("bR", br)):
+                for gate, part in split_gates(array, order).items():
+                    tensors[tensor_name(layer, d, kind, gate)] = part
+    return RNNWeights(spec, tensors)
