@@ -16,7 +16,7 @@ from rnnx.engines.cudnn_lib import DATA_FLOAT, CudnnRNN, _check
 from rnnx.engines.rules import BackendRules, Rule, default_activations, same_activations
 from rnnx.engines.runner import stack_input_names, stack_output_names, with_zero_states
 from rnnx.errors import RNNXError
-from rnnx.formats import cudnn as cudnn_format
+from rnnx.layouts import cudnn as cudnn_format
 from rnnx.weights import RNNWeights
 
 FWD_MODE_INFERENCE = 0
