@@ -8,12 +8,14 @@ rules; not built", so that "accepts" is never read as "was built and ran".
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rnnx.formats.onnx_read import recurrent_groups
 from rnnx.formats.onnx_metadata import describe, read_metadata
+from rnnx.graphs.fuse_steps import fuse_steps
 
 
 @dataclass
@@ -72,6 +74,12 @@ def inspect_model(model: Any, judge: Judge | None = None) -> list[NodeReport]:
                 r.backend_basis = {backend: basis for backend, (_, basis) in verdicts.items()}
             reports.append(r)
     return reports
+
+
+def fusable_chains(model: Any) -> list[dict[str, Any]]:
+    """The chains of one-step nodes that ``rnnx fuse`` would join into one recurrence; ``model``
+    is left as it is."""
+    return fuse_steps(copy.deepcopy(model)).rewritten
 
 
 def as_json(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any = None) -> dict[str, Any]:

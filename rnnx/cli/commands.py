@@ -1,0 +1,247 @@
+"""Each verb of ``rnnx``: options in, one call into the library, its result printed.
+
+Nothing is computed here that the Python API does not offer; a verb only chooses what to
+print and turns a failed check into exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rnnx import api
+from rnnx import formats
+from rnnx.cli.flags import flagged
+from rnnx.cli.groups import BackendToleranceArgs, ShapeArgs, ToleranceArgs
+from rnnx.engines import doctor
+from rnnx.engines.acceptance import predict
+from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
+from rnnx.errors import ParityError, RNNXError
+from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
+from rnnx.exporters.torch_export import export as export_model
+from rnnx.fileio import refuse_overwriting
+from rnnx.layouts import cudnn
+from rnnx.formats.onnx_read import data_files, load_model as load_onnx
+from rnnx.graphs.inspect import as_json, as_text, fusable_chains, inspect_model
+from rnnx.layouts.onnx import DEFAULT_OPSET
+from rnnx.pipelines.convert import convert as convert_file
+from rnnx.pipelines.fuse import fuse_file
+from rnnx.pipelines.lower import lower_file
+from rnnx.spec import RNNSpec
+from rnnx.verify import verify as verify_stack
+from rnnx.verify.drive import parse_map
+from rnnx.verify.models import is_model_code, verify_file, verify_model
+from rnnx.verify.plots import write_html
+
+
+def convert(args: argparse.Namespace) -> int:
+    result = convert_file(
+        args.input,
+        args.output,
+        from_format=args.from_format,
+        to_format=args.to_format,
+        select=args.select,
+        spec=args.spec,
+        # convert refuses an opset for a file that is not ONNX; the default is what it writes anyway
+        opset=None if args.opset == DEFAULT_OPSET else args.opset,
+        batch_first=args.batch_first,
+        seq_lens=args.seq_lens_input,
+        states=not args.no_states,
+        check=not args.no_check,
+        nonfinite=args.nonfinite,
+        tolerances=ToleranceArgs.parse(args),
+    )
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print(f"{result.source} ({result.source_format}) -> {result.output} ({result.output_format})")
+        print(f"spec: {result.spec}  ({result.parameters} parameters)")
+        if result.report is not None:
+            print(result.report)
+        for note in result.notes:
+            print(f"note: {flagged(note, 'convert')}")
+    if result.report is not None and not result.report:
+        raise ParityError(f"parity check failed: {result.report.failure()}; nothing was written to {result.output}")
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    tolerances = ToleranceArgs.parse(args)  # refused before the model is imported
+    model, example = load_model(args.model)
+    refuse_overwriting(_export_inputs(args.model) + [args.checkpoint], {"-o": args.output, "-o's external data": args.output.with_name(args.output.name + ".data")})
+    if args.checkpoint:
+        load_checkpoint(model, args.checkpoint)
+    if args.input:
+        example = order_inputs(model, [parse_input(text) for text in args.input])
+    if example is None:
+        raise RNNXError("export: no example inputs; pass --input [NAME:]SHAPE for each model input or define example_inputs beside the model")
+    dynamic: dict[str, dict[int, str | None]] = {}
+    for name, dim, label in args.dynamic or []:
+        dynamic.setdefault(name, {})[dim] = label
+    static: dict[str, list[int]] = {}
+    for name, dim, _ in args.static or []:
+        static.setdefault(name, []).append(dim)
+    report = export_model(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
+                          input_names=args.input_names, output_names=args.output_names, check=not args.no_check, seed=args.seed,
+                          tolerances=tolerances)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    if not report.passed:
+        raise ParityError(f"{report.check.failure()}; nothing was written to {args.output}")  # type: ignore[union-attr]
+    return 0
+
+
+def _export_inputs(target: str) -> list[Path]:
+    """The files ``rnnx export`` reads for its model: the .py or TorchScript file, or the module's own file."""
+    source = target.rpartition(":")[0] if ":" in target else target
+    if source.endswith(".py") or ":" not in target:
+        return [Path(source)]
+    module = sys.modules.get(source)
+    return [Path(module.__file__)] if module is not None and getattr(module, "__file__", None) else []
+
+
+def inspect(args: argparse.Namespace) -> int:
+    model = load_onnx(args.model)
+    reports, fusable = inspect_model(model, judge=predict), fusable_chains(model)
+    print(json.dumps(as_json(reports, fusable, model), indent=2, default=str) if args.json else as_text(reports, fusable, model))
+    return 0
+
+
+def fuse(args: argparse.Namespace) -> int:
+    report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed, tolerances=ToleranceArgs.parse(args))
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    return 0
+
+
+def lower(args: argparse.Namespace) -> int:
+    result = lower_file(args.model, args.output, select=args.node, check=not args.no_check, seed=args.seed, tolerances=ToleranceArgs.parse(args))
+    report = result.pop("_report")
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"lowered {len(result['lowered'])} node(s) to hoisted-input Scans: {', '.join(result['lowered']) or '-'}; written to {result['output']}")
+        for item in result["left_alone"]:
+            print(f"left alone: {item['node']}: {item['reason']}")
+        if report is not None:
+            print(report)
+    return 0
+
+
+def check_environment(args: argparse.Namespace) -> int:
+    info, check = doctor.environment(), doctor.layout_check()
+    print(json.dumps({"environment": info, "cudnn_layout": check}, indent=2, default=str) if args.json else doctor.as_text(info, check))
+    if check["passed"] is False:
+        raise ParityError("rnnx's cuDNN offset table disagrees with this GPU's cuDNN or PyTorch; do not use cuDNN blobs here")
+    return 0
+
+
+def build(args: argparse.Namespace) -> int:
+    options = BuildOptions(
+        precision=args.precision,
+        profiles=args.profile or [],
+        workspace_bytes=args.workspace * (1 << 20) if args.workspace else None,
+        timing_cache=args.timing_cache,
+        optimization_level=args.opt_level,
+        dla_core=args.dla_core,
+        hardware_compatible=args.hardware_compatible,
+        version_compatible=args.version_compatible,
+    )
+    if args.from_weights:
+        meta = build_from_weights(api.load(args.input, format=args.from_format, select=args.select, spec=args.spec), args.output, options)
+    else:
+        meta = build_engine(args.input, args.output, options)
+    print(json.dumps(meta, indent=2) if args.json else f"wrote {args.output} (TensorRT {meta['tensorrt']}, {meta['precision']}, {meta['gpu']['name']})")
+    return 0
+
+
+def verify(args: argparse.Namespace) -> int:
+    tolerances = ToleranceArgs.parse(args)
+    if args.against is None or is_model_code(args.against):
+        return _verify_whole(args, tolerances)
+    if args.against.suffix.lower() == ".py":
+        raise RNNXError(f"--against {args.against}: model code is named file.py:NAME, NAME being the module-level model, class or factory "
+                        f"(e.g. --against {args.against}:model)")
+    for flag, given in (("--checkpoint", args.checkpoint), ("--dim", args.dim)):
+        if given:
+            raise RNNXError(f"{flag} applies when --against names model code (file.py:NAME or a TorchScript file), found the weights file {args.against}")
+    model_files = [args.model, *data_files(args.model)] if args.model and args.model.suffix.lower() == ".onnx" else [args.model]
+    against_files = [args.against, *data_files(args.against)] if args.against.suffix.lower() == ".onnx" else [args.against]
+    refuse_overwriting(model_files + against_files, {"--report": args.report, "--html": args.html})
+    report = verify_stack(
+        args.against, args.model, backends=args.backends, seq_lens=args.seq_lens, batches=args.batch, dtypes=args.dtype,
+        tolerances=tolerances, backend_tolerances=BackendToleranceArgs.parse(args), seed=args.seed, select=args.select, spec=args.spec,
+        input_map=parse_map(args.input_map), batch_first=True if args.batch_first else None,
+        progress=sys.stderr.isatty() and not args.json,
+    )
+    if args.report:
+        report.dump(args.report)
+    if args.html:
+        write_html(report, args.html)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    if not report.passed:
+        raise ParityError("parity check failed" + ("; see the diagnosis above" if report.diagnosis and not args.json else ""))
+    return 0
+
+
+def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
+    """``--against file.py:NAME`` (or TorchScript): the whole model, end to end and layer by
+    layer; no ``--against``: the file on its own."""
+    if args.model is None:
+        raise RNNXError("verify: expected MODEL (the ONNX file to check), found none; with --against it is held against that source, without it checked on its own")
+    if args.model.suffix.lower() != ".onnx":
+        raise RNNXError(f"{args.model}: a whole model or a file on its own is verified as ONNX; expected a .onnx file")
+    for flag, given in (("--tol", args.tol), ("--input-map", args.input_map), ("--batch-first", args.batch_first), ("--select", args.select),
+                        ("--spec", args.spec), ("--html", args.html)):
+        if given:
+            raise RNNXError(f"{flag} applies to a recurrent stack verified against its weights file; for a whole model use --atol/--rtol and --dim")
+    if args.dtype != ["fp32"]:
+        raise RNNXError(f"--dtype {','.join(args.dtype)}: a whole model runs in the dtypes its file takes; --dtype applies to a stack verified against its weights")
+    inputs = [args.model, *data_files(args.model)] + [p for p in (Path(str(args.against)) if args.against else None, args.checkpoint) if p is not None and p.is_file()]
+    refuse_overwriting(inputs, {"--report": args.report})
+    dims = ShapeArgs.dims(args)
+    progress = sys.stderr.isatty() and not args.json
+    if args.against is None:
+        if args.checkpoint:
+            raise RNNXError("--checkpoint needs --against file.py:NAME (the model code to load it into)")
+        report = verify_file(args.model, args.seq_lens, args.batch, dims, args.seed, tolerances, progress)
+    else:
+        report = verify_model(args.model, str(args.against), args.checkpoint, args.seq_lens, args.batch, dims, args.seed, tolerances, progress)
+    if args.report:
+        report.dump(args.report)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    if not report.passed:
+        first = report.first_drift
+        raise ParityError("verification failed" + (f": layer {first.name} is the first out of tolerance" if first is not None else ""))
+    return 0
+
+
+def layout(args: argparse.Namespace) -> int:
+    if (args.spec is None) == (args.file is None):
+        raise RNNXError("expected exactly one of --spec SPEC or FILE, found " + ("both" if args.spec else "neither"))
+    if args.spec is not None:
+        spec, itemsize = RNNSpec.parse(args.spec), 4
+    else:
+        weights = api.load(args.file, format=args.from_format, select=args.select)
+        spec, itemsize = weights.spec, weights.dtype.itemsize
+    rows = cudnn.table_as_dicts(spec, itemsize)
+    total = cudnn.blob_size(spec)
+    if args.json:
+        print(json.dumps({"spec": str(spec), "elements": total, "itemsize": itemsize, "entries": rows}, indent=2))
+        return 0
+    print(f"cuDNN weight space for {spec}: {total} elements ({total * itemsize} bytes at {itemsize} bytes each)")
+    print(f"{'pseudo':>6} {'layer':>5} {'dir':<8} {'linID':>5} {'gate':<4} {'kind':<4} {'offset':>10} shape")
+    for r in rows:
+        print(f"{r['pseudo_layer']:>6} {r['layer']:>5} {r['direction']:<8} {r['lin_layer_id']:>5} {r['gate'] or '-':<4} {r['kind']:<4} {r['offset']:>10} {tuple(r['shape'])}")
+    return 0
+
+
+def list_formats(args: argparse.Namespace) -> int:
+    rows = [{"name": n, "extensions": list(formats.get(n).extensions), "description": formats.get(n).description} for n in formats.names()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['name']:<8} {' '.join(r['extensions']) or '-':<28} {r['description']}")
+    return 0

@@ -1,0 +1,168 @@
+"""``rnnx``'s grammar: each verb, built from the shared groups of :mod:`rnnx.cli.groups`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import NoReturn
+
+from rnnx import __version__
+from rnnx.cli import commands, types
+from rnnx.cli.groups import (
+    BATCH_FIRST, CHECKPOINT, FROM, OUTPUT, SEED, SELECT, SPEC, BackendToleranceArgs, CheckArgs, CommonArgs, OnnxArgs, Renamed, ShapeArgs,
+    SourceArgs, ToleranceArgs,
+)
+from rnnx.engines.tensorrt import PRECISIONS
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line like every other refusal (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def _graph_rewrite(p: argparse.ArgumentParser, what: str) -> None:
+    """The arguments every ONNX-to-ONNX verb shares."""
+    p.add_argument("model", type=Path, help="ONNX model (never modified)")
+    OUTPUT.add(p, help=f"{what} ONNX model (written atomically)")
+    CheckArgs().add_parser_args(p)
+    ToleranceArgs("graph output").add_parser_args(p)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="rnnx",
+        description="Move recurrent networks (LSTM, GRU, RNN) between frameworks, ONNX and cuDNN, with parity checked.",
+        epilog="Specs are written like lstm,input=8,hidden=16,layers=2,bidirectional,proj=4. Exit status: 0 ok, 1 parity failure, 2 bad input, 3 internal error (a bug: please report it with --debug's traceback).",
+    )
+    parser.add_argument("--version", action="version", version=f"rnnx {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--json", action="store_true", help="print JSON on stdout (also accepted after the verb)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def verb(name: str, **settings: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, **settings)
+        CommonArgs().add_parser_args(p)
+        return p
+
+    p = verb("convert", help="convert weights between formats and check the result",
+             description="Convert recurrent weights between formats. The written file is re-read and run against the float64 reference unless --no-check.")
+    p.add_argument("input", type=Path, help="weights file (.pt .pth .safetensors .onnx .npz .keras .weights.h5)")
+    OUTPUT.add(p)
+    SourceArgs("the input").add_parser_args(p)
+    p.add_argument("--to", dest="to_format", metavar="FORMAT", help="output format (default: from extension; .safetensors means rnnx)")
+    OnnxArgs(stack=True).add_parser_args(p)
+    p.add_argument("--no-check", action="store_true", help="skip running the written file against the reference")
+    p.add_argument("--nonfinite", choices=["error", "warn"], default="error", help="NaN/Inf weights: refuse (default) or convert with a warning, unchecked")
+    ToleranceArgs("output (Y, h_n, c_n)").add_parser_args(p)
+    p.set_defaults(func=commands.convert)
+
+    p = verb("export", help="export a PyTorch model to ONNX with native LSTM/GRU/RNN nodes, checked",
+             description="Export a PyTorch model to ONNX with native recurrent nodes (projections lowered to Scans). torch.export "
+             "decides which input dimensions are dynamic (every one is offered); rnnx names them (batch, seq, <input>_dim<k>) by where "
+             "they flow. The file is checked in ONNX Runtime against the model at batch 1 and with each dynamic dimension varied, "
+             "and written only if the check passes (exit 1 otherwise).")
+    p.add_argument("model", help="file.py:NAME or package.module:NAME (a module, class or factory), or a TorchScript file")
+    OUTPUT.add(p, help="ONNX file to write (atomically)")
+    CHECKPOINT.add(p, help="state_dict to load first (.pt/.pth weights-only, .safetensors)")
+    p.add_argument("--input", action="append", metavar="[NAME:]SHAPE[:DTYPE]",
+                   help="example input, repeated: x:5x3x8, [5,3,8], tokens:4x12:int64 (shapes, seeded random values; integers are ones), "
+                   "or lengths:values=12,9,4:int64 (those values); named inputs go to forward's parameter of that name")
+    p.add_argument("--dynamic", type=types.dynamic_dim, action="append", metavar="NAME:DIM[=LABEL]",
+                   help="make this input dimension dynamic (and name it); by default torch decides for every dimension")
+    p.add_argument("--static", type=types.static_dim, action="append", metavar="NAME:DIM", help="keep this input dimension at the example's size")
+    p.add_argument("--input-names", type=types.names, metavar="A,B,...", help="names of the graph inputs, one per tensor input (default: forward's parameter names)")
+    p.add_argument("--output-names", type=types.names, metavar="A,B,...", help="names of the graph outputs (default: dict keys or output_0, output_1, ...)")
+    OnnxArgs(stack=False).add_parser_args(p)
+    CheckArgs().add_parser_args(p)
+    ToleranceArgs("graph output (see --output-names)").add_parser_args(p)
+    p.set_defaults(func=commands.export)
+
+    p = verb("inspect", help="list the LSTM/GRU/RNN nodes of an ONNX model and which backends accept them",
+             description="Find every LSTM, GRU and RNN node (subgraphs included), say what it is, where its weights come from, "
+             "and whether ONNX Runtime, TensorRT's ONNX parser and cuDNN accept it as it is.")
+    p.add_argument("model", type=Path, help="ONNX model")
+    p.set_defaults(func=commands.inspect)
+
+    p = verb("fuse", help="turn decomposed or unrolled LSTM cells of an ONNX model into native nodes, checked",
+             description="Recognise LSTM and GRU cells that an exporter decomposed (MatMul/Gemm + Split or Slices + Sigmoid/Tanh + Mul/Add), "
+             "make each a native step, join chains of steps over a sequence into one node with a dynamic length, and check the result "
+             "against the input in ONNX Runtime. Say what was left alone and why.")
+    _graph_rewrite(p, "fused")
+    p.set_defaults(func=commands.fuse)
+
+    p = verb("doctor", help="show what is installed and check the cuDNN layout against this GPU",
+             description="Print versions of rnnx's dependencies, ONNX Runtime providers and the GPU; where a GPU with cuDNN is present, "
+             "check rnnx's cuDNN offset table against cudnnGetRNNWeightParams and PyTorch's flattened buffer (exit 1 on a mismatch).")
+    p.set_defaults(func=commands.check_environment)
+
+    p = verb("lower", help="rewrite LSTM/GRU/RNN nodes as Scans with the input product hoisted (TensorRT form), checked",
+             description="Rewrite native recurrent nodes (or the one given by --node) into one hoisted input MatMul (cuDNN gate "
+             "order) plus a Scan holding only the recurrent product, as TensorRT builds from; check against the input in ONNX Runtime.")
+    _graph_rewrite(p, "lowered")
+    p.add_argument("--node", metavar="NODE", help="lower only this node")
+    # --select names a recurrent group in every other verb
+    p.add_argument("--select", dest="node", action=Renamed, now="--node", metavar="NODE", help=argparse.SUPPRESS)
+    p.set_defaults(func=commands.lower)
+
+    p = verb("build", help="build a TensorRT engine from ONNX (or, with --from-weights, from a weights file)",
+             description="Build a TensorRT engine through TensorRT's ONNX parser and write a metadata file beside it. With --from-weights, "
+             "the weights become rnnx's lowered ONNX stack (hoisted input product, recurrent product in a loop) first.")
+    p.add_argument("input", type=Path, help="ONNX model, or a weights file with --from-weights")
+    OUTPUT.add(p, help="engine file (metadata goes to ENGINE.json)")
+    p.add_argument("--from-weights", action="store_true", help="INPUT is a weights file in any rnnx format")
+    SourceArgs("the weights file").add_parser_args(p)
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS, help="default fp32")
+    p.add_argument("--profile", type=types.profile, action="append", metavar="NAME:MIN,OPT,MAX[;...]",
+                   help="optimization profile, e.g. X:1x1x8,50x8x8,200x32x8;h0:...")
+    p.add_argument("--workspace", type=int, metavar="MiB", help="workspace memory limit")
+    p.add_argument("--timing-cache", type=Path, metavar="FILE", help="timing cache to read and update")
+    p.add_argument("--opt-level", type=int, choices=range(6), metavar="0-5", help="builder optimization level (TensorRT 8.6+)")
+    p.add_argument("--dla-core", type=int, metavar="N", help="build for this DLA core, with GPU fallback")
+    p.add_argument("--hardware-compatible", action="store_true", help="engine runs on Ampere and later GPUs (TensorRT 8.6+)")
+    p.add_argument("--version-compatible", action="store_true", help="engine runs on later TensorRT versions (TensorRT 8.6+)")
+    p.set_defaults(func=commands.build)
+
+    p = verb("verify", help="check a model against its weights, its PyTorch code, or on its own, against the float64 reference",
+             description="Three forms. (1) MODEL --against WEIGHTS: a recurrent stack and the weights it was made from, in every available "
+             "backend and in the source's framework at several lengths and batches, with errors per output and per time step against the "
+             "float64 reference and a diagnosis of layout mistakes. (2) MODEL.onnx --against file.py:NAME (or package.module:NAME, or a "
+             "TorchScript file) [--checkpoint CK]: a whole model against its PyTorch code, in float64 and float32, at lengths and batches "
+             "taken from the file's dynamic axes, and layer by layer: each recurrent layer on the inputs it received, naming the first "
+             "that drifts. (3) MODEL.onnx alone: it runs at varied shapes and each recurrent layer matches the reference for the weights it "
+             "stores. Exit 0 pass, 1 parity failure, 2 bad input, 3 internal error.")
+    p.add_argument("model", nargs="?", type=Path, help="ONNX model (or TensorRT engine) to check")
+    p.add_argument("--against", type=Path, metavar="SOURCE", help="the weights it was made from, in any rnnx format; or the model code "
+                   "(file.py:NAME, package.module:NAME, a TorchScript file); leave out to check MODEL on its own")
+    CHECKPOINT.add(p)
+    ShapeArgs().add_parser_args(p)
+    SELECT.add(p, help="the recurrent group of SOURCE when it holds several")
+    SPEC.add(p, help="spec for a SOURCE that does not describe itself")
+    p.add_argument("--backends", type=types.backend_list, default="ort,torch,cudnn,trt,reference", metavar="A,B,...",
+                   help="comma-separated, from ort,trt,cudnn,torch,reference (default all; unavailable ones are listed as skipped)")
+    p.add_argument("--dtype", type=types.dtype_list, default="fp32", metavar="A,B,...",
+                   help="dtypes to run in, from fp32,fp16,bf16,fp64, e.g. fp32,bf16 (default fp32): each backend "
+                   "that can computes in it on inputs rounded to it, against the float64 reference, with that dtype's tolerance; one that "
+                   "cannot is listed as skipped (ONNX Runtime has no bfloat16 LSTM, so bf16 runs torch)")
+    ToleranceArgs("output (Y, h_n, c_n)").add_parser_args(p)
+    BackendToleranceArgs().add_parser_args(p)
+    p.add_argument("--input-map", type=types.role, action="append", metavar="NAME=ROLE", help="what a graph input or output is (X, h0, c0, "
+                   "seq_lens, Y, h_n, c_n), where neither rnnx export's record nor the graph's wiring says; repeated")
+    BATCH_FIRST.add(p, help="the model takes X and gives Y as (batch, seq, features), where its wiring does not show it")
+    SEED.add(p, help="seed of the inputs (default 0)")
+    p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
+    p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML page with plots here")
+    p.set_defaults(func=commands.verify)
+
+    p = verb("layout", help="print cuDNN's offset table for a spec or a weights file",
+             description="Print where each gate's matrix and bias lies in cuDNN's packed weight space.")
+    p.add_argument("file", nargs="?", type=Path, help="weights file to take the spec from")
+    SPEC.add(p, help="spec string instead of a file")
+    FROM.add(p, help="format of FILE (default: from extension and content)")
+    SELECT.add(p, help="the recurrent group of FILE when it holds several")
+    p.set_defaults(func=commands.layout)
+
+    p = verb("formats", help="list the weight formats rnnx reads and writes")
+    p.set_defaults(func=commands.list_formats)
+    return parser

@@ -1,0 +1,170 @@
+"""argparse ``type=`` functions: each turns one option's text into what the library takes.
+
+The parsing itself belongs to the library type it builds (``limits.parse_size``,
+``Tolerances.parse``, ``Profile.parse``, ``check_opset``); these adapters only turn that
+type's refusal into a usage error, which argparse prints on one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+from rnnx import limits
+from rnnx.engines.tensorrt import Profile
+from rnnx.exporters.loading import parse_dim
+from rnnx.errors import RNNXError
+from rnnx.formats.onnx_build import check_opset
+from rnnx.tolerance import Tolerance, Tolerances, parse_tol_items
+from rnnx.verify.drive import parse_map
+from rnnx.verify.run import BACKEND_ALIASES, BACKENDS, DTYPES
+
+T = TypeVar("T")
+
+MAX_CHECK_SIZE = 100_000  # verify's lengths and batches: each one is run, in float64 too
+MAX_CHECK_VALUES = 32  # each length pairs with every batch and dtype
+
+# A library refusal starts with what it refused ("opset: ...", "--max-memory '4X': ..."); argparse
+# already names the option, so that prefix would say it twice.
+_NAMED_PREFIX = re.compile(r"(?:--)?[a-z][\w-]*(?::\s+|\s+(?='))")
+
+
+def _usage(parse: Callable[[str], T], name: str) -> Callable[[str], T]:
+    """``parse`` with its RNNXError turned into argparse's usage error."""
+
+    def checked(text: str) -> T:
+        try:
+            return parse(text)
+        except RNNXError as exc:
+            message = " ".join(str(exc).split())
+            raise argparse.ArgumentTypeError(_NAMED_PREFIX.sub("", message, count=1)) from None
+
+    checked.__name__ = name  # argparse names the type in its own messages
+    return checked
+
+
+def _positive_ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 1,17,256, found {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, found {text!r}")
+    if max(values) > MAX_CHECK_SIZE:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_CHECK_SIZE} (a check runs at every value), found {max(values)}")
+    if len(values) > MAX_CHECK_VALUES:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_CHECK_VALUES} values (each pairs with every other option's), found {len(values)}")
+    return values
+
+
+def sizes_to_check(text: str) -> list[int]:
+    """``1,17,64``: sequence lengths or batch sizes, each run in every backend and in float64."""
+    return _positive_ints(text)
+
+
+def _names(text: str, known: tuple[str, ...], what: str, aliases: dict[str, str] | None = None) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if name not in known and name not in (aliases or {}):
+            raise argparse.ArgumentTypeError(f"unknown {what} {name!r}; expected one of {', '.join(known)}")
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected one or more of {', '.join(known)}, found {text!r}")
+    return names
+
+
+def backend_list(text: str) -> list[str]:
+    """``ort,torch,reference``: backends of :func:`rnnx.verify.verify` (aliases onnxruntime, tensorrt)."""
+    return _names(text, BACKENDS, "backend", BACKEND_ALIASES)
+
+
+def dtype_list(text: str) -> list[str]:
+    """``fp32,bf16``: dtypes of :func:`rnnx.verify.verify`."""
+    return _names(text, tuple(DTYPES), "dtype")
+
+
+def seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 1 << 63:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer below 2**63, found {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, found {text!r}")
+    return value
+
+
+def _opset(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer opset like 17, found {text!r}") from None
+    check_opset(value)
+    return value
+
+
+def _dim(text: str) -> tuple[str, int]:
+    label, sep, size = text.partition("=")
+    if not sep or not label or not size.isdigit() or not 0 < int(size) <= MAX_CHECK_SIZE:
+        raise argparse.ArgumentTypeError(f"expected LABEL=SIZE with SIZE between 1 and {MAX_CHECK_SIZE}, like channels=3, found {text!r}")
+    return label, int(size)
+
+
+def _tolerance_item(key: str) -> Callable[[str], str]:
+    """One ``[NAME:]VALUE`` of --atol/--rtol/--check-error-stat, checked alone; the group combines them."""
+
+    def check(text: str) -> str:
+        Tolerances.parse(**{key: [text]})
+        return text
+
+    return check
+
+
+def _backend_tolerance(text: str) -> dict[str, Tolerance]:
+    parsed = dict(parse_tol_items([text]))
+    backend_list(next(iter(parsed)))
+    return parsed
+
+
+def _dynamic_dim(text: str) -> tuple[str, int, str | None]:
+    return parse_dim(text, "--dynamic")
+
+
+def _static_dim(text: str) -> tuple[str, int, str | None]:
+    return parse_dim(text, "--static")
+
+
+def _role(text: str) -> str:
+    parse_map([text])
+    return text
+
+
+def _names_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names like a,b, found {text!r}")
+    return names
+
+
+names = _usage(_names_list, "list of names")
+size = _usage(limits.parse_size, "size")
+opset = _usage(_opset, "opset")
+dim = _usage(_dim, "LABEL=SIZE")
+profile = _usage(Profile.parse, "profile")
+atol = _usage(_tolerance_item("atol"), "tolerance")
+rtol = _usage(_tolerance_item("rtol"), "tolerance")
+error_stat = _usage(_tolerance_item("stat"), "statistic")
+backend_tolerance = _usage(_backend_tolerance, "BACKEND=ATOL,RTOL")
+role = _usage(_role, "NAME=ROLE")
+dynamic_dim = _usage(_dynamic_dim, "NAME:DIM[=LABEL]")
+static_dim = _usage(_static_dim, "NAME:DIM")
