@@ -39,7 +39,9 @@ def _seed_files(folder: Path) -> list[tuple[Path, list[str]]]:
     os.environ.setdefault("KERAS_BACKEND", "torch")
     keras = pytest.importorskip("keras")
     inp = keras.Input((None, 3))
-    model = keras.Model(inp, keras.layers.GRU(4, return_sequences=True)(inp))
+    layer = keras.layers.GRU(4, return_sequences=True)
+    model = keras.Model(inp, layer(inp))
+    layer.set_weights(rnnx.to_format(gru, "keras"))  # seeded weights: every run mutates the same bytes
     model.save(folder / "model.keras")
     model.save_weights(folder / "model.weights.h5")
     files += [(folder / "model.keras", ["--from", "keras"]), (folder / "model.weights.h5", ["--from", "keras"])]

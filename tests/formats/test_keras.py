@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,13 @@ keras = pytest.importorskip("keras")
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity, reference
+
+@pytest.fixture(autouse=True)
+def _seeded(request: pytest.FixtureRequest) -> None:
+    """Keras initialises layers from global generators: seeded from the test's id (not
+    ``hash``, which Python salts per process), every run sees the same weights."""
+    keras.utils.set_random_seed(zlib.crc32(request.node.nodeid.encode()))
+
 
 ATOL = 1e-5  # Keras float32 against the float64 reference, weights in [-0.8, 0.8]
 SHAPES = [(1, 1), (7, 3), (12, 2)]  # (seq_len, batch)

@@ -15,6 +15,12 @@ from tests.helpers import SHAPES, TORCH_SPECS
 torch = pytest.importorskip("torch")
 from rnnx.engines.torch import TorchRunner, build_module  # noqa: E402
 
+@pytest.fixture(autouse=True)
+def _seeded(request: pytest.FixtureRequest) -> None:
+    """Modules torch initialises itself are seeded from the test's id, the same in every process."""
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
 ATOL = 2e-5  # float32 torch against the float64 reference on the same float32 weights
 
 
