@@ -282,7 +282,7 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
             reasons = "; ".join(str(r) for r in fused.left_alone) or "no chain of steps over one input found"
             notes.append(f"cells stepped in Python stay one node per step, so their step count is fixed at the example's ({reasons})")
     if lowered:
-        notes.append(f"ONNX has no LSTM projection: {len(lowered.lowered)} layer(s) lowered to Scans with the input product hoisted")
+        notes.append(f"ONNX has no LSTM projection: {len(lowered.rewritten)} layer(s) lowered to Scans with the input product hoisted")
     proto.ir_version = min(proto.ir_version, onnx.helper.find_min_ir_version_for(list(proto.opset_import)))
     record.drop_unused_initializers(proto)
     onnx.checker.check_model(proto)
@@ -293,7 +293,7 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     ]
     record.write_metadata(proto, naming, recurrences, {leaf.name: list(leaf.value.shape) for leaf in tensors})
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
-    return _Finished(dict(op_types), recurrences, lowered.lowered, fused_info, unrolled, notes)
+    return _Finished(dict(op_types), recurrences, lowered.rewritten, fused_info, unrolled, notes)
 
 
 def _onnx_form(native: Any) -> str:

@@ -29,11 +29,12 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.layouts import onnx as onnx_layout
-from rnnx.layouts.onnx import LOWERED_KEY, PROJECTED_LSTM_INPUTS, SCAN_GATE_ORDER
 from rnnx.formats.onnx_metadata import set_metadata
 from rnnx.formats.onnx_read import constants as graph_constants
 from rnnx.formats.onnx_read import node_attributes, read_lowered
+from rnnx.layouts import onnx as onnx_layout
+from rnnx.layouts.onnx import LOWERED_KEY, PROJECTED_LSTM_INPUTS, SCAN_GATE_ORDER
+from rnnx.pass_result import Declined, PassResult
 from rnnx.weights import RNNWeights
 
 DOMAIN = "rnnx.lower"
@@ -42,13 +43,10 @@ INPUTS = PROJECTED_LSTM_INPUTS
 
 
 @dataclass
-class LowerResult:
-    lowered: list[str] = field(default_factory=list)
-    left_alone: list[dict[str, str]] = field(default_factory=list)
-    records: list[dict[str, Any]] = field(default_factory=list)
+class LowerResult(PassResult[str]):
+    """The nodes lowered (by name), those left alone and why, and each lowered node's record."""
 
-    def __bool__(self) -> bool:
-        return bool(self.lowered)
+    records: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _order(cell: str) -> list[str]:
@@ -251,7 +249,7 @@ def _lower_graph(model: Any, want: Any) -> LowerResult:
         except RNNXError as exc:
             if node.op_type == LSTM_PROJECTED:
                 raise
-            result.left_alone.append({"node": node.name, "reason": str(exc)})
+            result.left_alone.append(Declined("lower.stored_weights", str(exc), node.name))
             new_nodes.append(node)
             continue
         ins = dict(zip(INPUTS, list(node.input) + [""] * len(INPUTS)))
@@ -259,7 +257,7 @@ def _lower_graph(model: Any, want: Any) -> LowerResult:
         outputs = list(node.output) + [""] * (3 - len(node.output))
         names = {k: ins[k] for k in ("X", "seq_lens", "h0", "c0")}
         new_nodes.extend(lower_layer(weights, 0, names, outputs, f"{node.name or node.op_type}__", elem, merged_y=node.op_type == LSTM_PROJECTED))
-        result.lowered.append(node.name or node.op_type)
+        result.rewritten.append(node.name or node.op_type)
         # The Scans keep the node's input and output tensor names, so its record is enough
         # to find the layer again: what it computed, on which tensors, from which module.
         result.records.append({

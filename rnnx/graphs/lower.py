@@ -20,6 +20,6 @@ def lower_recurrences(model: Any, select: str | None = None) -> LowerResult:
         return n.domain in DEFAULT_DOMAINS and n.op_type in NATIVE_OPS and (select is None or n.name == select)
 
     result = lower_graph(model, want)
-    if select is not None and select not in result.lowered and not result.left_alone:
+    if select is not None and select not in result.rewritten and not result.left_alone:
         raise RNNXError(f"no LSTM, GRU or RNN node named {select!r} in the main graph")
     return result

@@ -43,8 +43,8 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
     save_model(model, output)
     return {
         "output": str(output),
-        "lowered": result.lowered,
-        "left_alone": result.left_alone,
+        "lowered": result.rewritten,
+        "left_alone": [d.to_json() for d in result.left_alone],
         "check": None if report is None else {"passed": bool(report), "tolerances": tolerances.to_json() if tolerances else {}, "rows": report.to_json()},
         "_report": report,
     }

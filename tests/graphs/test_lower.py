@@ -26,7 +26,7 @@ def test_lowered_form_matches_reference(spec: RNNSpec, ragged: bool) -> None:
     weights = RNNWeights.random(spec, seed=21, scale=0.8)
     model = build_stack_model(weights, sequence_lens=ragged)
     result = lower_recurrences(model)
-    assert len(result.lowered) == spec.num_layers or spec.proj_size  # projected layers were Scans already
+    assert len(result.rewritten) == spec.num_layers or spec.proj_size  # projected layers were Scans already
     ops = collections.Counter(n.op_type for n in model.graph.node)
     assert ops["Scan"] == spec.num_layers * spec.num_directions and not {"LSTM", "GRU", "RNN"} & set(ops)
     report = parity.check("onnxruntime", OnnxRuntimeRunner(model), weights, shapes=SHAPES, ragged=ragged)
@@ -55,7 +55,7 @@ def test_select_and_refusals(tmp_path) -> None:
     weights = RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4,layers=2"), seed=1)
     model = build_stack_model(weights)
     result = lower_recurrences(model, select="GRU_l1")
-    assert result.lowered == ["GRU_l1"] and [n.op_type for n in model.graph.node].count("GRU") == 1
+    assert result.rewritten == ["GRU_l1"] and [n.op_type for n in model.graph.node].count("GRU") == 1
     with pytest.raises(RNNXError, match="no LSTM, GRU or RNN node named 'nope'"):
         lower_recurrences(build_stack_model(weights), select="nope")
 
