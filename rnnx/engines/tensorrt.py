@@ -284,10 +284,10 @@ def metadata_path(engine_path: Path) -> Path:
 def check_metadata(meta: dict[str, Any], trt_version: str, gpu: dict[str, str]) -> None:
     """Refuse an engine built for another TensorRT or GPU, as TensorRT itself would, but readably."""
     if meta.get("tensorrt") != trt_version and not meta.get("version_compatible"):
-        raise RNNXError(f"engine built with TensorRT {meta.get('tensorrt')}, this is {trt_version}; rebuild it here or build with --version-compatible")
+        raise RNNXError(f"engine built with TensorRT {meta.get('tensorrt')}, this is {trt_version}; rebuild it here or build with version_compatible=True")
     built_cc, here_cc = meta.get("gpu", {}).get("compute_capability"), gpu.get("compute_capability")
     if built_cc != here_cc and not meta.get("hardware_compatible") and "unknown" not in (built_cc, here_cc):
-        raise RNNXError(f"engine built for compute capability {built_cc}, this GPU is {here_cc}; rebuild it here or build with --hardware-compatible")
+        raise RNNXError(f"engine built for compute capability {built_cc}, this GPU is {here_cc}; rebuild it here or build with hardware_compatible=True")
 
 
 class TensorRTRunner:

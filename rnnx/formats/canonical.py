@@ -24,7 +24,7 @@ def to_native(weights: RNNWeights) -> dict[str, np.ndarray]:
 
 def from_native(tensors: dict[str, np.ndarray], spec: RNNSpec | None) -> RNNWeights:
     if spec is None:
-        raise RNNXError("canonical tensors: expected a spec alongside them, found none; pass spec=... (--spec)")
+        raise RNNXError("canonical tensors: expected a spec alongside them, found none; pass spec=SPEC")
     return RNNWeights(spec, tensors)
 
 

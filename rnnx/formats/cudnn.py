@@ -31,7 +31,7 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
         raise RNNXError(f"{path}: expected a cuDNN blob file (metadata format={MARKER}, tensor {BLOB_KEY!r}), found neither")
     spec = settle_spec(path, spec, meta.get("spec"))
     if spec is None:
-        raise RNNXError(f"{path}: the blob carries no spec in its metadata; pass --spec")
+        raise RNNXError(f"{path}: the blob carries no spec in its metadata; pass spec=SPEC")
     if "table" in meta:
         try:
             recorded = json.loads(meta["table"])

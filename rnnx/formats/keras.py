@@ -266,7 +266,7 @@ def _choose(found: list[_Found], select: str | None, where: str) -> _Found:
             raise RNNXError(f"{where}: {len(hits)} layers are named {select!r} ({_listing(hits)}); select one by its path")
         raise RNNXError(f"{where}: no recurrent group {select!r}; groups are {_listing(found)}")
     if len(found) > 1:
-        raise RNNXError(f"{where}: {len(found)} recurrent groups ({_listing(found)}); pass --select GROUP")
+        raise RNNXError(f"{where}: {len(found)} recurrent groups ({_listing(found)}); pass select=GROUP")
     return found[0]
 
 
@@ -352,7 +352,7 @@ def _spec_from_config(found: _Found, cells: list[list[np.ndarray]], given: RNNSp
             return None  # the user's --spec says how it computes
         raise RNNXError(
             f"Keras layer {layer!r} is a {cls_shown}, not LSTM, GRU or SimpleRNN: rnnx cannot tell its math; "
-            "pass --spec if it computes like one of those"
+            "pass spec= if it computes like one of those"
         )
     activation, recurrent = cell_cfg.get("activation", "tanh"), cell_cfg.get("recurrent_activation", "sigmoid")
     if family == "rnn":
@@ -383,7 +383,7 @@ def _settle(found: _Found, cells: list[list[np.ndarray]], spec: RNNSpec | None) 
         raise RNNXError(f"forward and backward hold {len(cells[0])} and {len(cells[1])} arrays; the file is damaged")
     stated = _spec_from_config(found, cells, spec)
     if spec is not None and stated is not None and spec != stated:
-        raise RNNXError(f"--spec {spec} disagrees with the file's own spec {stated}; drop --spec")
+        raise RNNXError(f"spec={spec} disagrees with the file's own spec {stated}; drop spec=")
     if spec is None and stated is None:
         spec = layout.infer_spec(cells[0], "")
         if len(cells) == 2:

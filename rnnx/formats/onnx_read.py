@@ -386,7 +386,7 @@ def choose_group(groups: list[RecurrentGroup], select: str | None, where: str) -
     listing = "; ".join(f"{g.name} ({len(g.nodes)} x {g.nodes[0].node.op_type})" for g in groups)
     if select is None:
         if len(groups) > 1:
-            raise RNNXError(f"{where}: {len(groups)} recurrent stacks ({listing}); pass --select NAME")
+            raise RNNXError(f"{where}: {len(groups)} recurrent stacks ({listing}); pass select=NAME")
         return groups[0]
     for g in groups:
         if g.name == select:

@@ -73,7 +73,7 @@ def settle_spec(path: Path, given: RNNSpec | None, stored: str | None) -> RNNSpe
     """The spec a file records, unless the user's --spec says otherwise: then refuse."""
     recorded = RNNSpec.parse(stored) if stored is not None else None
     if given is not None and recorded is not None and given != recorded:
-        raise RNNXError(f"{path}: --spec {given} disagrees with the file's own spec {recorded}; drop --spec")
+        raise RNNXError(f"{path}: spec={given} disagrees with the file's own spec {recorded}; drop spec=")
     return given or recorded
 
 
@@ -94,8 +94,8 @@ def detect(path: Path, output: bool = False) -> Format:
     if not candidates:
         raise RNNXError(
             f"{path}: no format reads or writes {suffix or 'files without an extension'}; "
-            f"pass --from/--to with one of {', '.join(names())}"
+            f"pass from_format= or to_format= with one of {', '.join(names())}"
         )
     raise RNNXError(
-        f"{path}: {suffix} could be {', '.join(f.name for f in candidates)}; pass --from/--to to choose"
+        f"{path}: {suffix} could be {', '.join(f.name for f in candidates)}; pass from_format= or to_format= to choose"
     )

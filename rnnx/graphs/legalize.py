@@ -46,7 +46,7 @@ def require_opset(proto: Any, opset: int) -> None:
     if needed:
         op, since = max(needed.items(), key=lambda kv: kv[1])
         lowest = max(needed.values())
-        raise RNNXError(f"opset {opset} has no {op} (ONNX added it in opset {since}), which the model uses; export with --opset {lowest} or later")
+        raise RNNXError(f"opset {opset} has no {op} (ONNX added it in opset {since}), which the model uses; export with opset={lowest} or later")
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,7 +85,7 @@ def drop_newer_attributes(proto: Any, strict: bool = True) -> None:
                     if not strict:
                         keep.append(a)
                         continue
-                    raise RNNXError(f"opset {opset}: {node.op_type} node {node.name!r} needs attribute {a.name}, which opset {opset} lacks; export with a newer --opset")
+                    raise RNNXError(f"opset {opset}: {node.op_type} node {node.name!r} needs attribute {a.name}, which opset {opset} lacks; export with a newer opset=")
             if len(keep) != len(node.attribute):
                 del node.attribute[:]
                 node.attribute.extend(keep)
@@ -141,7 +141,7 @@ def _layer_norms_decomposed(proto: Any) -> None:
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
             axis = int(attrs.get("axis", -1))
             if axis >= 0 or any(node.output[1:]):
-                raise RNNXError(f"LayerNormalization node {node.name!r} (axis {axis}, or its mean and inverse deviation used) has no form below opset 17; export with --opset 17")
+                raise RNNXError(f"LayerNormalization node {node.name!r} (axis {axis}, or its mean and inverse deviation used) has no form below opset 17; export with opset=17")
             axes = list(range(axis, 0))
             x, y, p = node.input[0], node.output[0], f"{node.output[0]}_ln"
             eps = helper.make_tensor(f"{p}_eps", TensorProto.FLOAT, [], [float(attrs.get("epsilon", 1e-5))])
@@ -200,7 +200,7 @@ def _relabel(proto: Any, opset: int) -> None:
         drop_newer_attributes(proto)
         onnx.checker.check_model(proto)
     except (RNNXError, onnx.checker.ValidationError) as exc:
-        raise RNNXError(f"the model cannot be written at opset {opset}: {' '.join(str(exc).split())[:200]}; export with --opset {before}") from None
+        raise RNNXError(f"the model cannot be written at opset {opset}: {' '.join(str(exc).split())[:200]}; export with opset={before}") from None
 
 
 def _onnx_convert(proto: Any, opset: int) -> Any:
@@ -212,7 +212,7 @@ def _onnx_convert(proto: Any, opset: int) -> Any:
         text = " ".join(str(exc).split())
         op = next((o for o in _op_types(proto) if o in text), None)
         what = f"its {op} nodes" if op else "the model"
-        raise RNNXError(f"onnx's converter cannot bring {what} to opset {opset} ({text[:160]}); export with --opset {model_opset(proto)}") from None
+        raise RNNXError(f"onnx's converter cannot bring {what} to opset {opset} ({text[:160]}); export with opset={model_opset(proto)}") from None
 
 
 def _op_types(proto: Any) -> list[str]:
@@ -249,9 +249,9 @@ def _reduce_and_split_to_17(proto: Any) -> None:
                 noop = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "noop_with_empty_axes"), 0)
                 axes_name = node.input[1] if len(node.input) > 1 else ""
                 if axes_name and axes_name not in constants:
-                    raise RNNXError(f"{node.op_type} node {node.name!r} reduces over axes computed at run time, which opset 17 cannot express; export with --opset 18")
+                    raise RNNXError(f"{node.op_type} node {node.name!r} reduces over axes computed at run time, which opset 17 cannot express; export with opset=18")
                 if noop and not axes_name:
-                    raise RNNXError(f"{node.op_type} node {node.name!r} reduces over no axes (noop_with_empty_axes), which opset 17 cannot express; export with --opset 18")
+                    raise RNNXError(f"{node.op_type} node {node.name!r} reduces over no axes (noop_with_empty_axes), which opset 17 cannot express; export with opset=18")
                 keep = [a for a in node.attribute if a.name != "noop_with_empty_axes"]
                 del node.attribute[:]
                 node.attribute.extend(keep)

@@ -121,14 +121,14 @@ def convert(
     notes = []
     bad = weights.nonfinite()
     if bad and nonfinite == "error":
-        raise RNNXError(f"{source}: tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); fix the checkpoint or pass --nonfinite warn")
+        raise RNNXError(f"{source}: tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); fix the checkpoint or pass nonfinite=warn")
     if bad:
-        notes.append(f"tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); converted anyway (--nonfinite warn)")
+        notes.append(f"tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); converted anyway (nonfinite=warn)")
         check = False
     result = ConvertResult(str(source), src_fmt.name, str(output), out_fmt.name, str(weights.spec), weights.num_parameters(), notes=notes,
                            tolerances=tolerances.to_json() if tolerances else {})
     if out_fmt.name != "onnx" and (opset is not None or batch_first or seq_lens or not states):
-        raise RNNXError(f"--opset, --batch-first, --seq-lens and --no-states apply to --to onnx only, not {out_fmt.name}")
+        raise RNNXError(f"opset=N, batch_first=True, seq_lens=True and states=False apply to to_format=onnx only, not {out_fmt.name}")
     try:
         _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states, tolerances)
     except _CheckFailed:

@@ -199,7 +199,7 @@ def verify(
     per_backend = _backend_tolerances(backend_tolerances)
     for dtype_name in dtypes:
         if dtype_name not in DTYPES:
-            raise RNNXError(f"--dtype {dtype_name!r}: expected one of {', '.join(DTYPES)}")
+            raise RNNXError(f"dtypes: expected one of {', '.join(DTYPES)}, found {dtype_name!r}")
     source, model = Path(source), (Path(model) if model is not None else None)
     weights = files.load(source, select=select, spec=spec)
     seq_lens, batches, scaled = _default_shapes(weights, seq_lens, batches)
@@ -298,7 +298,7 @@ def _backend_tolerances(given: Mapping[str, Tolerance | tuple[float, float]] | N
     for backend, value in (given or {}).items():
         name = BACKEND_ALIASES.get(backend, backend)
         if name not in BACKENDS:
-            raise RNNXError(f"--tol {backend}=...: unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+            raise RNNXError(f"backend_tolerances: unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
         out[name] = value if isinstance(value, Tolerance) else Tolerance(*(float(v) for v in value))
     return out
 
@@ -342,7 +342,7 @@ def _require_an_artefact_row(model: Path | None, report: VerifyReport, dtypes: S
         return
     why = "; ".join(f"{b.name}: {b.reason}" for b in report.backends if b.status == "skipped" and b.name.split(" ")[0] in wanted)
     raise RNNXError(f"{model or 'the weights'}: no backend ran it at the dtypes asked ({', '.join(dtypes)}): {why or 'it returned no output the reference has'}; "
-                    "nothing was verified (add fp32 to --dtype)")
+                    "nothing was verified (add fp32 to dtypes=)")
 
 
 def _diagnosis_limit(tol: Tolerance, dtype: str) -> float:
@@ -387,7 +387,7 @@ def _require_the_artefact_runs(model: Path | None, runners: dict[str, Any], stat
     if model is not None:
         wanted = _ARTEFACT_BACKENDS.get(model.suffix.lower(), ("ort",))
         if not any(b in runners for b in wanted):
-            reasons = "; ".join(f"{b}: {why.get(b, 'not in --backends')}" for b in wanted)
+            reasons = "; ".join(f"{b}: {why.get(b, 'not in backends=')}" for b in wanted)
             raise RNNXError(f"{model}: no backend here ran it ({reasons}); nothing was verified")
     elif not any(b in runners for b in _WEIGHT_BACKENDS):
         raise RNNXError("nothing to verify: give MODEL (an ONNX file or TensorRT engine) to check it against --against, "

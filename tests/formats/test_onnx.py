@@ -236,6 +236,6 @@ def test_several_stacks_need_select(tmp_path) -> None:
     a.graph.initializer.extend(b.graph.initializer)
     path = tmp_path / "two.onnx"
     onnx.save(a, str(path))
-    with pytest.raises(RNNXError, match=r"2 recurrent stacks \(lstm_bf \(1 x LSTM\); RNN_l0 \(1 x RNN\)\); pass --select"):
+    with pytest.raises(RNNXError, match=r"2 recurrent stacks \(lstm_bf \(1 x LSTM\); RNN_l0 \(1 x RNN\)\); pass select="):
         rnnx.load(path)
     assert rnnx.load(path, select="RNN_l0").spec.cell == "rnn_relu"
