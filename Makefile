@@ -25,7 +25,7 @@ demo: $(VENV)/.demo-installed
 	@echo "== which recurrent groups does the checkpoint hold, and what does cuDNN's blob look like?"
 	$(BIN)/rnnx layout examples/encoder.safetensors | head -n 6
 	@echo "== PyTorch checkpoint -> ONNX with native LSTM nodes, checked in ONNX Runtime against the float64 reference"
-	$(BIN)/rnnx convert examples/encoder.safetensors -o out/encoder.onnx --seq-lens
+	$(BIN)/rnnx convert examples/encoder.safetensors -o out/encoder.onnx --seq-lens-input
 	@echo "== the same weights packed for cuDNN, re-read and checked"
 	$(BIN)/rnnx convert examples/encoder.safetensors -o out/encoder.cudnn.safetensors --to cudnn
 	@echo "== and back from the ONNX file to canonical weights"
