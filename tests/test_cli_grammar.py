@@ -155,3 +155,13 @@ def _example(tmp_path: Path) -> Path:
     path = tmp_path / "w.safetensors"
     rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=0), path)
     return path
+
+
+def test_the_command_loads_no_framework_until_a_verb_needs_one() -> None:
+    """`rnnx --help` and a refusal stay fast, and work where torch is not installed."""
+    import subprocess
+    import sys
+
+    code = "import sys, rnnx.cli; print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'matplotlib', 'tensorrt', 'keras', 'jax') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

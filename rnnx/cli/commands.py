@@ -21,7 +21,6 @@ from rnnx.engines.acceptance import predict
 from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
 from rnnx.errors import ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
-from rnnx.exporters.torch_export import export as export_model
 from rnnx.fileio import refuse_overwriting
 from rnnx.layouts import cudnn
 from rnnx.formats.onnx_read import data_files, load_model as load_onnx
@@ -84,9 +83,9 @@ def export(args: argparse.Namespace) -> int:
     static: dict[str, list[int]] = {}
     for name, dim, _ in args.static or []:
         static.setdefault(name, []).append(dim)
-    report = export_model(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
-                          input_names=args.input_names, output_names=args.output_names, check=not args.no_check, seed=args.seed,
-                          tolerances=tolerances)
+    report = api.export(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
+                        input_names=args.input_names, output_names=args.output_names, check=not args.no_check, seed=args.seed,
+                        tolerances=tolerances)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     if not report.passed:
         raise ParityError(f"{report.check.failure()}; nothing was written to {args.output}")  # type: ignore[union-attr]
