@@ -109,7 +109,7 @@ weights = RNNWeights.random(RNNSpec.parse("lstm,input=16,hidden=32,layers=2,bidi
 rnnx.save(weights, "stack.safetensors")
 save_model(build_stack_model(weights), "stack.onnx")  # native LSTM nodes
 result = lower_file("stack.onnx", "stack_lowered.onnx")  # what `rnnx lower stack.onnx -o stack_lowered.onnx` does
-print(f"lowered {', '.join(result['lowered'])}; checked against stack.onnx in ONNX Runtime before writing: {'passed' if result['check']['passed'] else 'FAILED'}")
+print(f"lowered {', '.join(result.lowered)}; checked against stack.onnx in ONNX Runtime before writing: {'passed' if result.check else 'FAILED'}")
 lowered = onnx.load("stack_lowered.onnx")
 print(collections.Counter(n.op_type for n in lowered.graph.node))
 print(parity.check("onnxruntime (lowered)", OnnxRuntimeRunner(lowered), weights, shapes=[(1, 1), (50, 8), (200, 4)]))"""),

@@ -25,7 +25,6 @@ from rnnx.fileio import refuse_overwriting
 from rnnx.layouts import cudnn
 from rnnx.formats.onnx_read import data_files, load_model as load_onnx
 from rnnx.graphs.inspect import as_json, as_text, fusable_chains, inspect_model
-from rnnx.layouts.onnx import DEFAULT_OPSET
 from rnnx.pipelines.convert import convert as convert_file
 from rnnx.pipelines.fuse import fuse_file
 from rnnx.pipelines.lower import lower_file
@@ -44,8 +43,7 @@ def convert(args: argparse.Namespace) -> int:
         to_format=args.to_format,
         select=args.select,
         spec=args.spec,
-        # convert refuses an opset for a file that is not ONNX; the default is what it writes anyway
-        opset=None if args.opset == DEFAULT_OPSET else args.opset,
+        opset=args.opset,
         batch_first=args.batch_first,
         seq_lens=args.seq_lens_input,
         states=not args.no_states,
@@ -115,16 +113,8 @@ def fuse(args: argparse.Namespace) -> int:
 
 
 def lower(args: argparse.Namespace) -> int:
-    result = lower_file(args.model, args.output, select=args.node, check=not args.no_check, seed=args.seed, tolerances=ToleranceArgs.parse(args))
-    report = result.pop("_report")
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(f"lowered {len(result['lowered'])} node(s) to hoisted-input Scans: {', '.join(result['lowered']) or '-'}; written to {result['output']}")
-        for item in result["left_alone"]:
-            print(f"left alone: {item['node']}: {item['reason']}")
-        if report is not None:
-            print(report)
+    report = lower_file(args.model, args.output, select=args.node, check=not args.no_check, seed=args.seed, tolerances=ToleranceArgs.parse(args))
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
     return 0
 
 

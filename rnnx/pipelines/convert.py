@@ -95,7 +95,7 @@ def convert(
     to_format: str | None = None,
     select: str | None = None,
     spec: RNNSpec | str | None = None,
-    opset: int | None = None,
+    opset: int = DEFAULT_OPSET,
     batch_first: bool = False,
     seq_lens: bool = False,
     states: bool = True,
@@ -127,7 +127,9 @@ def convert(
         check = False
     result = ConvertResult(str(source), src_fmt.name, str(output), out_fmt.name, str(weights.spec), weights.num_parameters(), notes=notes,
                            tolerances=tolerances.to_json() if tolerances else {})
-    if out_fmt.name != "onnx" and (opset is not None or batch_first or seq_lens or not states):
+    # The defaults are what an ONNX file gets; another format has no use for them, so only a
+    # choice away from them is refused (it would be silently ignored).
+    if out_fmt.name != "onnx" and (opset != DEFAULT_OPSET or batch_first or seq_lens or not states):
         raise RNNXError(f"opset=N, batch_first=True, seq_lens=True and states=False apply to to_format=onnx only, not {out_fmt.name}")
     try:
         _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states, tolerances)
@@ -136,7 +138,7 @@ def convert(
     return result
 
 
-def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: ConvertResult, check: bool, opset: int | None,
+def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: ConvertResult, check: bool, opset: int,
                    batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None) -> None:
     """The written file is checked under its temporary name and renamed into place only if it
     passes: a failed check, like any failure, leaves nothing behind."""
@@ -152,10 +154,10 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
 
 
 def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, check: bool,
-                     opset: int | None, batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None) -> None:
+                     opset: int, batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None) -> None:
     if fmt_name == "onnx":
         progress.step(f"writing {output.name}")
-        model = build_stack_model(weights, opset=DEFAULT_OPSET if opset is None else opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
+        model = build_stack_model(weights, opset=opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
         save_model(model, output)  # into ``written``: the output's write is under way
     else:
         progress.step(f"writing {output.name}")

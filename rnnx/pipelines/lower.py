@@ -4,27 +4,53 @@ form), checked against the input in ONNX Runtime before anything is written."""
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rnnx import parity, progress
 from rnnx.errors import ParityError
 from rnnx.fileio import refuse_overwriting
-from rnnx.pipelines.rewrite_check import check_rewrite_size, compare_models
-from rnnx.layouts.onnx import NATIVE_OPS
-from rnnx.graphs.index import all_graphs
-from rnnx.formats.onnx_read import data_files, load_model
-from rnnx.tolerance import Tolerances
-from rnnx.graphs.lower import lower_recurrences
 from rnnx.formats.onnx_build import save_model
+from rnnx.formats.onnx_read import data_files, load_model
+from rnnx.graphs.index import all_graphs
+from rnnx.graphs.lower import lower_recurrences
+from rnnx.layouts.onnx import NATIVE_OPS
+from rnnx.pass_result import Declined
+from rnnx.pipelines.rewrite_check import check_rewrite_size, compare_models
+from rnnx.tolerance import Tolerances
+
+
+@dataclass
+class LowerReport:
+    """What ``rnnx lower`` wrote: the nodes lowered, those left alone (with the rule that
+    declined each), and the check against the input."""
+
+    output: str
+    lowered: list[str] = field(default_factory=list)
+    left_alone: list[Declined] = field(default_factory=list)
+    check: parity.ParityReport | None = None
+    tolerances: dict[str, Any] = field(default_factory=dict)  # what the caller set (Tolerances.to_json); the rest is by dtype
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "output": self.output, "lowered": self.lowered, "left_alone": [d.to_json() for d in self.left_alone],
+            "check": None if self.check is None else {"passed": bool(self.check), "tolerances": self.tolerances, "rows": self.check.to_json()},
+        }
+
+    def __str__(self) -> str:
+        lines = [f"lowered {len(self.lowered)} node(s) to hoisted-input Scans: {', '.join(self.lowered) or '-'}; written to {self.output}"]
+        lines += [f"left alone: {d} (rule {d.rule})" for d in self.left_alone]
+        if self.check is not None:
+            lines.append(str(self.check))
+        return "\n".join(lines)
 
 
 def lower_file(source: Path, output: Path, select: str | None = None, check: bool = True, seed: int = 0,
-               tolerances: Tolerances | None = None) -> dict[str, Any]:
+               tolerances: Tolerances | None = None) -> LowerReport:
     """Lower ``source``'s recurrent nodes (or ``select``) into ``output``; the result is checked
     against the input in ONNX Runtime, each graph output held to ``tolerances`` (by output
     name; default: its dtype's), and nothing is written if it differs."""
-
     source, output = Path(source), Path(output)
     refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
     progress.step(f"reading {source.name}")
@@ -41,10 +67,4 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
             raise ParityError(f"the lowered model differs from {source} in ONNX Runtime ({report.failure()}); nothing was written:\n{report}")
     progress.step(f"writing {output.name}")
     save_model(model, output)
-    return {
-        "output": str(output),
-        "lowered": result.rewritten,
-        "left_alone": [d.to_json() for d in result.left_alone],
-        "check": None if report is None else {"passed": bool(report), "tolerances": tolerances.to_json() if tolerances else {}, "rows": report.to_json()},
-        "_report": report,
-    }
+    return LowerReport(str(output), result.rewritten, result.left_alone, report, tolerances.to_json() if tolerances else {})
