@@ -35,6 +35,7 @@ class NodeReport:
     peepholes: bool
     sequence_lens: bool
     weight_sources: dict[str, str]
+    lowered: bool = False  # rnnx lowered it into Scans (a projection, or `rnnx lower`); read back through its record
     backends: dict[str, list[str]] = field(default_factory=dict)  # backend -> reasons it refuses; [] = accepts
     backend_basis: dict[str, str] = field(default_factory=dict)  # backend -> what its verdict rests on (a prediction unless it ran)
 
@@ -67,6 +68,7 @@ def inspect_model(model: Any, judge: Judge | None = None) -> list[NodeReport]:
                 peepholes=rnode.tensors.get("P") is not None or rnode.sources.get("P") == "graph input",
                 sequence_lens=len(rnode.node.input) > 4 and bool(rnode.node.input[4]),
                 weight_sources=dict(rnode.sources),
+                lowered=rnode.lowered,
             )
             if judge is not None:
                 verdicts = judge(r)
@@ -108,7 +110,8 @@ def as_text(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any
             extras.append("sequence_lens")
         if r.activations:
             extras.append("activations=" + "/".join(r.activations))
-        lines.append(f"{r.name} [{r.op_type}] in {r.graph} (stack {r.stack}): input {r.input_size}, hidden {r.hidden_size}, {r.direction}, {', '.join(extras)}")
+        kind = f"{r.op_type}, lowered to Scans by rnnx" if r.lowered else r.op_type
+        lines.append(f"{r.name} [{kind}] in {r.graph} (stack {r.stack}): input {r.input_size}, hidden {r.hidden_size}, {r.direction}, {', '.join(extras)}")
         lines.append("  weights from: " + ", ".join(f"{k} {v}" for k, v in r.weight_sources.items()))
         for backend, reasons in r.backends.items():
             verdict = "accepts" if not reasons else "refuses: " + "; ".join(reasons)
