@@ -20,7 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.engines.cudnn_lib import CudnnRNN
+from rnnx.engines.torch import build_module
 from rnnx.layouts import cudnn
+from rnnx.layouts.torch import GATE_ORDER
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
@@ -42,7 +45,6 @@ def _squeeze(shape: tuple[int, ...]) -> tuple[int, ...]:
 def against_cudnn(spec: RNNSpec) -> dict[str, Any]:
     import torch
 
-    from rnnx.engines.cudnn_lib import CudnnRNN
 
     ours = {(e.pseudo_layer, e.lin_layer_id, "bias" if e.is_bias else "matrix"): e for e in cudnn.offset_table(spec)}
     with CudnnRNN(spec) as rnn:
@@ -67,7 +69,6 @@ def against_cudnn(spec: RNNSpec) -> dict[str, Any]:
 def against_torch(spec: RNNSpec, seed: int = 0) -> dict[str, Any]:
     import torch
 
-    from rnnx.engines.torch import build_module
 
     weights = RNNWeights.random(spec, seed=seed)
     blob = cudnn.to_native(weights)
@@ -110,8 +111,6 @@ def _torch_names(spec: RNNSpec) -> dict[str, str]:
 
     A torch parameter (e.g. weight_ih_l0) starts where its first gate (in torch order) starts.
     """
-    from rnnx.layouts.torch import GATE_ORDER
-
     first = GATE_ORDER[spec.cell][0]
     names = {}
     for layer in range(spec.num_layers):

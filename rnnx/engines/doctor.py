@@ -8,6 +8,12 @@ import json
 import platform
 from typing import Any
 
+from rnnx.engines import cudnn_check
+from rnnx.engines.cudnn import CudnnRunner
+from rnnx.engines.torch import build_module
+from rnnx.spec import RNNSpec
+from rnnx.weights import RNNWeights
+
 
 def _version(distribution: str) -> str | None:
     """The installed version, read from package metadata (importing keras or tensorrt has side effects)."""
@@ -41,10 +47,7 @@ def _runner_vs_torch(spec: Any) -> float:
     import numpy as np
     import torch
 
-    from rnnx.engines.cudnn import CudnnRunner
-    from rnnx.engines.torch import build_module
     from rnnx.parity import random_inputs
-    from rnnx.weights import RNNWeights
 
     weights = RNNWeights.random(spec, seed=0)
     inputs = random_inputs(weights, 17, 4, seed=1)
@@ -64,9 +67,6 @@ def _runner_vs_torch(spec: Any) -> float:
 
 def layout_check(specs: list[str] | None = None) -> dict[str, Any]:
     """Per spec: identical, different (with the first differing entry), or not checked (and why)."""
-    from rnnx.engines import cudnn_check
-    from rnnx.spec import RNNSpec
-
     texts = specs or list(cudnn_check.DEFAULT_SPECS)
     if not environment()["gpu"]:
         return {"specs": {t: {"verdict": "not checked", "why": "no CUDA GPU visible to torch"} for t in texts}, "passed": None}
