@@ -1,11 +1,16 @@
 """rnnx: recurrent networks out of their frameworks and into deployment, with proven parity."""
 
-from rnnx.api import export, from_format, groups, load, save, to_format
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rnnx._version import __version__
 from rnnx.errors import ParityError, RNNXError
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
-from rnnx._version import __version__
+if TYPE_CHECKING:
+    from rnnx.api import export, from_format, groups, load, save, to_format
 
 __all__ = [
     "ParityError",
@@ -20,3 +25,19 @@ __all__ = [
     "save",
     "to_format",
 ]
+
+_API = ("export", "from_format", "groups", "load", "save", "to_format")
+
+
+def __getattr__(name: str) -> Any:
+    # The entry points load the formats (and through them every layer below the pipelines)
+    # on first use, so that `import rnnx` costs numpy and the core types alone.
+    if name in _API:
+        from rnnx import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'rnnx' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
