@@ -37,7 +37,7 @@ def parse_size(text: str) -> int:
     """``512M``, ``4G``, ``1.5g``, ``1073741824`` (bytes); the suffix may end in ``B``/``iB``."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
     if not match or float(match.group(1)) <= 0:
-        raise RNNXError(f"--max-memory {text!r}: expected a positive size like 512M, 4G or 1073741824")
+        raise RNNXError(f"max_memory: {text!r}: expected a positive size like 512M, 4G or 1073741824")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 

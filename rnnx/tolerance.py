@@ -155,16 +155,16 @@ def _float(text: str, key: str, item: str) -> float:
     try:
         value = float(text.strip())
     except ValueError:
-        raise RNNXError(f"--{key} {item!r}: expected a number or NAME:NUMBER, like 1e-4 or Y:1e-4") from None
+        raise RNNXError(f"{key}: {item!r}: expected a number or NAME:NUMBER, like 1e-4 or Y:1e-4") from None
     if not math.isfinite(value) or value < 0:
-        raise RNNXError(f"--{key} {item!r}: expected a finite, non-negative number")
+        raise RNNXError(f"{key}: {item!r}: expected a finite, non-negative number")
     return value
 
 
 def _stat(text: str, key: str, item: str) -> str:
     text = text.strip()
     if text not in STATS:
-        raise RNNXError(f"--check-error-stat {item!r}: expected one of {', '.join(STATS)} (or NAME:STAT)")
+        raise RNNXError(f"check_error_stat: {item!r}: expected one of {', '.join(STATS)} (or NAME:STAT)")
     return text
 
 
@@ -256,8 +256,8 @@ def parse_tol_items(items: Iterable[str] | None) -> Mapping[str, Tolerance]:
         try:
             atol, rtol = (float(v) for v in values.split(","))
         except ValueError:
-            raise RNNXError(f"--tol {item!r}: expected BACKEND=ATOL,RTOL like ort=1e-4,1e-3") from None
+            raise RNNXError(f"backend_tolerances: {item!r}: expected BACKEND=ATOL,RTOL like ort=1e-4,1e-3") from None
         if not all(math.isfinite(v) and v >= 0 for v in (atol, rtol)):
-            raise RNNXError(f"--tol {item!r}: expected finite, non-negative tolerances like ort=1e-4,1e-3")
+            raise RNNXError(f"backend_tolerances: {item!r}: expected finite, non-negative tolerances like ort=1e-4,1e-3")
         out[backend] = Tolerance(atol, rtol)
     return out

@@ -8,10 +8,12 @@ import re
 # Parameter of the Python API -> the option that sets it, where a verb has one.
 FLAGS = {
     "against": "--against",
+    "atol": "--atol",
     "backend_tolerances": "--tol",
     "backends": "--backends",
     "batch_first": "--batch-first",
     "batches": "--batch",
+    "check_error_stat": "--check-error-stat",
     "checkpoint": "--checkpoint",
     "dims": "--dim",
     "dtypes": "--dtype",
@@ -22,6 +24,7 @@ FLAGS = {
     "nonfinite": "--nonfinite",
     "opset": "--opset",
     "precision": "--precision",
+    "rtol": "--rtol",
     "profiles": "--profile",
     "select": "--select",
     "seq_lens": "--seq-lens",

@@ -71,15 +71,15 @@ class Profile:
             try:
                 triple = tuple(tuple(int(d) for d in s.split("x")) for s in dims.split(","))
             except ValueError:
-                raise RNNXError(f"--profile {part!r}: expected NAME:MIN,OPT,MAX with shapes like 1x1x8") from None
+                raise RNNXError(f"profiles: {part!r}: expected NAME:MIN,OPT,MAX with shapes like 1x1x8") from None
             if len(triple) != 3 or len({len(s) for s in triple}) != 1:
-                raise RNNXError(f"--profile {part!r}: expected three shapes of one rank (min, opt, max), found {len(triple)}")
+                raise RNNXError(f"profiles: {part!r}: expected three shapes of one rank (min, opt, max), found {len(triple)}")
             lo, opt, hi = triple
             if any(not (a <= b <= c) for a, b, c in zip(lo, opt, hi)):
-                raise RNNXError(f"--profile {part!r}: expected min <= opt <= max in every dimension")
+                raise RNNXError(f"profiles: {part!r}: expected min <= opt <= max in every dimension")
             shapes[name.strip()] = (lo, opt, hi)
         if not shapes:
-            raise RNNXError("--profile: expected at least one NAME:MIN,OPT,MAX")
+            raise RNNXError("profiles: expected at least one NAME:MIN,OPT,MAX")
         return cls(shapes)
 
 

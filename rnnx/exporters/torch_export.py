@@ -215,7 +215,7 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
             except Exception as exc:  # torch.export raises many types; the first line says what failed
                 errors.append(exc)
                 break
-    raise RNNXError(f"torch.export could not trace the model: {first_line(errors[0])}; run with --debug for the full trace") from errors[0]
+    raise RNNXError(f"torch.export could not trace the model: {first_line(errors[0])}; the full trace is its cause (the CLI prints it with --debug)") from errors[0]
 
 
 def _to_onnx(program: Any, opset: int) -> Any:
@@ -227,7 +227,7 @@ def _to_onnx(program: Any, opset: int) -> Any:
             onnx_program = torch.onnx.export(program, custom_translation_table=ops.TRANSLATIONS,
                                              opset_version=max(opset, TORCH_ONNX_MIN_OPSET), verbose=False, optimize=True)
     except Exception as exc:  # torch.onnx raises many types; the first line tells what failed
-        raise RNNXError(f"torch.onnx could not translate the model: {first_line(exc)}; run with --debug for the full trace") from exc
+        raise RNNXError(f"torch.onnx could not translate the model: {first_line(exc)}; the full trace is its cause (the CLI prints it with --debug)") from exc
     proto = onnx_program.model_proto
     return convert_down(proto, opset) if opset < TORCH_ONNX_MIN_OPSET else proto
 

@@ -128,7 +128,7 @@ def to_native(weights: RNNWeights) -> np.ndarray:
 def from_native(blob: np.ndarray, spec: RNNSpec | None) -> RNNWeights:
     """Unpack a blob. The canonical tensors are views into ``blob``: nothing is copied."""
     if spec is None:
-        raise RNNXError("cuDNN blob: the blob does not describe itself; pass its spec (--spec)")
+        raise RNNXError("cuDNN blob: the blob does not describe itself; pass its spec (spec=SPEC)")
     blob = np.asarray(blob)
     if blob.ndim != 1:
         blob = blob.reshape(-1)
@@ -137,7 +137,7 @@ def from_native(blob: np.ndarray, spec: RNNSpec | None) -> RNNWeights:
     if blob.size != expected:
         raise RNNXError(
             f"cuDNN blob: expected {expected} elements for spec {spec}, found {blob.size}; "
-            "check --spec (sizes, layers, bidirectional, proj, no_bias)"
+            "check spec= (sizes, layers, bidirectional, proj, no_bias)"
         )
     return RNNWeights(spec, {e.canonical_name: blob[e.offset : e.offset + e.size].reshape(e.shape) for e in table})
 

@@ -53,9 +53,9 @@ def to_native(weights: RNNWeights) -> np.ndarray:
 def from_native(vector: np.ndarray, spec: RNNSpec | None) -> RNNWeights:
     """Canonical weights from the flat vector; its tensors are views into ``vector``."""
     if spec is None:
-        raise RNNXError("jax weight vector: the vector does not describe itself; pass its spec (--spec)")
+        raise RNNXError("jax weight vector: the vector does not describe itself; pass its spec (spec=SPEC)")
     vector = np.asarray(vector).reshape(-1)
     expected = vector_size(spec)
     if vector.size != expected:
-        raise RNNXError(f"jax weight vector: expected {expected} elements for spec {spec}, found {vector.size}; check --spec")
+        raise RNNXError(f"jax weight vector: expected {expected} elements for spec {spec}, found {vector.size}; check spec=")
     return cudnn.from_native(vector, spec)

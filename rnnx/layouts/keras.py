@@ -86,7 +86,7 @@ def infer_spec(arrays: Sequence[np.ndarray], where: str = "Keras weights: ") -> 
     if len(arrays) not in (2, 3):
         raise RNNXError(
             f"{where}{len(arrays)} arrays cannot be read without a spec (one layer has 2 or 3: kernel, "
-            "recurrent_kernel[, bias]); pass the spec (--spec) saying layers and direction"
+            "recurrent_kernel[, bias]); pass the spec (spec=SPEC) saying layers and direction"
         )
     kernel, recurrent = arrays[0], arrays[1]
     if kernel.ndim != 2 or recurrent.ndim != 2 or recurrent.shape[0] == 0 or recurrent.shape[1] % recurrent.shape[0]:
@@ -102,12 +102,12 @@ def infer_spec(arrays: Sequence[np.ndarray], where: str = "Keras weights: ") -> 
     bias = len(arrays) == 3
     fields: dict[str, Any] = {"input_size": int(kernel.shape[0]), "hidden_size": int(units), "bias": bias}
     if len(cells) > 1:
-        specs = " or ".join(f"--spec {RNNSpec(cell, **fields)}" for cell in cells)
+        specs = " or ".join(f"spec={RNNSpec(cell, **fields)}" for cell in cells)
         raise RNNXError(f"{where}a SimpleRNN's weights do not say tanh or relu; pass {specs}")
     (cell,) = cells
     if cell == "gru" and not bias:
         after, before = RNNSpec("gru", **fields), RNNSpec("gru", reset_after=False, **fields)
-        raise RNNXError(f"{where}a GRU without bias does not say its reset mode; pass --spec {after} or --spec {before}")
+        raise RNNXError(f"{where}a GRU without bias does not say its reset mode; pass spec={after} or spec={before}")
     reset_after = not (cell == "gru" and arrays[2].ndim == 1)
     return RNNSpec(cell, reset_after=reset_after, **fields)
 
@@ -131,7 +131,7 @@ def from_native(arrays: Sequence[Any], spec: RNNSpec | None = None) -> RNNWeight
     if len(arrays) != per_cell * len(cells):
         raise RNNXError(
             f"Keras weights: expected {per_cell * len(cells)} arrays for spec {spec} "
-            f"({per_cell} per layer and direction), found {len(arrays)}; check --spec"
+            f"({per_cell} per layer and direction), found {len(arrays)}; check spec="
         )
     H, G = spec.hidden_size, len(order)
     tensors: dict[str, np.ndarray] = {}
@@ -140,7 +140,7 @@ def from_native(arrays: Sequence[Any], spec: RNNSpec | None = None) -> RNNWeight
         where = f"layer {layer} {d}"
         for name, array, shape in (("kernel", kernel, (spec.layer_input_size(layer), G * H)), ("recurrent_kernel", recurrent, (H, G * H))):
             if array.shape != shape:
-                raise RNNXError(f"tensor {name} of {where}: expected shape {shape} for spec {spec}, found {array.shape}; check --spec")
+                raise RNNXError(f"tensor {name} of {where}: expected shape {shape} for spec {spec}, found {array.shape}; check spec=")
         for kind, array in (("W", kernel.T), ("R", recurrent.T)):
             for gate, part in split_gates(array, order).items():
                 tensors[tensor_name(layer, d, kind, gate)] = part

@@ -167,7 +167,7 @@ def from_native(nodes: list[dict[str, Any]], spec: RNNSpec | None = None) -> RNN
         nodes = [nodes]
     inferred = spec_of_nodes(nodes)
     if spec is not None and spec.with_(bias=inferred.bias, peepholes=inferred.peepholes) != inferred:
-        raise RNNXError(f"ONNX nodes describe {inferred}, but the given spec is {spec}; drop --spec or fix it")
+        raise RNNXError(f"ONNX nodes describe {inferred}, but the given spec is {spec}; drop spec= or fix it")
     spec = inferred if spec is None else spec.with_(bias=inferred.bias, peepholes=inferred.peepholes)
     order = GATE_ORDER[spec.cell]
     H = spec.hidden_size

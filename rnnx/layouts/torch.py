@@ -98,7 +98,7 @@ def choose_group(groups: Mapping[str, Any], select: str | None, where: str) -> s
             raise RNNXError(f"{where}: no recurrent group {select!r}; groups are {', '.join(shown(g) for g in groups)}")
         return select
     if len(groups) > 1:
-        raise RNNXError(f"{where}: {len(groups)} recurrent groups ({', '.join(shown(g) for g in groups)}); pass --select GROUP")
+        raise RNNXError(f"{where}: {len(groups)} recurrent groups ({', '.join(shown(g) for g in groups)}); pass select=GROUP")
     return next(iter(groups))
 
 
@@ -108,7 +108,7 @@ def infer_spec(group: Mapping[str, np.ndarray], name: str) -> RNNSpec:
     sfx0 = "" if cell_style else "_l0"
     for key in (f"weight_ih{sfx0}", f"weight_hh{sfx0}"):
         if key not in group:
-            raise RNNXError(f"group {name!r}: expected {key}, found only {sorted(group)}; pass --spec if the layer numbering is unusual")
+            raise RNNXError(f"group {name!r}: expected {key}, found only {sorted(group)}; pass spec=SPEC if the layer numbering is unusual")
     w_ih, w_hh = group[f"weight_ih{sfx0}"], group[f"weight_hh{sfx0}"]
     w_hr = group.get(f"weight_hr{sfx0}")
     if w_ih.ndim != 2 or w_hh.ndim != 2 or (w_hr is not None and w_hr.ndim != 2):
@@ -133,7 +133,7 @@ def infer_spec(group: Mapping[str, np.ndarray], name: str) -> RNNSpec:
     if len(specs) > 1:
         raise RNNXError(
             f"group {name!r}: a plain RNN's state_dict does not say tanh or relu; "
-            f"pass {' or '.join(f'--spec {s}' for s in specs)}"
+            f"pass {' or '.join(f'spec={s}' for s in specs)}"
         )
     return specs[0]
 

@@ -84,7 +84,7 @@ def parse_map(items: list[str] | None) -> dict[str, str]:
     for item in items or []:
         name, sep, role = item.rpartition("=")
         if not sep or not name or role not in INPUT_ROLES + OUTPUT_ROLES:
-            raise RNNXError(f"--input-map {item!r}: expected NAME=ROLE with ROLE one of {', '.join(INPUT_ROLES + OUTPUT_ROLES)}")
+            raise RNNXError(f"input_map: {item!r}: expected NAME=ROLE with ROLE one of {', '.join(INPUT_ROLES + OUTPUT_ROLES)}")
         mapping[name] = role
     return mapping
 
@@ -101,7 +101,7 @@ def plan(model: Any, spec: Any, overrides: dict[str, str] | None = None, batch_f
     drive = drive or _from_wiring(model, graph, spec)
     for name, role in (overrides or {}).items():
         if name not in graph_inputs and name not in graph_outputs:
-            raise RNNXError(f"--input-map {name}={role}: the graph has no input or output {name!r}; it has inputs {graph_inputs} and outputs {graph_outputs}")
+            raise RNNXError(f"input_map: {name}={role}: the graph has no input or output {name!r}; it has inputs {graph_inputs} and outputs {graph_outputs}")
         target = drive.inputs if role in INPUT_ROLES else drive.outputs
         for other in [k for k, v in target.items() if v == role]:
             del target[other]
@@ -117,7 +117,7 @@ def plan(model: Any, spec: Any, overrides: dict[str, str] | None = None, batch_f
         raise RNNXError("no graph input reaches the recurrence's X through shape-only ops: the sequence is computed inside the graph "
                         "(a whole model, not a recurrent stack); name the input with --input-map NAME=X if it is one")
     if "Y" not in drive.outputs.values() and "h_n" not in drive.outputs.values():
-        raise RNNXError(f"no graph output carries the recurrence's Y or final state; name one with --input-map NAME=Y (outputs: {graph_outputs})")
+        raise RNNXError(f"no graph output carries the recurrence's Y or final state; name one with input_map=NAME=Y (outputs: {graph_outputs})")
     for vi in graph.input:
         if vi.name in drive.inputs and drive.inputs[vi.name] == "seq_lens":
             from onnx import helper

@@ -132,16 +132,16 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
                 base.setdefault(dim, int(example[spec.name][d]))
     unknown = sorted(set(dims) - set(roles))
     if unknown:
-        raise RNNXError(f"--dim {unknown[0]}: the file has no dynamic dimension of that name; its dynamic dimensions are {', '.join(roles) or 'none'}")
+        raise RNNXError(f"dims: {unknown[0]}: the file has no dynamic dimension of that name; its dynamic dimensions are {', '.join(roles) or 'none'}")
     given = [label for label in dims if roles.get(label) in (BATCH, LENGTH)]
     if given and (seq_lens if roles[given[0]] == LENGTH else batches):
-        flag = "--seq-lens" if roles[given[0]] == LENGTH else "--batch"
-        raise RNNXError(f"--dim {given[0]}={dims[given[0]]} fixes a {roles[given[0]]} that {flag} varies; give one or the other")
-    for flag, wanted, role in (("--seq-lens", seq_lens, LENGTH), ("--batch", batches, BATCH)):
+        varied = "seq_lens=" if roles[given[0]] == LENGTH else "batches="
+        raise RNNXError(f"dims: {given[0]}={dims[given[0]]} fixes a {roles[given[0]]} that {varied} varies; give one or the other")
+    for flag, wanted, role in (("seq_lens", seq_lens, LENGTH), ("batches", batches, BATCH)):
         if wanted and not any(r == role for r in roles.values()):
             others = [k for k, v in roles.items() if v == OTHER]
             raise RNNXError(f"{flag}: no dynamic dimension of the file reads as a {role} by its name ({', '.join(others) or 'none is dynamic'}); "
-                            f"size them with --dim LABEL=SIZE")
+                            f"size them with dims=LABEL=SIZE")
     fixed: dict[str, int] = {}
     for label, role in roles.items():
         if label in dims:
@@ -175,7 +175,7 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
             shape = [_size(dim, sizes) for dim in spec.dims]
             if any(s is None for s in shape):
                 bad = next(dim for dim, s in zip(spec.dims, shape) if s is None)
-                raise RNNXError(f"dimension {bad!r} of input {spec.name!r}: rnnx cannot work out its size; give it with --dim LABEL=SIZE")
+                raise RNNXError(f"dimension {bad!r} of input {spec.name!r}: rnnx cannot work out its size; give it with dims=LABEL=SIZE")
             case.shapes[spec.name] = [int(s) for s in shape]  # type: ignore[arg-type]
         cases.append(case)
     return cases

@@ -234,7 +234,7 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
         runs.append((case.name, {**known, **feed, **got}))
     report.cases = cases
     if not report.ran:
-        raise RNNXError(f"the torch model raised at every shape tried ({cases[0].skipped if cases else 'no cases'}); is it the model the file was exported from? If it is, give shapes it takes with --seq-lens, --batch or --dim")
+        raise RNNXError(f"the torch model raised at every shape tried ({cases[0].skipped if cases else 'no cases'}); is it the model the file was exported from? If it is, give shapes it takes with seq_lens=, batches= or dims=")
     report.layers = check_layers(layers, truths, runs, tolerances.get("", "float32"))
     return report
 
@@ -272,7 +272,7 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     report.layers = check_layers(layers, {}, runs, (tolerances or Tolerances()).get("", _elem_dtype(proto)))
     if not any(la.status != "not checked" for la in report.layers):
         raise RNNXError(f"{model_path}: it runs, but none of its recurrent layers can be checked on its own "
-                        f"({report.layers[0].reason}): nothing to check without --against")
+                        f"({report.layers[0].reason}): nothing to check without against=")
     return report
 
 

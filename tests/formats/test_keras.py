@@ -157,9 +157,9 @@ def test_one_layer_list_describes_itself() -> None:
     for text in ("lstm,input=3,hidden=5", "lstm,input=2,hidden=3,no_bias", "gru,input=3,hidden=4", "gru,input=3,hidden=4,reset_before"):
         spec = RNNSpec.parse(text)
         assert rnnx.from_format(_layer(spec).get_weights(), "keras").spec == spec
-    with pytest.raises(RNNXError, match="--spec rnn_tanh,input=3,hidden=2 or --spec rnn_relu,input=3,hidden=2$"):
+    with pytest.raises(RNNXError, match="spec=rnn_tanh,input=3,hidden=2 or spec=rnn_relu,input=3,hidden=2$"):
         rnnx.from_format(_layer(RNNSpec.parse("rnn_relu,input=3,hidden=2")).get_weights(), "keras")
-    with pytest.raises(RNNXError, match="reset mode; pass --spec gru,input=3,hidden=2,no_bias or --spec gru,input=3,hidden=2,no_bias,reset_before$"):
+    with pytest.raises(RNNXError, match="reset mode; pass spec=gru,input=3,hidden=2,no_bias or spec=gru,input=3,hidden=2,no_bias,reset_before$"):
         rnnx.from_format(_layer(RNNSpec.parse("gru,input=3,hidden=2,no_bias")).get_weights(), "keras")
     with pytest.raises(RNNXError, match="6 arrays cannot be read without a spec"):
         rnnx.from_format(_layer(RNNSpec.parse("lstm,input=3,hidden=2,bidirectional")).get_weights(), "keras")
@@ -167,7 +167,7 @@ def test_one_layer_list_describes_itself() -> None:
         rnnx.from_format(np.zeros((3, 8)), "keras")
     with pytest.raises(RNNXError, match=r"expected shape \(2, 12\).*reset_before"):
         rnnx.from_format([np.zeros((3, 12)), np.zeros((4, 12)), np.zeros(12)], "keras", spec="gru,input=3,hidden=4")
-    with pytest.raises(RNNXError, match=r"expected 3 arrays for spec lstm,input=3,hidden=4 .* found 2; check --spec"):
+    with pytest.raises(RNNXError, match=r"expected 3 arrays for spec lstm,input=3,hidden=4 .* found 2; check spec="):
         rnnx.from_format([np.zeros((3, 16)), np.zeros((4, 16))], "keras", spec="lstm,input=3,hidden=4")
 
 
@@ -280,7 +280,7 @@ def test_weights_h5_files_read_from_shapes(tmp_path: Path) -> None:
     for group in ("lstm", "bidirectional", "rnn"):
         assert rnnx.load(h5, select=group).equal(rnnx.load(full, select=group)), group
     # What the weights alone cannot say: tanh or relu, and go_backwards (taken as forward).
-    with pytest.raises(RNNXError, match=r"m.weights.h5: layer 'simple_rnn': .*tanh or relu; pass --spec rnn_tanh,input=4,hidden=3,no_bias or"):
+    with pytest.raises(RNNXError, match=r"m.weights.h5: layer 'simple_rnn': .*tanh or relu; pass spec=rnn_tanh,input=4,hidden=3,no_bias or"):
         rnnx.load(h5, select="simple_rnn")
     with pytest.raises(RNNXError, match=r"5 recurrent groups \('bidirectional', 'lstm', 'lstm_1', 'rnn', 'simple_rnn'\); pass select=GROUP$"):
         rnnx.load(h5)

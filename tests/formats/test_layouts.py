@@ -121,7 +121,7 @@ def test_torch_and_keras_read_a_gate_count_alike(count: int) -> None:
     for infer in (lambda: torch_layout.infer_spec(_torch_group(count * H, H), "g"), lambda: keras_layout.infer_spec(arrays)):
         with pytest.raises(RNNXError) as caught:
             infer()
-        assert all(f"--spec {cell}," in str(caught.value) for cell in cells), str(caught.value)
+        assert all(f"spec={cell}," in str(caught.value) for cell in cells), str(caught.value)
 
 
 def test_a_gate_count_no_cell_has_is_refused_alike() -> None:

@@ -116,7 +116,7 @@ def test_groups_in_a_whole_model(tmp_path) -> None:
     path = tmp_path / "model.pt"
     torch.save({"model": model.state_dict(), "epoch": 3}, path)
     assert sorted(rnnx.groups(path)) == ["model.decoder", "model.encoder"]
-    with pytest.raises(RNNXError, match=r"2 recurrent groups .*pass --select"):
+    with pytest.raises(RNNXError, match=r"2 recurrent groups .*pass select=GROUP"):
         rnnx.load(path)
     enc = rnnx.load(path, select="model.encoder")
     assert enc.spec == RNNSpec.parse("gru,input=6,hidden=5,layers=2,bidirectional")
@@ -129,7 +129,7 @@ def test_groups_in_a_whole_model(tmp_path) -> None:
 
 def test_rnn_state_dict_needs_tanh_or_relu() -> None:
     module = torch.nn.RNN(3, 4, nonlinearity="relu")
-    with pytest.raises(RNNXError, match=r"--spec rnn_tanh,input=3,hidden=4 or --spec rnn_relu,input=3,hidden=4"):
+    with pytest.raises(RNNXError, match=r"spec=rnn_tanh,input=3,hidden=4 or spec=rnn_relu,input=3,hidden=4"):
         rnnx.from_format(module.state_dict(), "torch")
     w = rnnx.from_format(module.state_dict(), "torch", spec="rnn_relu,input=3,hidden=4")
     assert w.spec.cell == "rnn_relu"
