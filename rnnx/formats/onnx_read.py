@@ -22,6 +22,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import require_file
+from rnnx.formats.onnx_quantized import is_quantized, stand_in
 from rnnx.layouts.onnx import (DEFAULT_DOMAINS, GATE_ORDER, LOWERED_KEY, NATIVE_OPS, OP_TYPES, PEEPHOLE_ORDER, SCAN_GATE_ORDER,
                                WEIGHT_INPUTS, scan_constant)
 from rnnx.spec import RNNSpec
@@ -231,6 +232,8 @@ def recurrent_nodes(model: Any) -> list[RecurrentNode]:
         known = constants(graph, known)
         graph_inputs = {i.name for i in graph.input}
         for node in graph.node:
+            if is_quantized(node):  # com.microsoft's DynamicQuantizeLSTM, as the LSTM it stands for (weights dequantized)
+                found.append(RecurrentNode(*stand_in(node, path, known, graph_inputs)))
             if node.op_type not in NATIVE_OPS:
                 continue
             attrs = node_attributes(node)
