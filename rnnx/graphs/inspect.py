@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rnnx.formats.onnx_read import recurrent_groups
+from rnnx.formats.onnx_read import constants, recurrent_groups
+from rnnx.formats.onnx_quantized import QuantizedWeight, is_dequantized, is_quantized, quantization
 from rnnx.formats.onnx_metadata import describe, read_metadata
 from rnnx.graphs.fuse_steps import fuse_steps
 
@@ -36,6 +37,7 @@ class NodeReport:
     sequence_lens: bool
     weight_sources: dict[str, str]
     lowered: bool = False  # rnnx lowered it into Scans (a projection, or `rnnx lower`); read back through its record
+    quantization: dict[str, Any] | None = None  # a quantized node (com.microsoft.DynamicQuantizeLSTM): what is quantized, and how
     backends: dict[str, list[str]] = field(default_factory=dict)  # backend -> reasons it refuses; [] = accepts
     backend_basis: dict[str, str] = field(default_factory=dict)  # backend -> what its verdict rests on (a prediction unless it ran)
 
@@ -47,6 +49,7 @@ Judge = Callable[[NodeReport], dict[str, tuple[list[str], str]]]
 def inspect_model(model: Any, judge: Judge | None = None) -> list[NodeReport]:
     """A report per recurrent node (subgraphs too); with ``judge``, its backends' verdicts and their basis."""
     reports = []
+    quantized = _quantized_by_output(model)
     for group in recurrent_groups(model):
         for rnode in group.nodes:
             a = rnode.attributes
@@ -69,13 +72,50 @@ def inspect_model(model: Any, judge: Judge | None = None) -> list[NodeReport]:
                 sequence_lens=len(rnode.node.input) > 4 and bool(rnode.node.input[4]),
                 weight_sources=dict(rnode.sources),
                 lowered=rnode.lowered,
+                quantization=quantized.get(tuple(rnode.node.output)) if is_dequantized(rnode.node) else None,
             )
             if judge is not None:
-                verdicts = judge(r)
+                verdicts = _quantized_verdicts(r, judge) if r.quantization is not None else judge(r)
                 r.backends = {backend: reasons for backend, (reasons, _) in verdicts.items()}
                 r.backend_basis = {backend: basis for backend, (_, basis) in verdicts.items()}
             reports.append(r)
     return reports
+
+
+def _quantized_verdicts(r: NodeReport, judge: Judge) -> dict[str, tuple[list[str], str]]:
+    """A com.microsoft op runs in ONNX Runtime only: the other backends get the float LSTM it
+    stands for through ``rnnx convert --select``."""
+    op = r.quantization["op"] if r.quantization else ""
+    verdicts = {}
+    for backend, (reasons, basis) in judge(r).items():
+        if backend == "onnxruntime":
+            verdicts[backend] = (reasons, basis)
+        else:
+            verdicts[backend] = ([f"{op} is ONNX Runtime's own op; `rnnx convert --select {r.name}` gives the float LSTM it stands for"],
+                                 f"the op's domain: only ONNX Runtime implements {op.rpartition('.')[0]} ops")
+    return verdicts
+
+
+def _quantized_by_output(model: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Each quantized recurrent node's parameters, by its outputs (which its stand-in shares)."""
+    found = {}
+    known: dict[str, Any] = {}
+    for graph in _graphs(model.graph):
+        known = constants(graph, known)
+        for node in graph.node:
+            if is_quantized(node):
+                found[tuple(node.output)] = quantization(node, known).to_json()
+    return found
+
+
+def _graphs(graph: Any) -> Any:
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == attr.GRAPH:
+                yield from _graphs(attr.g)
+            for g in attr.graphs:
+                yield from _graphs(g)
 
 
 def fusable_chains(model: Any) -> list[dict[str, Any]]:
@@ -111,8 +151,14 @@ def as_text(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any
         if r.activations:
             extras.append("activations=" + "/".join(r.activations))
         kind = f"{r.op_type}, lowered to Scans by rnnx" if r.lowered else r.op_type
+        if r.quantization is not None:
+            kind = f"{r.quantization['op']}, an LSTM with 8-bit weights"
         lines.append(f"{r.name} [{kind}] in {r.graph} (stack {r.stack}): input {r.input_size}, hidden {r.hidden_size}, {r.direction}, {', '.join(extras)}")
         lines.append("  weights from: " + ", ".join(f"{k} {v}" for k, v in r.weight_sources.items()))
+        if r.quantization is not None:
+            q = r.quantization
+            lines.append("  quantized: " + "; ".join(QuantizedWeight(**w).summary() for w in q["weights"]))
+            lines.append(f"  at run time: {', '.join(q['dynamic'])} quantized to uint8 per call (dynamic); float: {', '.join(q['float']) or 'none'}")
         for backend, reasons in r.backends.items():
             verdict = "accepts" if not reasons else "refuses: " + "; ".join(reasons)
             basis = r.backend_basis.get(backend)

@@ -25,8 +25,8 @@ QUANTIZED_OPS = {"DynamicQuantizeLSTM": "LSTM"}
 INPUTS = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P", "W_scale", "W_zero_point", "R_scale", "R_zero_point")
 #: the quantized weights: name -> (position of the 8-bit tensor, of its scale, of its zero point)
 QUANTIZED_WEIGHTS = {"W": (1, 8, 9), "R": (2, 10, 11)}
-FLOAT_INPUTS = ("B", "initial_h", "initial_c", "P")  # stored or fed in float, as in ONNX's LSTM
-DYNAMIC_INPUTS = ("X", "initial_h")  # quantized to uint8 by the kernel on each call (initial_h, then each step's h)
+FLOAT_INPUTS = ("B", "initial_c", "P")  # stored or fed in float and used in float, as in ONNX's LSTM
+DYNAMIC_INPUTS = ("X", "h (initial_h, then each step's)")  # float, quantized to uint8 by the kernel on each call
 WEIGHT_TYPES = ("int8", "uint8")
 GATES = 4  # LSTM: i, o, f, c
 

@@ -1,0 +1,67 @@
+"""The tolerance of a quantized model under verify: derived, per case, from its scales and the
+case's inputs (:func:`rnnx.formats.onnx_quantized.error_bound`), not from a dtype."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnx.errors import RNNXError
+from rnnx.formats import files
+from rnnx.formats.onnx_quantized import Quantization, error_bound, full_range, main_graph_quantizations
+from rnnx.tolerance import Tolerance
+from rnnx.weights import RNNWeights
+
+
+@dataclass
+class QuantizedModel:
+    """A model file's quantized recurrences, the weights they hold, and whether the reference
+    runs those weights or the float ones they were rounded from."""
+
+    layers: list[Quantization]
+    weights: RNNWeights  # the model's own, dequantized
+    from_float: bool
+    notes: list[str] = field(default_factory=list)
+
+    def tolerance(self, inputs: dict[str, np.ndarray]) -> Tolerance:
+        """Every output element within the bound, absolutely (rtol 0: a relative error says nothing here)."""
+        return Tolerance(error_bound(self.layers, self.weights, inputs, self.from_float), 0.0)
+
+
+def vnni() -> bool | None:
+    """Whether this x86 CPU has VNNI (None where that cannot be told or is not the question)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return None
+    return any(flag in flags.split() for flag in ("avx512_vnni", "avx_vnni"))
+
+
+def quantized_model(model: Any, path: Path, source_weights: RNNWeights) -> QuantizedModel | None:
+    """``model``'s quantization where its recurrences are quantized (else None)."""
+    layers = main_graph_quantizations(model)
+    if not layers:
+        return None
+    if len(layers) != source_weights.spec.num_layers:
+        raise RNNXError(f"{path}: {len(layers)} quantized recurrent nodes, but the source is a {source_weights.spec.num_layers}-layer stack; "
+                        "verify checks one quantized stack against its weights")
+    own = files.load(path, format="onnx")
+    if own.spec != source_weights.spec:
+        raise RNNXError(f"{path}: its quantized stack is {own.spec}, the source is {source_weights.spec}; is it the model made from these weights?")
+    exact = own.equal(source_weights.astype(own.dtype)) if source_weights.dtype != own.dtype else own.equal(source_weights)
+    found = QuantizedModel(layers, own, from_float=not exact)
+    basis = "the model's own dequantized weights" if exact else "float weights, rounded to the model's scales"
+    found.notes.append(f"{path.name} holds {layers[0].op} ({', '.join(w.summary() for w in layers[0].weights)}); ONNX Runtime's rows are held "
+                       f"to a bound derived from the scales and each case's input range, against the reference on {basis} "
+                       "(rnnx.formats.onnx_quantized.error_bound)")
+    if full_range(layers) and vnni() is False:
+        found.notes.append("its int8 weights use the full 8-bit range (quantize_dynamic's default reduce_range=False), and this CPU has no VNNI: "
+                           "ONNX Runtime's u8 x s8 kernel sums pairs of products in int16 with saturation here, so its outputs can be far from "
+                           "the quantized arithmetic; quantize with reduce_range=True for such CPUs")
+    return found
