@@ -50,6 +50,7 @@ def convert(args: argparse.Namespace) -> int:
         check=not args.no_check,
         nonfinite=args.nonfinite,
         tolerances=ToleranceArgs.parse(args),
+        quantize=args.quantize,
     )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -58,6 +59,8 @@ def convert(args: argparse.Namespace) -> int:
         print(f"spec: {result.spec}  ({result.parameters} parameters)")
         if result.report is not None:
             print(result.report)
+        if result.quantization_line():
+            print(result.quantization_line())
         for note in result.notes:
             print(f"note: {flagged(note, 'convert')}")
     if result.report is not None and not result.report:

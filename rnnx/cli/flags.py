@@ -26,6 +26,7 @@ FLAGS = {
     "precision": "--precision",
     "rtol": "--rtol",
     "profiles": "--profile",
+    "quantize": "--quantize",
     "select": "--select",
     "seq_lens": "--seq-lens",
     "spec": "--spec",

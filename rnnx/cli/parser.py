@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     OnnxArgs(stack=True).add_parser_args(p)
     p.add_argument("--no-check", action="store_true", help="skip running the written file against the reference")
     p.add_argument("--nonfinite", choices=["error", "warn"], default="error", help="NaN/Inf weights: refuse (default) or convert with a warning, unchecked")
+    p.add_argument("--quantize", choices=["dynamic"], help="ONNX output only: quantize the LSTM's weights to int8 with ONNX Runtime's "
+                   "quantize_dynamic (7-bit range, safe on CPUs without VNNI), then check the quantized file against the float reference "
+                   "within a bound derived from its scales, and report its error")
     ToleranceArgs("output (Y, h_n, c_n)").add_parser_args(p)
     p.set_defaults(func=commands.convert)
 

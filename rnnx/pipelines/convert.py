@@ -5,6 +5,11 @@ files in PyTorch (when installed) against the float64 reference on fresh seeded 
 at two shapes; every other format by running the reference on the re-read weights. Each
 output is held to ``tolerances`` (:class:`rnnx.tolerance.Tolerances`; by default the
 tolerance of the dtype that ran, :data:`rnnx.tolerance.BY_DTYPE`).
+
+``quantize="dynamic"`` (ONNX output only) writes the float model, quantizes it with ONNX
+Runtime's own tool (:func:`rnnx.formats.onnx_quantized.quantize_file`), and checks the
+quantized file in ONNX Runtime against the float reference, each case held to the bound its
+scales and inputs give (:func:`rnnx.formats.onnx_quantized.error_bound`).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tempfile
 
 import numpy as np
 
@@ -26,7 +33,9 @@ from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.engines.jax import JaxRunner
 from rnnx.engines.keras import KerasRunner
 from rnnx.engines.torch import TorchRunner
-from rnnx.formats.onnx_read import data_files
+from rnnx.formats.onnx_read import choose_group, data_files, load_model, recurrent_groups
+from rnnx.formats.onnx_quantized import QUANTIZE_OPTIONS, error_bound, is_dequantized, main_graph_quantizations, quantize_file
+from rnnx.tolerance import Tolerance
 from rnnx.formats.onnx_build import DEFAULT_OPSET, build_stack_model, save_model
 
 
@@ -42,6 +51,16 @@ class ConvertResult:
     notes: list[str] = field(default_factory=list)
     written: bool = True  # False when the check failed: the output was not renamed into place
     tolerances: dict[str, Any] = field(default_factory=dict)  # what the caller set (Tolerances.to_json); the rest is by dtype
+    quantization: dict[str, Any] | None = None  # quantize="dynamic": how, and the quantized file's error against the float reference
+
+    def quantization_line(self) -> str:
+        """One line on the quantized output's error ("" when not quantized)."""
+        q = self.quantization
+        if not q:
+            return ""
+        how = ", ".join(f"{k}={v}" for k, v in q["options"].items())
+        return (f"quantized by {q['tool']} ({how}): max abs error {q['max_abs']:.3e} against the float reference, "
+                f"{q['relative']:.2%} of the largest output; bound from its scales {q['bound']:.3e} (worst case ran)")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +73,7 @@ class ConvertResult:
             "check": None if self.report is None else {"passed": bool(self.report), "tolerances": self.tolerances, "rows": self.report.to_json()},
             "notes": self.notes,
             "written": self.written,
+            "quantization": self.quantization,
         }
 
 
@@ -102,13 +122,17 @@ def convert(
     check: bool = True,
     nonfinite: str = "error",
     tolerances: Tolerances | None = None,
+    quantize: str | None = None,
 ) -> ConvertResult:
     """Read ``source``, write ``output`` in the target format, and (unless ``check`` is False)
     run what was written against the float64 reference, holding each output to ``tolerances``
     (``Tolerances.parse(["1e-3"], ["1e-2"])``, per output ``Y``, ``h_n``, ``c_n`` if wanted;
     default: the tolerance of the dtype that ran). A failed check writes nothing
-    (``result.written`` is False, ``result.report`` says why)."""
+    (``result.written`` is False, ``result.report`` says why). ``quantize="dynamic"`` writes
+    an ONNX file quantized by ONNX Runtime's own tool (see the module's docstring)."""
     source, output = Path(source), Path(output)
+    if quantize not in (None, "dynamic"):
+        raise RNNXError(f"quantize: expected dynamic (ONNX Runtime's dynamic quantization), found {quantize!r}")
     refuse_overwriting([source], {"-o": output})
     src_fmt = formats.get(from_format) if from_format else formats.detect(source)
     out_fmt = formats.get(to_format) if to_format else formats.detect(output, output=True)
@@ -116,9 +140,14 @@ def convert(
         # An ONNX input's external data are inputs too, and an ONNX output may write a .data file beside it.
         refuse_overwriting([source, *(data_files(source) if src_fmt.name == "onnx" else [])],
                            {"-o": output, **({"-o's external data": output.with_name(output.name + ".data")} if out_fmt.name == "onnx" else {})})
+    if quantize and out_fmt.name != "onnx":
+        raise RNNXError(f"quantize=dynamic applies to to_format=onnx only, not {out_fmt.name}")
     progress.step(f"reading {source.name}")
     weights = files.load(source, format=src_fmt.name, select=select, spec=spec)
-    notes = []
+    notes = [_dequantized_note(source, select)] if src_fmt.name == "onnx" else []
+    notes = [n for n in notes if n]
+    if quantize:
+        _check_quantizable(weights.spec, tolerances)
     bad = weights.nonfinite()
     if bad and nonfinite == "error":
         raise RNNXError(f"{source}: tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); fix the checkpoint or pass nonfinite=warn")
@@ -132,21 +161,24 @@ def convert(
     if out_fmt.name != "onnx" and (opset != DEFAULT_OPSET or batch_first or seq_lens or not states):
         raise RNNXError(f"opset=N, batch_first=True, seq_lens=True and states=False apply to to_format=onnx only, not {out_fmt.name}")
     try:
-        _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states, tolerances)
+        _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states, tolerances, quantize)
     except _CheckFailed:
         result.written = False
     return result
 
 
 def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: ConvertResult, check: bool, opset: int,
-                   batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None) -> None:
+                   batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None, quantize: str | None = None) -> None:
     """The written file is checked under its temporary name and renamed into place only if it
     passes: a failed check, like any failure, leaves nothing behind."""
     data = output.with_name(output.name + ".data")  # ONNX weights past protobuf's limit
     had_data = data.exists()
     try:
         with atomic_output(output) as written:
-            _write_and_check(weights, output, written, fmt_name, result, check, opset, batch_first, seq_lens, states, tolerances)
+            if quantize:
+                _write_quantized(weights, output, written, result, check, opset, batch_first, seq_lens, states)
+            else:
+                _write_and_check(weights, output, written, fmt_name, result, check, opset, batch_first, seq_lens, states, tolerances)
     except BaseException:
         if not had_data and data.exists():
             data.unlink()
@@ -167,6 +199,75 @@ def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name:
         result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states, tolerances)
         if not result.report:
             raise _CheckFailed
+
+
+def _dequantized_note(source: Path, select: str | None) -> str:
+    """The note a quantized source gets: its weights were dequantized ("" for a float source)."""
+    group = choose_group(recurrent_groups(load_model(source)), select, str(source))
+    kinds = sorted({n.sources.get("W", "").split(" ")[0] for n in group.nodes if is_dequantized(n.node)})
+    if not kinds:
+        return ""
+    return (f"{group.name} is {group.nodes[0].node.doc_string.rpartition(' ')[2]}: dequantized from {'/'.join(kinds)} weights "
+            "((q - zero_point) * scale); what was written holds those float weights")
+
+
+def _check_quantizable(spec: RNNSpec, tolerances: Tolerances | None) -> None:
+    if spec.cell != "lstm" or spec.proj_size:
+        what = "a projected LSTM (written as Scans)" if spec.proj_size else f"a {spec.cell.split('_')[0].upper()}"
+        raise RNNXError(f"quantize=dynamic: ONNX Runtime's quantizer quantizes native LSTM nodes only; {what} would stay float; "
+                        "drop quantize=dynamic")
+    if tolerances:
+        raise RNNXError("quantize=dynamic: the quantized file is held to the bound its scales give; drop atol=, rtol= and check_error_stat=")
+
+
+QUANTIZED_SHAPES = ((1, 1), (17, 1), (64, 8))  # (seq_len, batch): batch 1, a long sequence, a batch
+
+
+def _write_quantized(weights: RNNWeights, output: Path, written: Path, result: ConvertResult, check: bool, opset: int,
+                     batch_first: bool, seq_lens: bool, states: bool, seed: int = 0) -> None:
+    """The float model, quantized by ONNX Runtime's tool into ``written``, then run in ONNX
+    Runtime against the float64 reference on the float weights, each case held to its bound."""
+    progress.step(f"writing {output.name} in float")
+    model = build_stack_model(weights.astype(np.float32), opset=opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
+    with tempfile.TemporaryDirectory(prefix=".rnnx-", dir=output.parent) as folder:
+        float_model = Path(folder) / "float.onnx"
+        save_model(model, float_model)
+        progress.step("quantizing with onnxruntime.quantization.quantize_dynamic")
+        quantize_file(float_model, written)
+    layers = main_graph_quantizations(load_model(written))
+    if len(layers) != weights.spec.num_layers:
+        raise RNNXError(f"quantize_dynamic quantized {len(layers)} of the {weights.spec.num_layers} LSTM layers; nothing was written")
+    result.quantization = {"mode": "dynamic", "tool": "onnxruntime.quantization.quantize_dynamic",
+                           "options": dict(QUANTIZE_OPTIONS), "weights": [w.summary() for w in layers[0].weights]}
+    result.notes.append(f"{output.name} holds {layers[0].op}: " + "; ".join(w.summary() for w in layers[0].weights))
+    if not check:
+        return
+    progress.step("checking the quantized file against the float64 reference")
+    runner = OnnxRuntimeRunner(written)
+    own = files.from_format(_dequantized(written), "onnx")  # the bound reads the file's own weights
+    report = parity.ParityReport()
+    worst = {"max_abs": 0.0, "largest": 0.0, "bound": 0.0}
+    for k, (T, B) in enumerate(QUANTIZED_SHAPES):
+        inputs = parity.random_inputs(weights, T, B, seed=seed + k, ragged=seq_lens, states=states)
+        feed = dict(inputs)
+        if batch_first:
+            feed["X"] = inputs["X"].transpose(1, 0, 2).copy()
+        want = parity.reference_outputs(weights, feed, batch_first=batch_first)
+        got = runner(feed)
+        bound = error_bound(layers, own, inputs, from_float=True)
+        report.rows += parity.compare("ort (int8)", got, want, T, B, "float32", Tolerances({"": Tolerance(bound, 0.0)}))
+        worst["max_abs"] = max([worst["max_abs"]] + [float(np.abs(got[n] - w).max()) for n, w in want.items() if n in got])
+        worst["largest"] = max([worst["largest"]] + [float(np.abs(w).max()) for w in want.values()])
+        worst["bound"] = max(worst["bound"], bound)
+    result.report = report
+    result.quantization.update(max_abs=worst["max_abs"], relative=worst["max_abs"] / max(worst["largest"], 1e-30), bound=worst["bound"])
+    if not report:
+        raise _CheckFailed
+
+
+def _dequantized(written: Path) -> list[dict[str, Any]]:
+    """The quantized file's own weights, as ONNX node dicts (dequantized)."""
+    return choose_group(recurrent_groups(load_model(written)), None, str(written)).layer_dicts()
 
 
 class _CheckFailed(Exception):
