@@ -25,6 +25,7 @@ import numpy as np
 from rnnx import reference
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_read import read_lowered, recurrent_nodes
+from rnnx.formats.onnx_quantized import Quantization, error_bound, is_dequantized, is_quantized, main_graph_quantizations
 from rnnx.layouts import onnx as onnx_layout
 from rnnx.layouts.onnx import NODE_OUTPUTS, OP_TYPES, STATE_INPUTS
 from rnnx.spec import RNNSpec
@@ -50,6 +51,7 @@ class Layer:
     unreadable: str = ""  # why the node's weights have no canonical form
     layout: int = 0  # ONNX layout attribute: 1 is batch-major
     merged_y: bool = False  # Y already (seq, batch, dirs*size): the projected placeholder's
+    quantization: Quantization | None = None  # a quantized node (DynamicQuantizeLSTM): held to the bound its scales give
 
 
 def single_layer(weights: RNNWeights, k: int) -> RNNWeights:
@@ -65,6 +67,7 @@ def find_layers(model: Any) -> list[Layer]:
     position = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
     layers = []
     lowered_own: dict[str, RNNWeights] = {}
+    quantized = dict(zip([tuple(n.output) for n in model.graph.node if is_quantized(n)], main_graph_quantizations(model)))
     for rn in recurrent_nodes(model):
         if rn.graph != "main":
             continue  # inside a Loop or If body: its tensors cannot be marked as graph outputs
@@ -76,7 +79,8 @@ def find_layers(model: Any) -> list[Layer]:
             continue
         node = rn.node
         layer = Layer(rn.name, node.op_type, "native", _named(list(node.input), INPUT_ROLES), _named(list(node.output), OUTPUT_ROLES),
-                      layout=int(rn.attributes.get("layout", 0) or 0))
+                      layout=int(rn.attributes.get("layout", 0) or 0),
+                      quantization=quantized.get(tuple(node.output)) if is_dequantized(node) else None)
         try:
             layer.own = onnx_layout.from_native([rn.as_dict()])
             layer.spec = layer.own.spec
@@ -204,6 +208,7 @@ def check_layers(layers: list[Layer], truths: dict[str, tuple[RNNWeights, str]],
             check.reason = layer.unreadable or "lowered, and no torch module matches it, so its weights are not known"
             continue
         worst: tuple[float, str, dict[str, np.ndarray], np.ndarray] | None = None
+        bounds = []
         for label, values in runs:
             missing = [t for t in [*layer.inputs.values(), *layer.outputs.values()] if t not in values]
             if missing:
@@ -216,10 +221,16 @@ def check_layers(layers: list[Layer], truths: dict[str, tuple[RNNWeights, str]],
                 check.status, check.reason = "not checked", f"its inputs do not fit {truth.spec}: {exc}"
                 break
             want = _as_node_outputs(layer, truth.spec, ref.y, ref.h_n, ref.c_n)
+            run_tol = tol
+            if layer.quantization is not None and layer.own is not None:
+                from_float = truth is not layer.own and not truth.equal(layer.own)
+                run_tol = Tolerance(error_bound([layer.quantization], layer.own, inputs, from_float), 0.0)
+                bounds.append(run_tol.atol)
+                check.tolerance = f"{layer.quantization.op}: each run within the bound its scales give (up to {max(bounds):.3g}), rtol 0"
             for role, tensor in layer.outputs.items():
                 if role not in want:
                     continue
-                stats = compare_arrays(values[tensor], want[role], tol)
+                stats = compare_arrays(values[tensor], want[role], run_tol)
                 check.outputs[role] = max(check.outputs.get(role, 0.0), stats.max_abs)
                 if not stats.passed:
                     check.status = "drifts"

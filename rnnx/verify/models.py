@@ -33,6 +33,7 @@ from rnnx.tolerance import Tolerances, compare_arrays
 from rnnx.verify.inputs import input_specs, make_feed, plan_cases, shape_note
 from rnnx.verify.layers import Layer, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_report import OutputRow, WholeModelReport
+from rnnx.verify.quantized import saturation_note
 from rnnx.weights import RNNWeights
 from rnnx.exporters.loading import load_checkpoint
 from rnnx.exporters.loading import load_model as load_torch_model_from
@@ -236,6 +237,7 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
     if not report.ran:
         raise RNNXError(f"the torch model raised at every shape tried ({cases[0].skipped if cases else 'no cases'}); is it the model the file was exported from? If it is, give shapes it takes with seq_lens=, batches= or dims=")
     report.layers = check_layers(layers, truths, runs, tolerances.get("", "float32"))
+    report.notes += [n for n in [saturation_note([la.quantization for la in layers if la.quantization is not None])] if n]
     return report
 
 
@@ -270,6 +272,7 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     if not runs:
         raise RNNXError(f"{model_path}: ONNX Runtime could not run it at any of the shapes tried ({cases[0].error if cases else 'no shapes'})")
     report.layers = check_layers(layers, {}, runs, (tolerances or Tolerances()).get("", _elem_dtype(proto)))
+    report.notes += [n for n in [saturation_note([la.quantization for la in layers if la.quantization is not None])] if n]
     if not any(la.status != "not checked" for la in report.layers):
         raise RNNXError(f"{model_path}: it runs, but none of its recurrent layers can be checked on its own "
                         f"({report.layers[0].reason}): nothing to check without against=")

@@ -60,8 +60,14 @@ def quantized_model(model: Any, path: Path, source_weights: RNNWeights) -> Quant
     found.notes.append(f"{path.name} holds {layers[0].op} ({', '.join(w.summary() for w in layers[0].weights)}); ONNX Runtime's rows are held "
                        f"to a bound derived from the scales and each case's input range, against the reference on {basis} "
                        "(rnnx.formats.onnx_quantized.error_bound)")
-    if full_range(layers) and vnni() is False:
-        found.notes.append("its int8 weights use the full 8-bit range (quantize_dynamic's default reduce_range=False), and this CPU has no VNNI: "
-                           "ONNX Runtime's u8 x s8 kernel sums pairs of products in int16 with saturation here, so its outputs can be far from "
-                           "the quantized arithmetic; quantize with reduce_range=True for such CPUs")
+    found.notes += [n for n in [saturation_note(layers)] if n]
     return found
+
+
+def saturation_note(layers: list[Quantization]) -> str:
+    """Why a full-range int8 model may fail here ("" where it cannot be the reason)."""
+    if not full_range(layers) or vnni() is not False:
+        return ""
+    return ("its int8 weights use the full 8-bit range (quantize_dynamic's default reduce_range=False), and this CPU has no VNNI: "
+            "ONNX Runtime's u8 x s8 kernel sums pairs of products in int16 with saturation here, so its outputs can be far from "
+            "the quantized arithmetic; quantize with reduce_range=True for such CPUs")
