@@ -156,3 +156,60 @@ def from_native(arrays: Sequence[Any], spec: RNNSpec | None = None) -> RNNWeight
                 for gate, part in split_gates(array, order).items():
                     tensors[tensor_name(layer, d, kind, gate)] = part
     return RNNWeights(spec, tensors)
+
+
+# --- Keras 2's CuDNNLSTM and CuDNNGRU (legacy .h5 files) ---------------------------------
+#
+# These layers keep cuDNN's own parameter blocks in Keras-shaped arrays: kernel (in,
+# gates*units), recurrent_kernel (units, gates*units) and one bias (2*gates*units,). tf_keras
+# (layers/rnn/cudnn_lstm.py, cudnn_gru.py) slices each gate's columns out and hands
+# ``reshape(slice, [-1])`` to cuDNN with no transpose, so a gate's (in, units) slice holds
+# cuDNN's row-major (units, in) matrix as is. The bias is every gate's input bias, then every
+# gate's recurrent bias. cuDNN's GRU applies the reset gate after the recurrent product.
+
+#: Gate order along the CuDNN layers' columns and along each half of their bias: Keras's own
+#: (tf_keras passes z, r, h to cuDNN as r, z, n by slicing).
+CUDNN_LAYER_GATE_ORDER: dict[str, tuple[str, ...]] = {"lstm": ("i", "f", "g", "o"), "gru": ("z", "r", "n")}
+#: The CuDNN layers' class names in Keras 2 and the cell each computes.
+CUDNN_LAYER_CELLS: dict[str, str] = {"CuDNNLSTM": "lstm", "CuDNNGRU": "gru"}
+
+
+def cudnn_layer_spec(arrays: Sequence[np.ndarray], where: str = "") -> RNNSpec | None:
+    """The spec of one direction's CuDNNLSTM/CuDNNGRU arrays when their 1-D bias of
+    2*gates*units says so (Keras's own test: LSTM and GRU biases are half that, or 2-D); else None."""
+    if len(arrays) != 3:
+        return None
+    kernel, recurrent, bias = (np.asarray(a) for a in arrays)
+    if kernel.ndim != 2 or recurrent.ndim != 2 or bias.ndim != 1 or recurrent.shape[0] == 0:
+        return None
+    units = recurrent.shape[0]
+    for cell, order in CUDNN_LAYER_GATE_ORDER.items():
+        if recurrent.shape[1] == len(order) * units and bias.shape[0] == 2 * len(order) * units:
+            return RNNSpec(cell, input_size=int(kernel.shape[0]), hidden_size=int(units))
+    return None
+
+
+def from_cudnn_layer(arrays: Sequence[Any], spec: RNNSpec) -> RNNWeights:
+    """Canonical weights from a CuDNNLSTM/CuDNNGRU layer's arrays, forward then backward for a
+    Bidirectional wrapper; ``spec`` is the layer's (lstm, or gru with reset_after)."""
+    arrays = _as_arrays(arrays)
+    if spec.cell not in CUDNN_LAYER_GATE_ORDER or not spec.bias or not spec.reset_after or spec.num_layers != 1 or not getattr(spec, "uses_default_activations", True):
+        raise RNNXError(f"Keras CuDNN layer: expected one layer of lstm, or gru with reset_after, with a bias and cuDNN's sigmoid/tanh, found spec {spec}")
+    order = CUDNN_LAYER_GATE_ORDER[spec.cell]
+    H, G, I = spec.hidden_size, len(order), spec.input_size
+    if len(arrays) != 3 * spec.num_directions:
+        raise RNNXError(f"Keras CuDNN layer: expected {3 * spec.num_directions} arrays for spec {spec}, found {len(arrays)}")
+    tensors: dict[str, np.ndarray] = {}
+    for k, d in enumerate(spec.directions):
+        kernel, recurrent, bias = arrays[3 * k : 3 * k + 3]
+        for name, array, shape in (("kernel", kernel, (I, G * H)), ("recurrent_kernel", recurrent, (H, G * H)), ("bias", bias, (2 * G * H,))):
+            if array.shape != shape:
+                raise RNNXError(f"tensor {name} of {d}: expected shape {shape} for a CuDNN layer of spec {spec}, found {array.shape}")
+        for j, gate in enumerate(order):
+            columns = slice(j * H, (j + 1) * H)
+            tensors[tensor_name(0, d, "W", gate)] = kernel[:, columns].reshape(H, I)
+            tensors[tensor_name(0, d, "R", gate)] = recurrent[:, columns].reshape(H, H)
+        for half, kind in enumerate(("bW", "bR")):
+            for gate, part in split_gates(bias[half * G * H : (half + 1) * G * H], order).items():
+                tensors[tensor_name(0, d, kind, gate)] = part
+    return RNNWeights(spec, tensors)

@@ -1,0 +1,563 @@
+"""``keras_h5``: Keras's legacy HDF5 files (``.h5``, ``.hdf5``), read with h5py alone.
+
+Keras 2 (tf.keras, tf_keras, and Keras 3's ``model.save("x.h5")``) writes two kinds:
+
+* a whole model (``model.save("x.h5")``): root attributes ``model_config`` (JSON: each
+  layer's class, activations, reset mode, direction, bias), ``keras_version`` and
+  ``backend``; the weights under the group ``model_weights``;
+* weights alone (``model.save_weights("x.h5")``): the weights at the root, no config.
+
+Either way the weights group lists its layers in the attribute ``layer_names``, and each
+layer's group lists its arrays, in ``get_weights()`` order, in ``weight_names``; the arrays
+sit at those paths inside the layer's group. rnnx reads these lists, the config and the
+arrays: Keras is never imported and no model code runs.
+
+Read: LSTM, GRU (either reset mode), SimpleRNN, ``keras.layers.RNN`` around their cells,
+and Keras 2's CuDNNLSTM and CuDNNGRU (cuDNN's own blocks, see :mod:`rnnx.layouts.keras`),
+each alone or in a Bidirectional wrapper. Each recurrent layer is a group named by its
+layer name, for ``select=``; inside a nested model, by the model's name and the path of
+its arrays.
+
+A whole model says each layer's activations. ``hard_sigmoid`` is read as the writer's Keras
+defined it, from the file's ``keras_version``: 0.2x+0.5 in Keras 2 (ONNX HardSigmoid,
+alpha 0.2), x/6+0.5 in Keras 3 (alpha 1/6). A weights-only file records neither the
+activations (Keras 2's default recurrent activation was hard_sigmoid before Keras 2.3,
+sigmoid after) nor ``go_backwards``, so ``spec=`` must say them; a CuDNN layer's math is
+fixed and its 2*gates*units bias marks it, so it is read without one, taken to run forward
+as the Keras 3 reader does (pass ``spec=...,reverse`` otherwise).
+
+Untrusted files: only hard links inside the file are followed (an external or soft link is
+refused); arrays stored in other files (external storage, virtual datasets) are refused;
+each array's declared size is checked against the file's before it is read; string lists,
+the config's size and its nesting are bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnx.errors import RNNXError
+from rnnx.fileio import require_file
+from rnnx.formats.registry import Format, get, register
+from rnnx.layouts import keras as layout
+from rnnx.spec import RNNSpec
+from rnnx.weights import RNNWeights
+
+FORMAT = "keras_h5"
+EXTENSIONS = (".h5", ".hdf5")
+# Limits for untrusted files: names per list, characters per name, components per array path,
+# the config's size in characters and the depth of nested models searched in it, and how far
+# the arrays together may claim to exceed their file (Keras stores raw data).
+_MAX_NAMES = 100_000
+_MAX_NAME = 4096
+_MAX_PATH_PARTS = 64
+_MAX_CONFIG = 64 * 1024 * 1024
+_MAX_MODEL_DEPTH = 32
+_SLACK = 1 << 16
+# Keras 2 classes whose math rnnx knows: the layers, the cells inside keras.layers.RNN.
+_LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
+_CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
+_MODEL_CLASSES = ("Sequential", "Functional", "Model")
+_RNN_ACTIVATIONS = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
+# Array names end in TensorFlow's output index (kernel:0); Keras 3's legacy writer leaves it off.
+_INDEX = re.compile(r":\d+$")
+
+
+def _import_h5py(why: str) -> Any:
+    try:
+        import h5py
+    except ImportError:
+        raise RNNXError(f"{why} needs h5py, which is not installed; pip install 'rnnx[keras]'") from None
+    return h5py
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:160] or type(exc).__name__
+
+
+def _damaged(path: Path, exc: BaseException) -> RNNXError:
+    return RNNXError(f"{path}: cannot read it as HDF5 ({_one_line(exc)}); the file is damaged or not a Keras .h5 file")
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[tuple[Any, Any, int]]:
+    """h5py, the file open for reading, and its size in bytes."""
+    h5py = _import_h5py(f"reading {path.name}")
+    path = require_file(path)
+    try:
+        h5 = h5py.File(str(path), "r")
+    except Exception as exc:  # noqa: BLE001  h5py raises OSError and others for a damaged file
+        raise _damaged(path, exc) from None
+    try:
+        yield h5py, h5, path.stat().st_size
+    finally:
+        with contextlib.suppress(Exception):
+            h5.close()
+
+
+# --- the file's structure, followed inside the file only -------------------------------------
+
+
+def _node(group: Any, name: str, h5py: Any, where: str) -> Any:
+    """``group/name`` through hard links only, or None when absent: an external link would
+    reach another file and a soft link could loop."""
+    parts = name.split("/")
+    if len(parts) > _MAX_PATH_PARTS or any(p in ("", ".", "..") for p in parts):
+        raise RNNXError(f"{where}: array path {name[:80]!r}: expected at most {_MAX_PATH_PARTS} plain names joined by /; the file is damaged")
+    node = group
+    for part in parts:
+        if not isinstance(node, h5py.Group):
+            return None
+        link = node.get(part, default=None, getlink=True)
+        if link is None:
+            return None
+        if isinstance(link, h5py.ExternalLink):
+            raise RNNXError(f"{where}: {name!r} links to another file ({link.filename}); rnnx reads only data stored inside the file itself")
+        if not isinstance(link, h5py.HardLink):
+            raise RNNXError(f"{where}: {name!r} is a {type(link).__name__}; Keras writes only plain groups and arrays, so the file was changed after Keras wrote it")
+        node = node[part]
+    return node
+
+
+def _decoded(value: Any, where: str) -> str:
+    if isinstance(value, bytes | np.bytes_):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise RNNXError(f"{where}: expected UTF-8 text, found undecodable bytes; the file is damaged") from None
+    if isinstance(value, str):
+        return value
+    raise RNNXError(f"{where}: expected text, found {type(value).__name__}; the file is damaged or not Keras's")
+
+
+def _text_attr(obj: Any, name: str, h5py: Any, where: str, limit: int = _MAX_NAME) -> str | None:
+    """A scalar string attribute, or None when absent."""
+    if name not in obj.attrs:
+        return None
+    attr = obj.attrs.get_id(name)
+    if attr.shape != () or h5py.check_string_dtype(attr.dtype) is None:
+        raise RNNXError(f"{where}: attribute {name}: expected a string, found {attr.dtype} of shape {attr.shape}; the file is damaged or not Keras's")
+    text = _decoded(obj.attrs[name], f"{where}: attribute {name}")
+    if len(text) > limit:
+        raise RNNXError(f"{where}: attribute {name}: {len(text)} characters, expected at most {limit}; the file is damaged")
+    return text
+
+
+def _name_list(obj: Any, name: str, h5py: Any, where: str) -> list[str] | None:
+    """A list-of-names attribute (``layer_names``, ``weight_names``), or None when absent.
+    Keras splits a list too long for an HDF5 object header into ``name0``, ``name1``, ..."""
+    keys = [name] if name in obj.attrs else []
+    while not keys or keys[-1] != name:  # the chunked form
+        key = f"{name}{len(keys)}"
+        if key not in obj.attrs:
+            break
+        keys.append(key)
+        if len(keys) > _MAX_NAMES:
+            raise RNNXError(f"{where}: more than {_MAX_NAMES} attributes {name}N; the file is damaged")
+    if not keys:
+        return None
+    names: list[str] = []
+    for key in keys:
+        attr = obj.attrs.get_id(key)
+        if attr.shape is None or len(attr.shape) != 1:
+            raise RNNXError(f"{where}: attribute {key}: expected a list of names, found shape {attr.shape}; the file is damaged or not Keras's")
+        if attr.shape[0] == 0:
+            continue  # Keras writes an empty list as an empty float array
+        if h5py.check_string_dtype(attr.dtype) is None:
+            raise RNNXError(f"{where}: attribute {key}: expected names (strings), found {attr.dtype}; the file is damaged or not Keras's")
+        if len(names) + attr.shape[0] > _MAX_NAMES:
+            raise RNNXError(f"{where}: attribute {name}: more than {_MAX_NAMES} names; the file is damaged")
+        for value in obj.attrs[key]:
+            text = _decoded(value, f"{where}: attribute {key}")
+            if len(text) > _MAX_NAME:
+                raise RNNXError(f"{where}: attribute {key}: a name of {len(text)} characters, expected at most {_MAX_NAME}; the file is damaged")
+            names.append(text)
+    return names
+
+
+def _weights_root(h5: Any, h5py: Any) -> Any | None:
+    """The group that lists the layers: ``model_weights`` in a whole model, the root in a weights file."""
+    for group in (_node(h5, "model_weights", h5py, "model_weights") if "model_weights" in h5 else None, h5):
+        if isinstance(group, h5py.Group) and any(k in group.attrs for k in ("layer_names", "layer_names0")):
+            return group
+    return None
+
+
+def is_legacy_file(path: Path) -> bool:
+    """Whether ``path`` is an HDF5 file in Keras's legacy layout (a ``layer_names`` list)."""
+    try:
+        with _opened(Path(path)) as (h5py, h5, _):
+            return _weights_root(h5, h5py) is not None
+    except Exception:  # noqa: BLE001  a file that cannot be opened or followed is not claimed; its reader says why
+        return False
+
+
+def _keras_major(h5: Any, root: Any, h5py: Any) -> int:
+    """The writer's Keras major version, from ``keras_version`` (Keras's own loader reads a
+    file without one as Keras 1's)."""
+    text = _text_attr(h5, "keras_version", h5py, "file") or _text_attr(root, "keras_version", h5py, "model_weights")
+    found = re.match(r"\s*(\d+)", text or "1")
+    return int(found.group(1)) if found else 1
+
+
+def _model_config(h5: Any, h5py: Any) -> dict[str, Any] | None:
+    text = _text_attr(h5, "model_config", h5py, "file", limit=_MAX_CONFIG)
+    if text is None:
+        return None
+    try:
+        config = json.loads(text)
+    except RecursionError:
+        raise RNNXError("attribute model_config: JSON nested too deeply to read; the file is damaged") from None
+    except ValueError as exc:
+        raise RNNXError(f"attribute model_config: expected Keras's JSON model config, found text that is not JSON ({_one_line(exc)}); the file is damaged") from None
+    if not isinstance(config, dict):
+        raise RNNXError(f"attribute model_config: expected a JSON object (Keras's model config), found {type(config).__name__}; the file is damaged")
+    return config
+
+
+# --- recurrent layers ------------------------------------------------------------------------
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _layer_name(cfg: dict[str, Any]) -> str | None:
+    name = _dict(cfg.get("config")).get("name", cfg.get("name"))
+    return name if isinstance(name, str) else None
+
+
+def _sublayers(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """A model config's layers: ``config.layers``, or (Keras 2.0/2.1 Sequential) ``config`` itself."""
+    conf = cfg.get("config")
+    listed = conf if isinstance(conf, list) else _dict(conf).get("layers")
+    return [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
+
+
+@dataclass
+class _Layer:
+    """One recurrent layer (or Bidirectional pair) in a file."""
+
+    name: str  # for select=
+    arrays: list[str]  # HDF5 paths of its arrays: kernel, recurrent_kernel[, bias], forward then backward
+    config: dict[str, Any] | None  # its entry in model_config, Bidirectional wrapper included
+
+
+def _cells(group: Any, weight_names: list[str], h5py: Any, where: str) -> list[tuple[str, list[str]]]:
+    """(owner path, array paths) of each run of kernel, recurrent_kernel[, bias] matrices in ``weight_names``."""
+    runs: list[tuple[str, list[str], list[str]]] = []
+    for name in weight_names:
+        owner, _, base = name.rpartition("/")
+        base = _INDEX.sub("", base)
+        if runs and runs[-1][0] == owner:
+            runs[-1][1].append(base)
+            runs[-1][2].append(name)
+        else:
+            runs.append((owner, [base], [name]))
+    cells = []
+    for owner, bases, names in runs:
+        if bases not in (["kernel", "recurrent_kernel"], ["kernel", "recurrent_kernel", "bias"]):
+            continue
+        nodes = [_node(group, n, h5py, where) for n in names]
+        for n, node in zip(names, nodes):
+            if not isinstance(node, h5py.Dataset):
+                raise RNNXError(f"{where}: weight_names lists {n!r}, found {'nothing' if node is None else 'a group'} there; the file is damaged")
+        if nodes[0].ndim == 2 and nodes[1].ndim == 2:  # not ConvLSTM's kernels
+            cells.append((owner, [f"{group.name}/{n}".lstrip("/") for n in names]))
+    return cells
+
+
+def _pair(first: str, second: str) -> str | None:
+    """The owner path of a Bidirectional pair (its ``forward_``/``backward_`` part dropped), or None."""
+    a, b = first.split("/"), second.split("/")
+    if len(a) != len(b):
+        return None
+    differ = [k for k, (x, y) in enumerate(zip(a, b)) if x != y]
+    if len(differ) == 1 and a[differ[0]].startswith("forward_") and b[differ[0]].startswith("backward_"):
+        return "/".join(a[: differ[0]])
+    return None
+
+
+def _config_of(cfg: dict[str, Any] | None, owner: str, depth: int = 0) -> dict[str, Any] | None:
+    """The config entry of the layer owning ``owner`` inside a nested model's config."""
+    if cfg is None or depth > _MAX_MODEL_DEPTH or cfg.get("class_name") not in _MODEL_CLASSES:
+        return cfg
+    parts = owner.split("/")
+    for sub in _sublayers(cfg):
+        if _layer_name(sub) in parts:
+            return _config_of(sub, owner, depth + 1)
+    return None
+
+
+def _find(root: Any, config: dict[str, Any] | None, h5py: Any) -> tuple[list[_Layer], list[str]]:
+    """The recurrent layers, and every layer's name."""
+    layer_names = _name_list(root, "layer_names", h5py, "layer list") or []
+    configs = {_layer_name(c): c for c in _sublayers(config)} if config else {}
+    found: list[_Layer] = []
+    for layer in layer_names:
+        where = f"layer {layer!r}"
+        group = _node(root, layer, h5py, where)
+        if not isinstance(group, h5py.Group):
+            raise RNNXError(f"{where}: layer_names lists it, found {'nothing' if group is None else 'an array'} there; the file is damaged")
+        cells = _cells(group, _name_list(group, "weight_names", h5py, where) or [], h5py, where)
+        units: list[tuple[str, list[str]]] = []
+        k = 0
+        while k < len(cells):
+            owner = _pair(cells[k][0], cells[k + 1][0]) if k + 1 < len(cells) else None
+            if owner is not None:
+                units.append((owner, cells[k][1] + cells[k + 1][1]))
+                k += 2
+            else:
+                units.append(cells[k])
+                k += 1
+        cfg = configs.get(layer) if config else None
+        for owner, arrays in units:
+            name = layer if len(units) == 1 else f"{layer}/{owner}"
+            found.append(_Layer(name, arrays, _config_of(cfg, owner) if len(units) > 1 else cfg))
+    return found, layer_names
+
+
+def _listing(found: list[_Layer]) -> str:
+    return ", ".join(repr(f.name) for f in found)
+
+
+def _choose(found: list[_Layer], layer_names: list[str], select: str | None, major: int) -> _Layer:
+    if not found:
+        if major < 2:
+            raise RNNXError("expected Keras 2 LSTM/GRU/SimpleRNN layers, found none; the file has no keras_version, so Keras reads it as Keras 1's "
+                            "(per-gate arrays), which rnnx does not read: load it in Keras 2 and save it again")
+        shown = ", ".join(layer_names[:8]) + (", ..." if len(layer_names) > 8 else "")
+        raise RNNXError(f"expected an LSTM, GRU, SimpleRNN, CuDNNLSTM or CuDNNGRU layer (kernel, recurrent_kernel[, bias] in its weight_names), "
+                        f"found none among its layers ({shown or 'none listed'}); rnnx converts recurrent layers only")
+    if select is not None:
+        hits = [f for f in found if f.name == select]
+        if not hits:
+            raise RNNXError(f"no recurrent layer {select!r}; layers are {_listing(found)}")
+        return hits[0]
+    if len(found) > 1:
+        raise RNNXError(f"{len(found)} recurrent layers ({_listing(found)}); pass select=GROUP")
+    return found[0]
+
+
+class _Budget:
+    """What the arrays read so far may claim together: Keras stores them uncompressed, so all
+    of them fit inside the file; a claim beyond it is a damaged or hostile file."""
+
+    def __init__(self, file_size: int) -> None:
+        self.left = file_size + _SLACK
+
+    def take(self, nbytes: int, where: str, shape: tuple[int, ...]) -> None:
+        if nbytes > self.left:
+            raise RNNXError(f"{where}: shape {shape} claims more data than the file holds; the file is damaged")
+        self.left -= nbytes
+
+
+def _read_array(h5: Any, path: str, budget: _Budget, h5py: Any) -> np.ndarray:
+    ds = h5[path]
+    if ds.is_virtual or ds.external:
+        raise RNNXError(f"{path}: the array's data lives in another file; rnnx reads only data stored inside the file itself")
+    if ds.ndim not in (1, 2):
+        raise RNNXError(f"{path}: expected a matrix or a vector, found shape {ds.shape}; the file is damaged or not Keras's")
+    if ds.dtype.kind != "f" or ds.dtype.itemsize not in (2, 4, 8):
+        raise RNNXError(f"{path}: expected float16/32/64 weights, found {ds.dtype}; the file is damaged or not Keras's")
+    budget.take(int(ds.size) * ds.dtype.itemsize, path, ds.shape)
+    return np.asarray(ds[()])
+
+
+# --- specs ---------------------------------------------------------------------------------
+
+
+def _base(cfg: dict[str, Any]) -> tuple[str | None, dict[str, Any], dict[str, Any], bool]:
+    """(cell family or None, the layer's config, its cell's config, whether a CuDNN layer) of one non-wrapper entry."""
+    cls, conf = cfg.get("class_name"), _dict(cfg.get("config"))
+    if isinstance(cls, str) and cls in _LAYER_CLASSES:
+        return _LAYER_CLASSES[cls], conf, conf, False
+    if isinstance(cls, str) and cls in layout.CUDNN_LAYER_CELLS:
+        return layout.CUDNN_LAYER_CELLS[cls], conf, conf, True
+    if cls == "RNN":
+        cell = _dict(conf.get("cell"))
+        cell_cls = cell.get("class_name")
+        if isinstance(cell_cls, str) and cell_cls in _CELL_CLASSES:
+            return _CELL_CLASSES[cell_cls], conf, _dict(cell.get("config")), False
+    return None, conf, conf, False
+
+
+def _cell(family: str, cell_cfg: dict[str, Any], shown: str, major: int) -> str:
+    """The canonical cell kind of a layer's activations. Refuses what has no canonical form."""
+    activation = cell_cfg.get("activation", "tanh")
+    if family == "rnn":
+        cell = _RNN_ACTIVATIONS.get(activation) if isinstance(activation, str) else None
+        if cell is None:
+            raise RNNXError(f"{shown}: activation {activation!r} has no canonical form; expected tanh or relu")
+        return cell
+    recurrent = cell_cfg.get("recurrent_activation")
+    if recurrent is None:
+        raise RNNXError(f"{shown}: the config does not say recurrent_activation (Keras 2's default was hard_sigmoid before 2.3, sigmoid after); "
+                        "pass spec= saying it")
+    if activation != "tanh" or recurrent != "sigmoid":
+        defined = {2: "0.2x+0.5", 3: "x/6+0.5"}.get(major, "")
+        note = f" (Keras {major}'s hard_sigmoid: {defined}, clipped)" if "hard_sigmoid" in (activation, recurrent) and defined else ""
+        raise RNNXError(f"{shown}: activation {activation!r} and recurrent_activation {recurrent!r}{note} have no canonical form yet; "
+                        "expected tanh and sigmoid")
+    return family
+
+
+def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int) -> tuple[RNNSpec, bool] | None:
+    """(the spec model_config states for a layer, whether it is a CuDNN layer); None without a config."""
+    cfg = found.config
+    if cfg is None:
+        return None
+    cls = cfg.get("class_name")
+    pair = len(arrays) in (4, 6)
+    if pair:
+        if cls != "Bidirectional":
+            raise RNNXError(f"forward and backward weights under a {cls!r}, expected Bidirectional; the file is damaged")
+        conf = _dict(cfg.get("config"))
+        fwd, bwd = _dict(conf.get("layer")), _dict(conf.get("backward_layer"))
+        family, rnn_cfg, cell_cfg, cudnn = _base(fwd)
+        if bwd:
+            b_family, b_rnn, b_cell, b_cudnn = _base(bwd)
+            keys = ("activation", "recurrent_activation", "use_bias", "reset_after", "units")
+            if (b_family, b_cudnn) != (family, cudnn) or any(b_cell.get(k) != cell_cfg.get(k) for k in keys) or b_rnn.get("go_backwards", True) is not True:
+                raise RNNXError(f"Bidirectional {found.name!r}: its backward layer differs from its forward one; rnnx's bidirectional needs two like layers")
+        if rnn_cfg.get("go_backwards"):
+            raise RNNXError(f"Bidirectional {found.name!r}: its forward layer runs backwards (go_backwards=True); this has no canonical form")
+        direction, shown = "bidirectional", f"Keras Bidirectional({fwd.get('class_name')}) {found.name!r}"
+    else:
+        if cls == "Bidirectional":
+            raise RNNXError(f"Bidirectional {found.name!r}: expected forward_ and backward_ weights, found {len(arrays)} arrays; the file is damaged")
+        family, rnn_cfg, cell_cfg, cudnn = _base(cfg)
+        direction, shown = ("reverse" if rnn_cfg.get("go_backwards") else "forward"), f"Keras {cls} {found.name!r}"
+    if family is None:
+        raise RNNXError(f"layer {found.name!r} is a {cls!r}, not LSTM, GRU, SimpleRNN, CuDNNLSTM or CuDNNGRU: rnnx cannot tell its math; "
+                        "pass spec= if it computes like one of those")
+    kernel, recurrent = arrays[0], arrays[1]
+    fields: dict[str, Any] = {"input_size": int(kernel.shape[0]), "hidden_size": int(recurrent.shape[0]), "direction": direction}
+    if cudnn:
+        return RNNSpec(family, **fields), True
+    cell = _cell(family, cell_cfg, shown, major)
+    bias = len(arrays) in (3, 6)
+    reset_after = cell_cfg.get("reset_after")
+    if cell == "gru" and not isinstance(reset_after, bool):
+        # GRUs before Keras 2.1 had no reset_after and reset before; a (2, 3*units) bias is reset-after's.
+        reset_after = bias and arrays[2].ndim == 2
+    return RNNSpec(cell, bias=bias, reset_after=reset_after if cell == "gru" else True, **fields), False
+
+
+def _weights_only_spec(arrays: list[np.ndarray], pair: bool) -> RNNSpec | None:
+    """A CuDNN layer's spec, which its bias shape settles; None for any other layer."""
+    spec = layout.cudnn_layer_spec(arrays[:3])
+    return spec.with_(direction="bidirectional") if spec is not None and pair else spec
+
+
+def _settle(found: _Layer, arrays: list[np.ndarray], spec: RNNSpec | None, major: int) -> RNNWeights:
+    pair = len(arrays) in (4, 6)
+    stated = _config_spec(found, arrays, major)
+    assumed = stated is None  # a weights-only file: only a CuDNN layer's spec is known, and its direction assumed
+    if stated is None:
+        cudnn_spec = _weights_only_spec(arrays, pair)
+        stated = (cudnn_spec, True) if cudnn_spec is not None else None
+    if stated is None:
+        if spec is None:
+            raise RNNXError(_needs_spec(arrays, pair))
+        return layout.from_native(arrays, spec)
+    settled, cudnn = stated
+    if spec is not None:
+        comparable = settled.with_(direction=spec.direction) if assumed and not pair and spec.direction != "bidirectional" else settled
+        if spec != comparable:
+            raise RNNXError(f"spec={spec} disagrees with the file's own spec {comparable}; drop spec=")
+        settled = spec
+    return layout.from_cudnn_layer(arrays, settled) if cudnn else layout.from_native(arrays, settled)
+
+
+def _needs_spec(arrays: list[np.ndarray], pair: bool) -> str:
+    """The refusal for a weights-only layer: what spec= must say, with the shapes' spec as an example."""
+    half = arrays[: len(arrays) // 2] if pair else arrays
+    try:
+        shaped = str(layout.infer_spec(half, "").with_(direction="bidirectional" if pair else "forward"))
+    except RNNXError:
+        shaped = "CELL,input=N,hidden=N"
+    return (f"a weights-only file (save_weights) does not record the layer's activations nor whether it ran backwards; "
+            f"pass spec= saying them, e.g. spec={shaped} for tanh with a sigmoid recurrent activation "
+            "(Keras 2's default was hard_sigmoid before Keras 2.3)")
+
+
+# --- the format ------------------------------------------------------------------------------
+
+
+def _refuse_unknown(h5: Any, h5py: Any) -> None:
+    """Refuses an HDF5 file in neither Keras layout: no layer list, and not Keras 3's ``layers``/``vars`` groups."""
+    if not any(isinstance(h5.get(k, default=None, getlink=True), h5py.HardLink) for k in ("layers", "vars")):
+        raise RNNXError("expected a Keras .h5 file (a layer_names list, as model.save and save_weights write it), found an HDF5 file without one; "
+                        "the file is not Keras's")
+
+
+def _keras3_reader() -> Format:
+    return get("keras")
+
+
+def groups(path: Path) -> list[str]:
+    path = Path(path)
+    with _opened(path) as (h5py, h5, _):
+        try:
+            root = _weights_root(h5, h5py)
+            if root is not None:
+                return [f.name for f in _find(root, _model_config(h5, h5py), h5py)[0]]
+            _refuse_unknown(h5, h5py)
+        except RNNXError as exc:
+            raise RNNXError(f"{path}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
+            raise _damaged(path, exc) from None
+    keras3 = _keras3_reader()
+    assert keras3.groups is not None
+    return keras3.groups(path)  # no layer list: Keras 3's own layout, if anything
+
+
+def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
+    path = Path(path)
+    with _opened(path) as (h5py, h5, size):
+        try:
+            root = _weights_root(h5, h5py)
+            if root is not None:
+                major = _keras_major(h5, root, h5py)
+                one = _choose(*_find(root, _model_config(h5, h5py), h5py), select, major)
+                budget = _Budget(size)
+                arrays = [_read_array(h5, p, budget, h5py) for p in one.arrays]
+            else:
+                _refuse_unknown(h5, h5py)
+        except RNNXError as exc:
+            message = str(exc)
+            raise RNNXError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+        except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
+            raise _damaged(path, exc) from None
+    if root is None:  # no layer list: Keras 3's own layout (a .weights.h5 renamed), or not Keras's
+        keras3 = _keras3_reader()
+        assert keras3.read is not None
+        return keras3.read(path, select, spec)
+    try:
+        return _settle(one, arrays, spec, major)
+    except RNNXError as exc:
+        raise RNNXError(f"{path}: layer {one.name!r}: {exc}") from None
+
+
+register(
+    Format(
+        name=FORMAT,
+        to_native=layout.to_native,
+        from_native=layout.from_native,
+        read=read,
+        groups=groups,
+        extensions=EXTENSIONS,
+        sniff=is_legacy_file,
+        refusals=layout.refusals,
+        description="Keras's legacy HDF5: Keras 2 model.save / save_weights .h5 (LSTM, GRU, SimpleRNN, CuDNNLSTM/GRU, Bidirectional), read with h5py",
+    )
+)

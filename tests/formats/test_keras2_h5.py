@@ -1,0 +1,253 @@
+"""Keras's legacy HDF5 files (``keras_h5``), read from files their real producers wrote.
+
+* Keras 3's own legacy writer (``model.save("x.h5")``, and ``save_weights_to_hdf5_group``, the
+  function behind Keras 2's ``save_weights("x.h5")``): its layers run here (torch backend) and
+  the weights rnnx reads must give their outputs through the float64 reference.
+* Keras 2 files made by tf_keras (tests/fixtures/wild, built by tools/ with their producer's
+  recorded outputs): converted by the rnnx command, run in ONNX Runtime (and torch where
+  torch can hold the math) and matched to those outputs.
+* Hostile variants of these files: each refused in one line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+keras = pytest.importorskip("keras")
+h5py = pytest.importorskip("h5py")
+
+import rnnx  # noqa: E402
+from rnnx import RNNSpec, RNNWeights, RNNXError, reference  # noqa: E402
+from rnnx import cli  # noqa: E402
+
+ATOL = 1e-5  # Keras float32 against the float64 reference
+
+
+@pytest.fixture(autouse=True)
+def _seeded(request: pytest.FixtureRequest) -> None:
+    keras.utils.set_random_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+def _np(x: object) -> np.ndarray:
+    return keras.ops.convert_to_numpy(x)
+
+
+def _reference_y(weights: RNNWeights, x: np.ndarray) -> np.ndarray:
+    """The reference's output, batch-first, in the order Keras returns it (go_backwards: last step first)."""
+    y = reference.forward(weights, x, batch_first=True).y
+    return y[:, ::-1] if weights.spec.direction == "reverse" else y
+
+
+# Each layer of one Keras 3 model, with the spec its legacy .h5 must be read as.
+STACK = {
+    "enc": ("lstm,input=3,hidden=4", lambda: keras.layers.LSTM(4, return_sequences=True, name="enc")),
+    "back": ("gru,input=4,hidden=5,reverse,reset_before",
+             lambda: keras.layers.GRU(5, reset_after=False, go_backwards=True, return_sequences=True, name="back")),
+    "both": ("gru,input=5,hidden=3,bidirectional", lambda: keras.layers.Bidirectional(keras.layers.GRU(3, return_sequences=True), name="both")),
+    "relu": ("rnn_relu,input=6,hidden=2,no_bias",
+             lambda: keras.layers.SimpleRNN(2, activation="relu", use_bias=False, return_sequences=True, name="relu")),
+    "pair": ("lstm,input=2,hidden=2,bidirectional,no_bias",
+             lambda: keras.layers.Bidirectional(keras.layers.LSTM(2, use_bias=False, return_sequences=True), name="pair")),
+}
+
+
+def _keras3_model() -> keras.Model:
+    layers = [keras.Input((None, 3))] + [make() for _, make in STACK.values()] + [keras.layers.Dense(2, name="head")]
+    model = keras.Sequential(layers)
+    # Keras initialises biases to zero: move every array, so that a misplaced bias shows too.
+    for layer in model.layers:
+        rng = np.random.default_rng(zlib.crc32(layer.name.encode()))
+        layer.set_weights([w + rng.uniform(-0.3, 0.3, w.shape).astype(w.dtype) for w in layer.get_weights()])
+    return model
+
+
+def _layer_inputs_and_outputs(model: keras.Model, x: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    seen, h = {}, x
+    for layer in model.layers:
+        out = _np(layer(h))
+        seen[layer.name] = (h, out)
+        h = out
+    return seen
+
+
+def test_keras3_whole_model_h5_read_with_its_specs(tmp_path: Path) -> None:
+    model = _keras3_model()
+    path = tmp_path / "m.h5"
+    model.save(path)
+    assert rnnx.groups(path) == list(STACK)
+    with pytest.raises(RNNXError, match=r"m.h5: 5 recurrent layers \('enc', 'back', 'both', 'relu', 'pair'\); pass select=GROUP$"):
+        rnnx.load(path)
+    with pytest.raises(RNNXError, match=r"m.h5: no recurrent layer 'head'; layers are 'enc'"):
+        rnnx.load(path, select="head")
+    for T, B in ((1, 1), (6, 2), (9, 3)):
+        x = np.random.default_rng(T).standard_normal((B, T, 3)).astype(np.float32)
+        seen = _layer_inputs_and_outputs(model, x)
+        for name, (text, _) in STACK.items():
+            weights = rnnx.load(path, select=name)
+            assert weights.spec == RNNSpec.parse(text), name
+            layer_in, want = seen[name]
+            np.testing.assert_allclose(_reference_y(weights, layer_in), want, atol=ATOL, err_msg=name)
+    # --from keras reads the same file: the Keras 3 reader hands the legacy layout on.
+    assert rnnx.load(path, format="keras", select="both").equal(rnnx.load(path, select="both"))
+
+
+def _weights_only(model: keras.Model, path: Path) -> Path:
+    """The weights-only layout Keras 2's save_weights("x.h5") writes, by Keras's own function."""
+    from keras.src.legacy.saving import legacy_h5_format
+
+    with h5py.File(path, "w") as f:
+        legacy_h5_format.save_weights_to_hdf5_group(f, model)
+    return path
+
+
+def test_weights_only_h5_needs_the_spec_to_say_the_math(tmp_path: Path) -> None:
+    model = _keras3_model()
+    path = _weights_only(model, tmp_path / "w.h5")
+    assert rnnx.groups(path) == list(STACK)
+    with pytest.raises(RNNXError, match=r"w.h5: layer 'enc': a weights-only file .* does not record the layer's activations .*; "
+                                        r"pass spec= saying them, e.g. spec=lstm,input=3,hidden=4 for tanh"):
+        rnnx.load(path, select="enc")
+    x = np.random.default_rng(5).standard_normal((2, 7, 3)).astype(np.float32)
+    seen = _layer_inputs_and_outputs(model, x)
+    for name, (text, _) in STACK.items():
+        weights = rnnx.load(path, select=name, spec=text)
+        layer_in, want = seen[name]
+        np.testing.assert_allclose(_reference_y(weights, layer_in), want, atol=ATOL, err_msg=name)
+    with pytest.raises(RNNXError, match=r"w.h5: layer 'back': tensor bias of layer 0 reverse: expected shape \(2, 15\)"):
+        rnnx.load(path, select="back", spec="gru,input=4,hidden=5,reverse")  # the bias says reset_before
+
+
+def test_whole_model_spec_must_agree(tmp_path: Path) -> None:
+    path = tmp_path / "m.h5"
+    _keras3_model().save(path)
+    with pytest.raises(RNNXError, match=r"layer 'both': spec=gru,input=5,hidden=3 disagrees with the file's own spec gru,input=5,hidden=3,bidirectional; drop spec="):
+        rnnx.load(path, select="both", spec="gru,input=5,hidden=3")
+
+
+def test_convert_checks_the_result_in_onnx_runtime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "m.h5"
+    model = _keras3_model()
+    model.save(path)
+    assert cli.main(["convert", str(path), "-o", str(tmp_path / "both.onnx"), "--select", "both"]) == 0
+    import onnxruntime as ort
+
+    x = np.random.default_rng(11).standard_normal((3, 8, 3)).astype(np.float32)
+    layer_in, want = _layer_inputs_and_outputs(model, x)["both"]
+    session = ort.InferenceSession(str(tmp_path / "both.onnx"), providers=["CPUExecutionProvider"])
+    feed = {"X": layer_in.transpose(1, 0, 2), "h0": np.zeros((2, 3, 3), np.float32)}
+    y = session.run(None, feed)[0]  # (T, B, 2H): the directions concatenated, as Keras's Bidirectional does
+    np.testing.assert_allclose(y.transpose(1, 0, 2), want, atol=ATOL)
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+
+def _cli_refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_a_model_without_recurrent_layers_is_refused_for_what_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "dense.h5"
+    keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d1"), keras.layers.Dense(1, name="d2")]).save(path)
+    line = _cli_refusal(["convert", str(path), "-o", str(tmp_path / "o.onnx")], capsys)
+    assert "dense.h5: expected an LSTM, GRU, SimpleRNN, CuDNNLSTM or CuDNNGRU layer" in line and "(d1, d2)" in line, line
+
+
+def test_an_h5_given_to_a_format_that_reads_no_hdf5_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "m.h5"
+    _keras3_model().save(path)
+    for other in ("torch", "cudnn", "rnnx"):
+        line = _cli_refusal(["convert", str(path), "-o", str(tmp_path / "o.onnx"), "--from", other, "--spec", "lstm,input=3,hidden=4"], capsys)
+        assert f"m.h5: an HDF5 file, which format {other} does not read" in line and "--from keras" in line, line
+
+
+def test_an_hdf5_file_of_neither_keras_layout_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "other.h5"
+    with h5py.File(path, "w") as f:
+        f["data"] = np.zeros(3)
+    line = _cli_refusal(["convert", str(path), "-o", str(tmp_path / "o.onnx")], capsys)
+    assert "other.h5: expected a Keras .h5 file (a layer_names list" in line, line
+
+
+# --- hostile files: each a real file with one thing broken --------------------------------
+
+
+def _hostile(tmp_path: Path, break_it: object) -> Path:
+    path = tmp_path / "m.h5"
+    _keras3_model().save(path)
+    with h5py.File(path, "r+") as f:
+        break_it(f)  # type: ignore[operator]
+    return path
+
+
+def _kernel_path(f: h5py.File, layer: str = "enc") -> str:
+    names = [bytes(n).decode() if isinstance(n, bytes | np.bytes_) else n for n in f[f"model_weights/{layer}"].attrs["weight_names"]]
+    return f"model_weights/{layer}/{names[0]}"
+
+
+def _external_link(tmp_path: Path) -> object:
+    secret = tmp_path / "secret.h5"
+    with h5py.File(secret, "w") as s:
+        s["kernel"] = np.full((3, 16), 7.0, np.float32)
+
+    def apply(f: h5py.File) -> None:
+        target = _kernel_path(f)
+        del f[target]
+        f[target] = h5py.ExternalLink(str(secret), "kernel")
+
+    return apply
+
+
+def _replace(make: object) -> object:
+    def apply(f: h5py.File) -> None:
+        target = _kernel_path(f)
+        del f[target]
+        make(f, target)  # type: ignore[operator]
+
+    return apply
+
+
+def _set_config(text: bytes) -> object:
+    def apply(f: h5py.File) -> None:
+        f.attrs["model_config"] = text
+
+    return apply
+
+
+HOSTILE = {
+    "external link": (_external_link, "links to another file"),
+    "soft link": (lambda tmp: _replace(lambda f, t: f.__setitem__(t, h5py.SoftLink("/model_weights"))), "SoftLink"),
+    "external storage": (lambda tmp: _replace(lambda f, t: f.create_dataset(t, (3, 16), "f4", external=[(str(tmp / "secret.bin"), 0, 192)])),
+                         "lives in another file"),
+    "declared huge": (lambda tmp: _replace(lambda f, t: f.create_dataset(t, (60000, 60000), "f4", chunks=(64, 64), compression="gzip")),
+                      "claims more data than the file holds"),
+    "config not json": (lambda tmp: _set_config(b"{not json"), "model_config: expected Keras's JSON model config"),
+    "config nested": (lambda tmp: _set_config(b"[" * 200_000 + b"]" * 200_000), "model_config: JSON nested too deeply"),
+    "config a list": (lambda tmp: _set_config(b"[1, 2]"), "model_config: expected a JSON object"),
+    "wrong shape": (lambda tmp: _replace(lambda f, t: f.create_dataset(t, (3, 15), "f4")), "expected shape (3, 16)"),
+    "integer weights": (lambda tmp: _replace(lambda f, t: f.create_dataset(t, (3, 16), "i4")), "expected float16/32/64 weights, found int32"),
+    "missing array": (lambda tmp: _replace(lambda f, t: None), "weight_names lists"),
+    "names not strings": (lambda tmp: lambda f: f["model_weights/enc"].attrs.__setitem__("weight_names", np.arange(3)),
+                          "weight_names: expected names (strings), found int64"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_files_are_refused_in_one_line(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "secret.bin").write_bytes(b"\x07" * 192)
+    make, says = HOSTILE[case]
+    path = _hostile(tmp_path, make(tmp_path))
+    before = path.read_bytes()
+    line = _cli_refusal(["convert", str(path), "-o", str(tmp_path / "o.onnx"), "--select", "enc"], capsys)
+    assert line.startswith("rnnx convert: ") and "m.h5" in line and says in line, line
+    assert path.read_bytes() == before and not (tmp_path / "o.onnx").exists()
