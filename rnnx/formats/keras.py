@@ -54,7 +54,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, check_archive, library_write, require_file
-from rnnx.formats.registry import Format, register, settle_spec
+from rnnx.formats.registry import Format, get, register, settle_spec
 from rnnx.layouts import keras as layout
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
@@ -257,7 +257,7 @@ def _listing(found: list[_Found]) -> str:
 def _choose(found: list[_Found], select: str | None, where: str) -> _Found:
     """The one layer to convert: ``select`` (a path, else a layer name) if given, else the only one."""
     if not found:
-        raise RNNXError(f"{where}: expected Keras 3 LSTM/GRU/SimpleRNN layers (groups holding cell/vars), found none; Keras 2 .h5 files are not read")
+        raise RNNXError(f"{where}: expected Keras 3 LSTM/GRU/SimpleRNN layers (groups holding cell/vars), found none")
     if select is not None:
         hits = [f for f in found if f.name == select] or [f for f in found if f.layer == select]
         if len(hits) == 1:
@@ -415,7 +415,16 @@ def _whole_stack(path: Path, found: list[_Found], cells: list[list[list[np.ndarr
         raise RNNXError(f"{path}: {exc}") from None
 
 
+def _legacy(path: Path) -> Format | None:
+    """The reader of Keras's legacy HDF5 layout (Keras 2's .h5), when ``path`` is in it."""
+    legacy = get("keras_h5")
+    return legacy if not path.name.lower().endswith(".keras") and legacy.sniff is not None and legacy.sniff(path) else None
+
+
 def groups(path: Path) -> list[str]:
+    legacy = _legacy(Path(path))
+    if legacy is not None and legacy.groups is not None:
+        return legacy.groups(path)
     with _opened(Path(path)) as (h5py, h5, config, _):
         try:
             return [f.name for f in _find(h5, config, h5py)]
@@ -426,6 +435,9 @@ def groups(path: Path) -> list[str]:
 
 
 def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
+    legacy = _legacy(Path(path))
+    if legacy is not None and legacy.read is not None:
+        return legacy.read(path, select, spec)
     with _opened(Path(path)) as (h5py, h5, config, size):
         budget = _Budget(size)
         try:
