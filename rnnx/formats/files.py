@@ -12,6 +12,23 @@ from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
 
+#: The first bytes of every HDF5 file (at offset 0 when the file has no user block, as Keras writes it).
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _refuse_hdf5_elsewhere(path: Path, fmt: formats.Format) -> None:
+    """An HDF5 file handed to a format that reads no HDF5 (``from_format='torch'`` on a Keras
+    .h5) is refused as what it is, not with that format's puzzled message about its bytes."""
+    readers = [n for n in formats.names() if any(e.endswith((".h5", ".hdf5")) for e in formats.get(n).extensions)]
+    if fmt.name in readers:
+        return
+    with open(path, "rb") as f:
+        if f.read(len(_HDF5_SIGNATURE)) != _HDF5_SIGNATURE:
+            return
+    raise RNNXError(f"{path}: an HDF5 file, which format {fmt.name} does not read (HDF5 weights are Keras's: {', '.join(readers)}); "
+                    "pass from_format=keras or leave from_format= out")
+
+
 def _spec(spec: RNNSpec | str | None) -> RNNSpec | None:
     return RNNSpec.parse(spec) if isinstance(spec, str) else spec
 
@@ -27,6 +44,7 @@ def load(path: str | Path, format: str | None = None, select: str | None = None,
     fmt = formats.get(format) if format else formats.detect(path)
     if fmt.read is None:
         raise RNNXError(f"format {fmt.name}: has no file reader; load the object yourself and call rnnx.from_format")
+    _refuse_hdf5_elsewhere(path, fmt)
     try:
         return fmt.read(path, select, _spec(spec))
     except RNNXError as exc:  # every refusal names the file it is about
