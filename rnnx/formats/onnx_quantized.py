@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.layouts.onnx import STATE_INPUTS, WEIGHT_INPUTS
+from rnnx.layouts.onnx import STATE_INPUTS, WEIGHT_INPUTS, to_native
+from rnnx.weights import RNNWeights
 from rnnx.layouts.onnx_quantized import (DOMAIN, DYNAMIC_INPUTS, FLOAT_INPUTS, QUANTIZED_OPS, QUANTIZED_WEIGHTS, dequantize, granularity,
                                          row_scales)
 
@@ -154,7 +155,7 @@ def full_range(layers: list[Quantization]) -> bool:
     return any(w.largest > 64 for layer in layers for w in layer.weights)
 
 
-def error_bound(layers: list[Quantization], weights: Any, inputs: dict[str, np.ndarray], from_float: bool) -> float:
+def error_bound(layers: list[Quantization], weights: RNNWeights, inputs: dict[str, np.ndarray], from_float: bool) -> float:
     """How far ONNX Runtime's DynamicQuantizeLSTM may be from the float64 reference, per output
     element: the largest per-step error of any gate's pre-activation, ``delta``.
 
@@ -177,8 +178,6 @@ def error_bound(layers: list[Quantization], weights: Any, inputs: dict[str, np.n
     ``delta`` against the dequantized weights (see tests/formats/test_quantized.py for the
     figures it holds); a wrong scale or two swapped gates moves the outputs by several ``delta``.
     """
-    from rnnx.layouts.onnx import to_native
-
     nodes = to_native(weights)
     X = np.asarray(inputs["X"], np.float64)
     h0 = np.asarray(inputs.get("h0", np.zeros(1)), np.float64)
