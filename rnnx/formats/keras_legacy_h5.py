@@ -297,6 +297,17 @@ def _config_of(cfg: dict[str, Any] | None, owner: str, depth: int = 0) -> dict[s
     return None
 
 
+def _nested_name(layer: str, owner: str) -> str:
+    """``model/layer`` for a layer inside a nested model: its arrays' path without the model's
+    own name in front nor the cell (``lstm_cell``) behind."""
+    parts = owner.split("/")
+    if parts and parts[0] == layer:
+        parts = parts[1:]
+    if len(parts) > 1 and parts[-1].endswith("cell"):
+        parts = parts[:-1]
+    return "/".join([layer, *parts])
+
+
 def _find(root: Any, config: dict[str, Any] | None, h5py: Any) -> tuple[list[_Layer], list[str]]:
     """The recurrent layers, and every layer's name."""
     layer_names = _name_list(root, "layer_names", h5py, "layer list") or []
@@ -320,7 +331,7 @@ def _find(root: Any, config: dict[str, Any] | None, h5py: Any) -> tuple[list[_La
                 k += 1
         cfg = configs.get(layer) if config else None
         for owner, arrays in units:
-            name = layer if len(units) == 1 else f"{layer}/{owner}"
+            name = layer if len(units) == 1 else _nested_name(layer, owner)
             found.append(_Layer(name, arrays, _config_of(cfg, owner) if len(units) > 1 else cfg))
     return found, layer_names
 

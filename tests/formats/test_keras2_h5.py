@@ -251,3 +251,16 @@ def test_hostile_files_are_refused_in_one_line(case: str, tmp_path: Path, capsys
     line = _cli_refusal(["convert", str(path), "-o", str(tmp_path / "o.onnx"), "--select", "enc"], capsys)
     assert line.startswith("rnnx convert: ") and "m.h5" in line and says in line, line
     assert path.read_bytes() == before and not (tmp_path / "o.onnx").exists()
+
+
+def test_nested_models_are_walked(tmp_path: Path) -> None:
+    inner = keras.Sequential([keras.Input((None, 3)), keras.layers.LSTM(4, return_sequences=True, name="l1"),
+                              keras.layers.Bidirectional(keras.layers.GRU(2, return_sequences=True), name="b1")], name="inner")
+    outer = keras.Sequential([keras.Input((None, 3)), inner, keras.layers.SimpleRNN(3, return_sequences=True, name="s1")], name="outer")
+    outer.save(tmp_path / "n.h5")
+    assert rnnx.groups(tmp_path / "n.h5") == ["inner/l1", "inner/b1", "s1"]
+    x = np.random.default_rng(3).standard_normal((2, 5, 3)).astype(np.float32)
+    h1 = _np(inner.layers[0](x))
+    weights = rnnx.load(tmp_path / "n.h5", select="inner/b1")
+    assert weights.spec == RNNSpec.parse("gru,input=4,hidden=2,bidirectional")
+    np.testing.assert_allclose(_reference_y(weights, h1), _np(inner.layers[1](h1)), atol=ATOL)
