@@ -125,7 +125,9 @@ def fusable_chains(model: Any) -> list[dict[str, Any]]:
 
 
 def as_json(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"nodes": [asdict(r) for r in reports], "fusable_chains": fusable}
+    # "quantization" only where a node is quantized: a float node's JSON is as it was
+    nodes = [{k: v for k, v in asdict(r).items() if k != "quantization" or v is not None} for r in reports]
+    out: dict[str, Any] = {"nodes": nodes, "fusable_chains": fusable}
     if model is not None:
         export, recurrences = read_metadata(model)
         if export is not None:
