@@ -239,3 +239,25 @@ def test_a_damaged_scale_is_refused_in_one_line(made, tmp_path) -> None:
     onnx.save(model, str(damaged))
     with pytest.raises(RNNXError, match="W_scale and W_zero_point must both be"):
         rnnx.load(damaged)
+
+
+def test_full_range_weights_saturate_onnx_runtime_on_cpus_without_vnni(made, tmp_path, capsys) -> None:
+    """quantize_dynamic's default full 8-bit weights: where this CPU lacks VNNI, ONNX Runtime's
+    int16 pair sums saturate and the file leaves the bound; verify says why. The same model
+    with reduce_range (what --quantize dynamic uses) stays within it (the tests above)."""
+    from rnnx.verify.quantized import vnni
+
+    if vnni() is not False:
+        pytest.skip("this CPU has VNNI (or is not x86): ONNX Runtime's u8 x s8 products do not saturate here")
+    module, float_path, _, _, per_channel = made
+    full = tmp_path / "full.onnx"
+    _quantize(float_path, full, per_channel, reduce_range=False)
+    weights, layers = rnnx.load(full), main_graph_quantizations(onnx.load(str(full)))
+    worst = 0.0
+    for T, B in [(17, 8), (64, 8)]:
+        inputs = parity.random_inputs(weights, T, B, seed=_seed(f"full {T},{B}"))
+        got, want = OnnxRuntimeRunner(full)(inputs), _torch_run(module, weights, inputs)
+        worst = max(worst, max(float(np.abs(got[k] - want[k]).max()) for k in want) / error_bound(layers, weights, inputs, False))
+    assert worst > 1
+    assert cli_main(["verify", str(full), "--against", str(full), "--backends", "ort,reference"]) == 1
+    assert "saturation" in capsys.readouterr().out
