@@ -186,8 +186,8 @@ def error_bound(layers: list[Quantization], weights: RNNWeights, inputs: dict[st
       every small one.
 
     Full 8-bit weights (quantize_dynamic's default) on x86 CPUs without VNNI break it: the
-    kernel's int16 pair sums saturate (reproduced bit for bit by simulating AVX2's
-    vpmaddubsw), reaching 21 ``delta``; see :func:`full_range`.
+    kernel's int16 pair sums saturate (a numpy simulation of AVX2's vpmaddubsw reproduced
+    one step's output to 5e-8), reaching 21 ``delta``; see :func:`full_range`.
     """
     nodes = to_native(weights)
     X = np.asarray(inputs["X"], np.float64)
