@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.layouts.onnx import STATE_INPUTS, WEIGHT_INPUTS, to_native
+from rnnx.layouts.onnx import WEIGHT_INPUTS, to_native
+from rnnx.layouts.onnx_quantized import (DOMAIN, DYNAMIC_INPUTS, FLOAT_INPUTS, INPUTS, QUANTIZED_OPS, QUANTIZED_WEIGHTS, dequantize,
+                                         granularity, row_scales)
 from rnnx.weights import RNNWeights
-from rnnx.layouts.onnx_quantized import (DOMAIN, DYNAMIC_INPUTS, FLOAT_INPUTS, QUANTIZED_OPS, QUANTIZED_WEIGHTS, dequantize, granularity,
-                                         row_scales)
 
 _MARK = "rnnx: dequantized from "  # the stand-in node's doc_string
 
@@ -84,11 +84,14 @@ def _input(node: Any, position: int) -> str:
     return node.input[position] if len(node.input) > position else ""
 
 
-def _stored(node: Any, position: int, known: dict[str, tuple[np.ndarray, str]], where: str, what: str) -> np.ndarray:
-    name = _input(node, position)
-    if name not in known:
-        raise RNNXError(f"{where}: {what} ({name or 'not given'}) is not an initializer or Constant; rnnx can only read quantized weights stored in the model")
-    return np.asarray(known[name][0])
+def _stored(node: Any, positions: tuple[int, ...], known: dict[str, tuple[np.ndarray, str]]) -> list[np.ndarray] | None:
+    """The arrays at ``positions`` where all are stored in the model, else None."""
+    names = [_input(node, p) for p in positions]
+    return [np.asarray(known[n][0]) for n in names] if all(n in known for n in names) else None
+
+
+def _elsewhere(node: Any, position: int, graph_inputs: set[str]) -> str:
+    return "graph input" if _input(node, position) in graph_inputs else "a computed tensor"
 
 
 def stand_in(node: Any, graph: str, known: dict[str, tuple[np.ndarray, str]], graph_inputs: set[str]) \
@@ -101,12 +104,14 @@ def stand_in(node: Any, graph: str, known: dict[str, tuple[np.ndarray, str]], gr
     where = f"{node.op_type} node {node.name!r}"
     tensors: dict[str, np.ndarray | None] = {}
     sources: dict[str, str] = {}
-    for key, (position, scale_at, zero_at) in QUANTIZED_WEIGHTS.items():
-        q = _stored(node, position, known, where, key)
-        scale = _stored(node, scale_at, known, where, f"{key}_scale")
-        zero_point = _stored(node, zero_at, known, where, f"{key}_zero_point")
+    for key, positions in QUANTIZED_WEIGHTS.items():
+        stored = _stored(node, positions, known)
+        if stored is None:  # reported by RecurrentNode.as_dict when its weights are asked for
+            tensors[key], sources[key] = None, _elsewhere(node, positions[0], graph_inputs)
+            continue
+        q, scale, zero_point = stored
         tensors[key] = dequantize(key, q, scale, zero_point, where)
-        sources[key] = f"{q.dtype} {known[_input(node, position)][1]}, dequantized ({granularity(scale)})"
+        sources[key] = f"{q.dtype} {known[_input(node, positions[0])][1]}, dequantized ({granularity(scale)})"
     for key in ("B", "P"):
         name = _input(node, WEIGHT_INPUTS[key])
         if not name:
@@ -116,7 +121,7 @@ def stand_in(node: Any, graph: str, known: dict[str, tuple[np.ndarray, str]], gr
         else:
             tensors[key], sources[key] = None, "graph input" if name in graph_inputs else "a computed tensor"
     float_op = QUANTIZED_OPS[node.op_type]
-    inputs = list(node.input[: len(STATE_INPUTS) + len(WEIGHT_INPUTS)])  # the float op's inputs, by the same positions
+    inputs = list(node.input[: INPUTS.index("W_scale")])  # the float op's inputs: those before the scales, by the same positions
     proxy = helper.make_node(float_op, inputs, list(node.output), name=node.name, doc_string=_MARK + f"{node.domain}.{node.op_type}")
     return proxy, graph, _attributes(node), tensors, sources
 
@@ -125,14 +130,14 @@ def quantization(node: Any, known: dict[str, tuple[np.ndarray, str]]) -> Quantiz
     """The quantization parameters of a quantized ``node`` (types, scales, zero points)."""
     where = f"{node.op_type} node {node.name!r}"
     found = Quantization(f"{node.domain}.{node.op_type}")
-    for key, (position, scale_at, zero_at) in QUANTIZED_WEIGHTS.items():
-        q = _stored(node, position, known, where, key)
-        scale = _stored(node, scale_at, known, where, f"{key}_scale")
-        zero_point = _stored(node, zero_at, known, where, f"{key}_zero_point")
+    for key, positions in QUANTIZED_WEIGHTS.items():
+        stored = _stored(node, positions, known)
+        if stored is None:  # fed at run time: nothing to describe (stand_in names where it comes from)
+            continue
+        q, scale, zero_point = stored
         largest = int(np.abs(dequantize(key, q, np.ones(scale.shape, np.float32), zero_point, where)).max(initial=0))  # |q - zero_point|
-        found.weights.append(QuantizedWeight(key, _input(node, position), q.dtype.name, granularity(scale), scale.tolist(), zero_point.tolist(), largest))
-    names = dict(zip(("B", "sequence_lens", "initial_h", "initial_c", "P"), range(3, 8)))
-    found.float_inputs = [k for k in FLOAT_INPUTS if _input(node, names[k])]
+        found.weights.append(QuantizedWeight(key, _input(node, positions[0]), q.dtype.name, granularity(scale), scale.tolist(), zero_point.tolist(), largest))
+    found.float_inputs = [k for k in FLOAT_INPUTS if _input(node, INPUTS.index(k))]
     return found
 
 

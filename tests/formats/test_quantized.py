@@ -261,3 +261,18 @@ def test_full_range_weights_saturate_onnx_runtime_on_cpus_without_vnni(made, tmp
     assert worst > 1
     assert cli_main(["verify", str(full), "--against", str(full), "--backends", "ort,reference"]) == 1
     assert "saturation" in capsys.readouterr().out
+
+
+def test_weights_fed_at_run_time_are_listed_and_refused_on_read(made, tmp_path, capsys) -> None:
+    _, _, quant, _, _ = made
+    model = onnx.load(str(quant))
+    w_name = _quantized_nodes(quant)[0].input[1]
+    (init,) = [i for i in model.graph.initializer if i.name == w_name]
+    model.graph.input.append(onnx.helper.make_tensor_value_info(w_name, init.data_type, list(init.dims)))
+    model.graph.initializer.remove(init)
+    fed = tmp_path / "fed.onnx"
+    onnx.save(model, str(fed))
+    assert cli_main(["inspect", str(fed)]) == 0
+    assert "W graph input" in capsys.readouterr().out
+    with pytest.raises(RNNXError, match="W comes from graph input"):
+        rnnx.load(fed, select=_quantized_nodes(quant)[0].name)
