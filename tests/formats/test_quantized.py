@@ -276,3 +276,43 @@ def test_weights_fed_at_run_time_are_listed_and_refused_on_read(made, tmp_path, 
     assert "W graph input" in capsys.readouterr().out
     with pytest.raises(RNNXError, match="W comes from graph input"):
         rnnx.load(fed, select=_quantized_nodes(quant)[0].name)
+
+
+WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
+
+
+def _wild_quantized() -> list[str]:
+    manifest = WILD / "manifest.json"
+    if not manifest.is_file():
+        return []
+    entries = json.loads(manifest.read_text())
+    return sorted(name for name, e in entries.items() if isinstance(e, dict) and e.get("producer") == "onnxruntime.quantization.quantize_dynamic"
+                  and any(k.endswith("DynamicQuantizeLSTM") for k in e.get("recurrence_carriers", [])))
+
+
+@pytest.mark.parametrize("name", _wild_quantized() or [pytest.param("none", marks=pytest.mark.skip(reason="no quantized fixture in tests/fixtures/wild"))])
+def test_the_wild_quantized_fixture(name: str, capsys) -> None:
+    """A file onnxruntime's quantizer made from a tf2onnx export: inspect lists its quantization,
+    its weights read dequantized, ONNX Runtime on it gives the outputs recorded beside it, and
+    verify passes it, or, where its full 8-bit weights meet a CPU without VNNI, fails saying so."""
+    from rnnx.verify.models import verify_file
+    from rnnx.verify.quantized import vnni
+    from rnnx.formats.onnx_quantized import full_range
+
+    path = WILD / name
+    entry = json.loads((WILD / "manifest.json").read_text())[name]
+    assert cli_main(["inspect", str(path), "--json"]) == 0
+    nodes = [n for n in json.loads(capsys.readouterr().out)["nodes"] if n.get("quantization")]
+    assert nodes and all(n["quantization"]["op"] == "com.microsoft.DynamicQuantizeLSTM" for n in nodes)
+    weights = rnnx.load(path, select=nodes[0]["stack"])
+    assert weights.spec.cell == "lstm" and weights.spec.input_size == entry["input_size"]
+    recorded = np.load(WILD / entry["outputs"])
+    runner = OnnxRuntimeRunner(path)
+    for key in [k for k in recorded.files if k.startswith("x_")]:
+        got = runner({entry["input_name"]: recorded[key]})[entry["output_name"]]
+        np.testing.assert_allclose(got, recorded["y_" + key[2:]], atol=1e-5)
+    report = verify_file(path, isolated=False)
+    saturating = full_range(main_graph_quantizations(onnx.load(str(path)))) and vnni() is False
+    assert report.passed or saturating, str(report)
+    if saturating:
+        assert any("saturation" in n for n in report.notes)
