@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.graphs import walk
 from rnnx.graphs.index import GraphIndex
-from rnnx.graphs.linear_terms import LinearSum, linear_sum
+from rnnx.graphs.linear_terms import Linear, LinearSum, linear_sum
 from rnnx.layouts.onnx import GATE_ORDER
 from rnnx.pass_result import Declined
 
@@ -55,12 +56,21 @@ class CellMatch:
     weights_key: tuple[Any, ...]  # equal for steps of one cell: they share one set of weights
     c: str | None = None  # LSTM only
     c_new: str | None = None
+    activations: tuple[str, ...] = ()  # ONNX's activations attribute; () for the op's defaults
+    linear_before_reset: int = 1  # GRU only: 0 when the reset gate multiplies h before R
+
+    @property
+    def cell(self) -> str:
+        """The canonical cell name (the key of GATE_ORDER)."""
+        if self.op == "RNN":
+            return "rnn_relu" if self.activations == ("Relu",) else "rnn_tanh"
+        return self.op.lower()
 
     def onnx_weights(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """W, R and B in ONNX's gate order, B = [input-side; recurrent-side] in W's dtype.
         Reordered only when asked: the steps of one cell share one set."""
         H = self.hidden
-        rows = np.concatenate([np.arange(self.positions[gate] * H, (self.positions[gate] + 1) * H) for gate in GATE_ORDER[self.op.lower()]])
+        rows = np.concatenate([np.arange(self.positions[gate] * H, (self.positions[gate] + 1) * H) for gate in GATE_ORDER[self.cell]])
         B = np.concatenate([self.biases[0][rows], self.biases[1][rows]]).astype(self.W.dtype)
         return self.W[rows], self.R[rows], B
 
@@ -77,6 +87,57 @@ def _used_outside(g: GraphIndex, inner: list[Any], results: set[str]) -> str | N
         if name in g.outputs or any(id(u) not in inner_ids for u in g.consumers.get(name, [])):
             return name
     return None
+
+
+_PASS = ("Identity", "Squeeze", "Unsqueeze", "Reshape", "Cast")  # what may lie between a state and where it is carried
+
+
+def _reaches(g: GraphIndex, name: str, ends: set[str]) -> set[str]:
+    """The names of ``ends`` that ``name`` reaches through shape-only ops."""
+    return set(walk.forward(name, g.consumers, _PASS, ends))
+
+
+def pick_state(g: GraphIndex, terms: list[Linear], H: int, cell: str, h_new: str,
+               c_pair: tuple[str, str] | None = None) -> Linear | Declined:
+    """Which of a cell's two linear terms reads the state h. By shape when only one matrix is
+    (H, H); otherwise by structure, not shape (rule ``<cell>.state``):
+    - in a Loop or Scan body, h is the carried input whose next value is h';
+    - in an unrolled loop, the input is the one sliced by Gather from the sequence;
+    - a constant (an initial zero state) is the state;
+    - in a streaming step (state in, state out as graph inputs and outputs), h sits beside c among
+      the graph's inputs, (h, c) as every framework passes them (LSTM); otherwise h is the graph
+      input of the two, and when both are, the later one, as every cell's call is written:
+      step(x, state); either way h' must leave as a graph output."""
+    square = [t for t in terms if t.W.shape[1] == H]
+    if len(square) == 1:
+        return square[0]
+    if len(square) != 2:
+        return Declined(f"{cell}.state", f"{len(square)} of the linear terms are (hidden, hidden) maps, expected the state's")
+    rule = f"{cell}.state"
+    carried = [t for t in square if t.input in g.carried and _reaches(g, h_new, {g.carried[t.input]})]
+    if len(carried) == 1:
+        return carried[0]
+    free = [t for t in square if g.prod(t.input, "Gather") is None]
+    if len(free) == 1:
+        return free[0]
+    consts = [t for t in square if t.input in g.constants or g.prod(t.input, "ConstantOfShape") is not None]
+    if len(consts) == 1:
+        return consts[0]
+    inputs = [t for t in square if t.input in g.input_order]
+    outs = g.output_order
+    h_out = [k for k, o in enumerate(outs) if _reaches(g, h_new, {o})]
+    if c_pair is not None and len(inputs) == 2 and c_pair[0] in g.input_order:
+        k_c = g.input_order.index(c_pair[0])
+        for want in (k_c - 1, k_c + 1):  # (h, c), as torch, Keras and ONNX's initial_h, initial_c pass them
+            paired = [t for t in inputs if g.input_order.index(t.input) == want]
+            if len(paired) == 1:
+                return paired[0]
+    if h_out and len(inputs) == 1:
+        return inputs[0]
+    if h_out and len(inputs) == 2:
+        return max(inputs, key=lambda t: g.input_order.index(t.input))
+    return Declined(rule, "cannot tell the input from the state: both are (hidden, hidden) maps, neither is carried by a Loop or Scan, "
+                    "sliced by Gather or a graph input whose new value is a graph output")
 
 
 def lstm_gate_parts(g: GraphIndex, node: Any) -> tuple[str, list[str], list[Any]] | None:
@@ -149,12 +210,9 @@ def match_lstm(g: GraphIndex, pre: str, parts: list[str], cutters: list[Any]) ->
     H = H4 // 4
     if any(t.W.shape[0] != H4 for t in found.linear) or any(np.asarray(b).shape[-1] != H4 for b in found.biases):
         return Declined("lstm.linear_inputs", "the linear terms disagree on 4*hidden")
-    hs = [t for t in found.linear if t.W.shape[1] == H]
-    if len(hs) == 2:  # input size equals hidden size: the input is the one read by Gather
-        hs = [t for t in found.linear if g.prod(t.input, "Gather") is None]
-    if len(hs) != 1:
-        return Declined("lstm.linear_inputs", "cannot tell the input from the state")
-    state = hs[0]
+    state = pick_state(g, found.linear, H, "lstm", mul_h.output[0], (c_prev, c_new))
+    if isinstance(state, Declined):
+        return state
     (inp,) = [t for t in found.linear if t is not state]
     inner = [*cutters, *acts, mul_ig, add_c, mul_fc, tanh_c, mul_h, *found.nodes]
     leak = _used_outside(g, inner, {c_new, mul_h.output[0]})
@@ -246,4 +304,45 @@ def match_gru(g: GraphIndex, tanh: Any) -> CellMatch | Declined | None:
         op="GRU", x=lin_x.linear[0].input, h=h_prev, h_new=out.output[0], hidden=H, W=W, R=R,
         biases=(lin_x.bias(3 * H), lin_h.bias(3 * H)), positions=positions, remove=(out,),
         weights_key=("GRU", tuple(sorted(positions.items())), lin_x.origin, lin_h.origin),
+    )
+
+
+_RNN_ACTIVATIONS = {"Tanh": (), "Relu": ("Relu",)}  # ONNX RNN's default activation is Tanh
+
+
+def _state_like(g: GraphIndex, name: str, anchor_op: str) -> bool:
+    """Whether ``name`` can be a recurrence's state: a constant or zeros of the batch's shape
+    (the initial state), a graph or body input, or the output of an earlier step's activation."""
+    while name in g.producer and g.producer[name].op_type in _PASS:
+        name = g.producer[name].input[0]
+    node = g.producer.get(name)
+    return name in g.constants or node is None or node.op_type in (anchor_op, "ConstantOfShape", "Expand")
+
+
+def match_rnn(g: GraphIndex, act: Any) -> CellMatch | Declined | None:
+    """A plain RNN cell ``h' = act(W x + R h + b)`` whose activation is ``act`` (Tanh or Relu);
+    None when ``act`` is no candidate: its input is not a sum of two constant linear maps of
+    which one may read a state. Rules: ``rnn.linear_inputs``, ``rnn.state``, ``rnn.private``."""
+    if act.op_type not in _RNN_ACTIVATIONS:
+        return None
+    found = linear_sum(g, act.input[0])
+    if found is None or len(found.linear) != 2 or not any(_state_like(g, t.input, act.op_type) for t in found.linear):
+        return None
+    H = found.linear[0].W.shape[0]
+    if any(t.W.shape[0] != H for t in found.linear) or any(np.asarray(b).shape[-1] != H for b in found.biases) \
+            or any(np.asarray(b).ndim > 1 and np.asarray(b).shape[0] != 1 for b in found.biases):
+        return Declined("rnn.linear_inputs", "the linear terms disagree on hidden (or a bias varies across the batch)")
+    h_new = act.output[0]
+    state = pick_state(g, found.linear, H, "rnn", h_new)
+    if isinstance(state, Declined):
+        return state
+    (inp,) = [t for t in found.linear if t is not state]
+    leak = _used_outside(g, [act, *found.nodes], {h_new})
+    if leak is not None:
+        return Declined("rnn.private", f"{leak} is used outside the cell")
+    activations = _RNN_ACTIVATIONS[act.op_type]
+    return CellMatch(
+        op="RNN", x=inp.input, h=state.input, h_new=h_new, hidden=H, W=inp.W, R=state.W,
+        biases=(found.bias(H).reshape(-1), np.zeros(H)), positions={"h": 0}, remove=(act,), activations=activations,
+        weights_key=("RNN", activations, inp.origin, state.origin, tuple(sorted(found.bias_origins))),
     )

@@ -1,4 +1,4 @@
-"""Make each decomposed LSTM or GRU cell (:mod:`rnnx.graphs.cell_match` lists the rules) a
+"""Make each decomposed LSTM, GRU or plain RNN cell (:mod:`rnnx.graphs.cell_match` lists the rules) a
 native one-step node, which :mod:`rnnx.graphs.fuse_steps` then joins over time.
 
 Rewrite: ``Unsqueeze`` x, h (and c) to one step, the native node with the cell's weights in
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.graphs.cell_match import CellMatch, lstm_gate_parts, match_gru, match_lstm
-from rnnx.graphs.index import GraphIndex, graphs, rewrite
+from rnnx.graphs.cell_match import CellMatch, lstm_gate_parts, match_gru, match_lstm, match_rnn
+from rnnx.graphs.index import GraphIndex, carried_state, graphs, rewrite
 from rnnx.pass_result import Declined, PassResult
 
 
@@ -25,17 +25,26 @@ def _candidate(g: GraphIndex, anchor: Any) -> CellMatch | Declined | None:
     if gates is not None:
         return match_lstm(g, *gates)
     if anchor.op_type == "Tanh":
-        return match_gru(g, anchor)
-    return None
+        found = match_gru(g, anchor)
+        if found is not None:
+            return found
+    return match_rnn(g, anchor)
 
 
 def fuse_cells(model: Any) -> PassResult[str]:
-    """Replace decomposed LSTM and GRU cells, in the main graph and in If/Loop/Scan bodies,
+    """Replace decomposed LSTM, GRU and RNN cells, in the main graph and in If/Loop/Scan bodies,
     by one-step native nodes, in place; the result lists the steps' node names."""
     result: PassResult[str] = PassResult()
     names = itertools.count()
+    carried: dict[int, tuple[Any, dict[str, str]]] = {}  # id(body) -> (body, its carried pairs); the body is held so its id stays its own
     for graph, outer in list(graphs(model.graph)):
-        _fuse_cells_in(GraphIndex(graph, outer), result, names)
+        g = GraphIndex(graph, outer)
+        g.carried = carried.get(id(graph), (None, {}))[1]
+        for node in g.nodes:
+            found = carried_state(node) if node.op_type in ("Loop", "Scan") else None
+            if found is not None:
+                carried[id(found[0])] = found
+        _fuse_cells_in(g, result, names)
     return result
 
 
@@ -70,8 +79,12 @@ def _fuse_cells_in(g: GraphIndex, result: PassResult[str], names: Iterator[int])
                 helper.make_node("LSTM", ins + [f"{step}_c"], ["", f"{step}_Y_h", f"{step}_Y_c"], name=step, hidden_size=match.hidden),
                 helper.make_node("Squeeze", [f"{step}_Y_c", ax], [match.c_new]),
             ]
+        elif op == "GRU":
+            new_nodes.append(helper.make_node("GRU", ins, ["", f"{step}_Y_h"], name=step, hidden_size=match.hidden,
+                                              linear_before_reset=match.linear_before_reset))
         else:
-            new_nodes.append(helper.make_node("GRU", ins, ["", f"{step}_Y_h"], name=step, hidden_size=match.hidden, linear_before_reset=1))
+            extra = {"activations": list(match.activations)} if match.activations else {}
+            new_nodes.append(helper.make_node("RNN", ins, ["", f"{step}_Y_h"], name=step, hidden_size=match.hidden, **extra))
         new_nodes.append(helper.make_node("Squeeze", [f"{step}_Y_h", ax], [match.h_new]))
         removed |= {id(n) for n in match.remove}
         result.rewritten.append(step)

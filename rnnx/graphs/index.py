@@ -77,6 +77,11 @@ class GraphIndex:
             if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
                 self.constants.add(n.output[0], n.attribute[0].t)
         self.outputs = {o.name for o in graph.output}
+        self.output_order = [o.name for o in graph.output]
+        self.input_order = [i.name for i in graph.input if i.name not in self.constants]
+        # A Loop or Scan body's state: each carried input's name -> the output that carries its
+        # next value (set by the pass that knows which node holds the body).
+        self.carried: dict[str, str] = {}
         self._digests: dict[str, bytes] = {}
 
     @functools.cached_property
@@ -149,6 +154,20 @@ def graphs(graph: Any, outer: dict[str, np.ndarray] | None = None) -> Iterator[t
             scope = dict(outer or {})
             scope.update({i.name: to_array(i) for i in graph.initializer})
         yield from graphs(sub, scope)
+
+
+def carried_state(node: Any) -> tuple[Any, dict[str, str]] | None:
+    """A Loop's or Scan's body and its loop-carried pairs (body input -> body output), or None."""
+    body = next((a.g for a in node.attribute if a.name == "body"), None)
+    if body is None or node.domain not in ("", "ai.onnx"):
+        return None
+    ins, outs = [i.name for i in body.input], [o.name for o in body.output]
+    if node.op_type == "Loop":  # inputs: iteration, condition, state...; outputs: condition, state..., scans
+        return body, dict(zip(ins[2:], outs[1:]))
+    if node.op_type == "Scan":  # inputs: state..., scan inputs; outputs: state..., scan outputs
+        n_state = len(node.input) - next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
+        return body, dict(zip(ins[:n_state], outs[:n_state]))
+    return None
 
 
 def all_graphs(graph: Any) -> Iterator[Any]:
