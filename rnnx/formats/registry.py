@@ -27,7 +27,9 @@ class Format:
     ``--select``. ``sniff(path)`` says whether a file with one of ``extensions`` is in
     this format (several formats share ``.safetensors``). ``refusals(spec)`` says why the
     format cannot hold a spec, one reason per line of its layout (empty when it can): ask
-    it rather than restate what a format can express.
+    it rather than restate what a format can express. ``file_options`` names the keyword
+    parameters its ``read`` and ``write`` take beyond those (``dtype`` for cuDNN's raw
+    ``.bin`` blobs); the loaders refuse them for every other format.
     """
 
     name: str
@@ -41,6 +43,7 @@ class Format:
     description: str = ""
     options: dict[str, str] = field(default_factory=dict)
     refusals: Callable[[RNNSpec], list[str]] = holds_any
+    file_options: tuple[str, ...] = ()
 
 
 _FORMATS: dict[str, Format] = {}
