@@ -48,7 +48,7 @@ from rnnx.errors import RNNXError
 from rnnx.fileio import require_file
 from rnnx.formats.registry import Format, get, register
 from rnnx.layouts import keras as layout
-from rnnx.spec import RNNSpec
+from rnnx.spec import Activation, RNNSpec
 from rnnx.weights import RNNWeights
 
 FORMAT = "keras_h5"
@@ -66,7 +66,6 @@ _SLACK = 1 << 16
 _LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
 _CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
 _MODEL_CLASSES = ("Sequential", "Functional", "Model")
-_RNN_ACTIVATIONS = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
 # Array names end in TensorFlow's output index (kernel:0); Keras 3's legacy writer leaves it off.
 _INDEX = re.compile(r":\d+$")
 
@@ -401,24 +400,16 @@ def _base(cfg: dict[str, Any]) -> tuple[str | None, dict[str, Any], dict[str, An
     return None, conf, conf, False
 
 
-def _cell(family: str, cell_cfg: dict[str, Any], shown: str, major: int) -> str:
-    """The canonical cell kind of a layer's activations. Refuses what has no canonical form."""
-    activation = cell_cfg.get("activation", "tanh")
-    if family == "rnn":
-        cell = _RNN_ACTIVATIONS.get(activation) if isinstance(activation, str) else None
-        if cell is None:
-            raise RNNXError(f"{shown}: activation {activation!r} has no canonical form; expected tanh or relu")
-        return cell
-    recurrent = cell_cfg.get("recurrent_activation")
-    if recurrent is None:
-        raise RNNXError(f"{shown}: the config does not say recurrent_activation (Keras 2's default was hard_sigmoid before 2.3, sigmoid after); "
-                        "pass spec= saying it")
-    if activation != "tanh" or recurrent != "sigmoid":
-        defined = {2: "0.2x+0.5", 3: "x/6+0.5"}.get(major, "")
-        note = f" (Keras {major}'s hard_sigmoid: {defined}, clipped)" if "hard_sigmoid" in (activation, recurrent) and defined else ""
-        raise RNNXError(f"{shown}: activation {activation!r} and recurrent_activation {recurrent!r}{note} have no canonical form yet; "
-                        "expected tanh and sigmoid")
-    return family
+def _cell(family: str, cell_cfg: dict[str, Any], shown: str, major: int) -> tuple[str, tuple[Activation, ...]]:
+    """The canonical cell kind and activations of a layer's config, as the writer's Keras defines them."""
+    recurrent = cell_cfg.get("recurrent_activation") if family != "rnn" else None
+    if family != "rnn" and recurrent is None:
+        raise RNNXError(f"{shown}: the config does not say recurrent_activation (Keras 2's default was hard_sigmoid before Keras 2.3, "
+                        "sigmoid after); pass spec= saying it")
+    try:  # activation has been tanh by default in every Keras
+        return layout.layer_activations(family, cell_cfg.get("activation", "tanh"), recurrent, major)
+    except RNNXError as exc:
+        raise RNNXError(f"{shown}: {exc}") from None
 
 
 def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int) -> tuple[RNNSpec, bool] | None:
@@ -454,19 +445,27 @@ def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int) -> tuple[R
     fields: dict[str, Any] = {"input_size": int(kernel.shape[0]), "hidden_size": int(recurrent.shape[0]), "direction": direction}
     if cudnn:
         return RNNSpec(family, **fields), True
-    cell = _cell(family, cell_cfg, shown, major)
+    cell, activations = _cell(family, cell_cfg, shown, major)
     bias = len(arrays) in (3, 6)
     reset_after = cell_cfg.get("reset_after")
     if cell == "gru" and not isinstance(reset_after, bool):
         # GRUs before Keras 2.1 had no reset_after and reset before; a (2, 3*units) bias is reset-after's.
         reset_after = bias and arrays[2].ndim == 2
-    return RNNSpec(cell, bias=bias, reset_after=reset_after if cell == "gru" else True, **fields), False
+    return RNNSpec(cell, bias=bias, reset_after=reset_after if cell == "gru" else True, activations=activations, **fields), False
 
 
 def _weights_only_spec(arrays: list[np.ndarray], pair: bool) -> RNNSpec | None:
     """A CuDNN layer's spec, which its bias shape settles; None for any other layer."""
     spec = layout.cudnn_layer_spec(arrays[:3])
     return spec.with_(direction="bidirectional") if spec is not None and pair else spec
+
+
+def _unpack(arrays: list[np.ndarray], spec: RNNSpec, cudnn: bool) -> RNNWeights:
+    """The arrays under ``spec``. Their layout does not depend on the activations, so they are
+    unpacked without them: a Keras 2 hard_sigmoid is not Keras 3's to refuse."""
+    plain = spec.with_(activations=())
+    weights = layout.from_cudnn_layer(arrays, plain) if cudnn else layout.from_native(arrays, plain)
+    return RNNWeights(spec, weights.tensors)
 
 
 def _settle(found: _Layer, arrays: list[np.ndarray], spec: RNNSpec | None, major: int) -> RNNWeights:
@@ -479,26 +478,37 @@ def _settle(found: _Layer, arrays: list[np.ndarray], spec: RNNSpec | None, major
     if stated is None:
         if spec is None:
             raise RNNXError(_needs_spec(arrays, pair))
-        return layout.from_native(arrays, spec)
+        return _unpack(arrays, spec, cudnn=False)
     settled, cudnn = stated
     if spec is not None:
         comparable = settled.with_(direction=spec.direction) if assumed and not pair and spec.direction != "bidirectional" else settled
         if spec != comparable:
             raise RNNXError(f"spec={spec} disagrees with the file's own spec {comparable}; drop spec=")
         settled = spec
-    return layout.from_cudnn_layer(arrays, settled) if cudnn else layout.from_native(arrays, settled)
+    return _unpack(arrays, settled, cudnn)
 
 
 def _needs_spec(arrays: list[np.ndarray], pair: bool) -> str:
-    """The refusal for a weights-only layer: what spec= must say, with the shapes' spec as an example."""
+    """The refusal for a weights-only layer: what spec= must say, with specs that fit the shapes as examples."""
     half = arrays[: len(arrays) // 2] if pair else arrays
-    try:
-        shaped = str(layout.infer_spec(half, "").with_(direction="bidirectional" if pair else "forward"))
-    except RNNXError:
-        shaped = "CELL,input=N,hidden=N"
-    return (f"a weights-only file (save_weights) does not record the layer's activations nor whether it ran backwards; "
-            f"pass spec= saying them, e.g. spec={shaped} for tanh with a sigmoid recurrent activation "
-            "(Keras 2's default was hard_sigmoid before Keras 2.3)")
+    examples = "spec=CELL,input=N,hidden=N[,act=...]"
+    kernel, recurrent = half[0], half[1]
+    units = recurrent.shape[0]
+    cell = {4: "lstm", 3: "gru", 1: "rnn_tanh"}.get(recurrent.shape[1] // units if units else 0)
+    if cell is not None and kernel.ndim == 2:
+        with contextlib.suppress(RNNXError):
+            shaped = RNNSpec(cell, input_size=int(kernel.shape[0]), hidden_size=int(units), bias=len(half) == 3,
+                             reset_after=not (cell == "gru" and len(half) == 3 and half[2].ndim == 1),
+                             direction="bidirectional" if pair else "forward")
+            if cell == "rnn_tanh":
+                examples = f"spec={shaped} or spec={shaped.with_(cell='rnn_relu')}"
+            else:
+                hard = layout.KERAS_ACTIVATIONS[2]["hard_sigmoid"]
+                acts = shaped.activation_functions
+                examples = (f"spec={shaped} for a sigmoid recurrent activation, or spec={shaped.with_(activations=(hard, *acts[1:]))} "
+                            "for Keras 2's hard_sigmoid (its default before Keras 2.3)")
+    return ("a weights-only file (save_weights) does not record the layer's activations nor whether it ran backwards (go_backwards: "
+            f"add reverse); pass spec= saying them, e.g. {examples}")
 
 
 # --- the format ------------------------------------------------------------------------------

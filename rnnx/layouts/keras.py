@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.spec import CELLS_BY_GATE_COUNT, RNNSpec
+from rnnx.spec import CELLS_BY_GATE_COUNT, Activation, RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
 
 GATE_ORDER: dict[str, tuple[str, ...]] = {
@@ -193,7 +193,7 @@ def from_cudnn_layer(arrays: Sequence[Any], spec: RNNSpec) -> RNNWeights:
     """Canonical weights from a CuDNNLSTM/CuDNNGRU layer's arrays, forward then backward for a
     Bidirectional wrapper; ``spec`` is the layer's (lstm, or gru with reset_after)."""
     arrays = _as_arrays(arrays)
-    if spec.cell not in CUDNN_LAYER_GATE_ORDER or not spec.bias or not spec.reset_after or spec.num_layers != 1 or not getattr(spec, "uses_default_activations", True):
+    if spec.cell not in CUDNN_LAYER_GATE_ORDER or not spec.bias or not spec.reset_after or spec.num_layers != 1 or not spec.uses_default_activations:
         raise RNNXError(f"Keras CuDNN layer: expected one layer of lstm, or gru with reset_after, with a bias and cuDNN's sigmoid/tanh, found spec {spec}")
     order = CUDNN_LAYER_GATE_ORDER[spec.cell]
     H, G, I = spec.hidden_size, len(order), spec.input_size
@@ -213,3 +213,45 @@ def from_cudnn_layer(arrays: Sequence[Any], spec: RNNSpec) -> RNNWeights:
             for gate, part in split_gates(bias[half * G * H : (half + 1) * G * H], order).items():
                 tensors[tensor_name(0, d, kind, gate)] = part
     return RNNWeights(spec, tensors)
+
+
+# --- activations by name -------------------------------------------------------------------
+
+_SHARED_ACTIVATIONS = {
+    "tanh": Activation("Tanh"),
+    "sigmoid": Activation("Sigmoid"),
+    "relu": Activation("Relu"),
+    "linear": Activation("Affine", 1.0, 0.0),
+    "softsign": Activation("Softsign"),
+    "softplus": Activation("Softplus"),
+    "elu": Activation("Elu", 1.0),
+}
+#: Keras's activation names as ONNX's recurrent activations, by the major version of the Keras
+#: that wrote the file. ``hard_sigmoid`` is clip(0.2x+0.5, 0, 1) in Keras 1 and 2 (tf_keras
+#: backend.hard_sigmoid) and clip(x/6+0.5, 0, 1) in Keras 3 (keras.activations.hard_sigmoid).
+#: Names not listed (selu, swish, gelu, exponential, ...) have no ONNX recurrent form.
+KERAS_ACTIVATIONS: dict[int, dict[str, Activation]] = {
+    1: {**_SHARED_ACTIVATIONS, "hard_sigmoid": Activation("HardSigmoid", 0.2, 0.5)},
+    2: {**_SHARED_ACTIVATIONS, "hard_sigmoid": Activation("HardSigmoid", 0.2, 0.5)},
+    3: {**_SHARED_ACTIVATIONS, "hard_sigmoid": Activation("HardSigmoid", 1 / 6, 0.5)},
+}
+
+
+def layer_activations(family: str, activation: object, recurrent_activation: object, major: int) -> tuple[str, tuple[Activation, ...]]:
+    """(canonical cell, ONNX activation list) of a Keras layer of ``family`` (lstm, gru or rnn)
+    from its config's ``activation`` and ``recurrent_activation``, as Keras ``major`` defines
+    them. Keras uses ``activation`` for both an LSTM's candidate (ONNX g) and its output (h)."""
+    table = KERAS_ACTIVATIONS.get(major)
+    if table is None:
+        raise RNNXError(f"keras_version {major}: expected Keras 1, 2 or 3, whose activations rnnx knows; the file is damaged or from a newer Keras")
+
+    def one(name: object, what: str) -> Activation:
+        found = table.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise RNNXError(f"{what} {name!r} has no ONNX recurrent form; expected one of {', '.join(table)}")
+        return found
+
+    if family == "rnn":
+        return "rnn_tanh", (one(activation, "activation"),)  # the spec names Tanh and Relu by cell kind
+    g, f = one(activation, "activation"), one(recurrent_activation, "recurrent_activation")
+    return family, ((f, g, g) if family == "lstm" else (f, g))

@@ -111,7 +111,8 @@ def test_weights_only_h5_needs_the_spec_to_say_the_math(tmp_path: Path) -> None:
     path = _weights_only(model, tmp_path / "w.h5")
     assert rnnx.groups(path) == list(STACK)
     with pytest.raises(RNNXError, match=r"w.h5: layer 'enc': a weights-only file .* does not record the layer's activations .*; "
-                                        r"pass spec= saying them, e.g. spec=lstm,input=3,hidden=4 for tanh"):
+                                        r"pass spec= saying them, e.g. spec=lstm,input=3,hidden=4 for a sigmoid recurrent activation, "
+                                        r"or spec=lstm,input=3,hidden=4,act=HardSigmoid:0.2:0.5/Tanh/Tanh for Keras 2.s hard_sigmoid"):
         rnnx.load(path, select="enc")
     x = np.random.default_rng(5).standard_normal((2, 7, 3)).astype(np.float32)
     seen = _layer_inputs_and_outputs(model, x)
