@@ -44,7 +44,7 @@ def test_manifest_lists_every_file_with_its_checksum_and_the_set_stays_small() -
     for name, entry in FILES.items():
         assert hashlib.sha256((WILD / name).read_bytes()).hexdigest() == entry["sha256"], name
     assert sum(p.stat().st_size for p in WILD.iterdir()) < 2 * 1024 * 1024
-    assert len(H5) >= 20 and len(ONNX) >= 8
+    assert len(H5) >= 20 and len(ONNX) >= 10
 
 
 @pytest.mark.parametrize("name", sorted(FILES))
@@ -124,7 +124,7 @@ def test_onnx_fixture_has_its_recorded_ops_and_runs_to_its_producers_outputs(nam
             np.testing.assert_allclose(got, arrays[f"y_{tag}"], rtol=0, atol=1e-6)
             np.testing.assert_allclose(arrays[f"y_float_ort_{tag}"], arrays[f"y_producer_float_{tag}"], rtol=0, atol=FLOAT_ATOL)
             err = float(np.abs(got - arrays[f"y_producer_float_{tag}"]).max())
-            assert 0 < err <= entry["max_abs_error_vs_float"] + 1e-7 and err < 0.1
+            assert 1e-4 < err <= entry["max_abs_error_vs_float"] + 1e-7 and err < 0.25  # int8 moved it, but not far
         else:
             np.testing.assert_allclose(got, arrays[f"y_{tag}"], rtol=0, atol=FLOAT_ATOL)
 
