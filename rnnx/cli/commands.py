@@ -32,6 +32,7 @@ from rnnx.spec import RNNSpec
 from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map
 from rnnx.verify.models import is_model_code, verify_file, verify_model
+from rnnx.verify.run import DTYPES
 from rnnx.verify.plots import write_html
 
 
@@ -51,6 +52,7 @@ def convert(args: argparse.Namespace) -> int:
         nonfinite=args.nonfinite,
         tolerances=ToleranceArgs.parse(args),
         quantize=args.quantize,
+        dtype=_one_dtype(args.dtype),
     )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -66,6 +68,15 @@ def convert(args: argparse.Namespace) -> int:
     if result.report is not None and not result.report:
         raise ParityError(f"parity check failed: {result.report.failure()}; nothing was written to {result.output}")
     return 0
+
+
+def _one_dtype(given: list[str] | None) -> str | None:
+    """convert's --dtype: one element type of a raw blob, by its long name."""
+    if given is None:
+        return None
+    if len(given) != 1:
+        raise RNNXError(f"--dtype {','.join(given)}: a raw blob has one element type; give one of float32, float16, bfloat16, float64")
+    return DTYPES[given[0]]
 
 
 def export(args: argparse.Namespace) -> int:
@@ -162,7 +173,7 @@ def verify(args: argparse.Namespace) -> int:
     against_files = [args.against, *data_files(args.against)] if args.against.suffix.lower() == ".onnx" else [args.against]
     refuse_overwriting(model_files + against_files, {"--report": args.report, "--html": args.html})
     report = verify_stack(
-        args.against, args.model, backends=args.backends, seq_lens=args.seq_lens, batches=args.batch, dtypes=args.dtype,
+        args.against, args.model, backends=args.backends, seq_lens=args.seq_lens, batches=args.batch, dtypes=args.dtype or ["fp32"],
         tolerances=tolerances, backend_tolerances=BackendToleranceArgs.parse(args), seed=args.seed, select=args.select, spec=args.spec,
         input_map=parse_map(args.input_map), batch_first=True if args.batch_first else None,
         progress=sys.stderr.isatty() and not args.json,
@@ -188,7 +199,7 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
                         ("--spec", args.spec), ("--html", args.html)):
         if given:
             raise RNNXError(f"{flag} applies to a recurrent stack verified against its weights file; for a whole model use --atol/--rtol and --dim")
-    if args.dtype != ["fp32"]:
+    if args.dtype not in (None, ["fp32"]):
         raise RNNXError(f"--dtype {','.join(args.dtype)}: a whole model runs in the dtypes its file takes; --dtype applies to a stack verified against its weights")
     inputs = [args.model, *data_files(args.model)] + [p for p in (Path(str(args.against)) if args.against else None, args.checkpoint) if p is not None and p.is_file()]
     refuse_overwriting(inputs, {"--report": args.report})

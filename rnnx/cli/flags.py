@@ -16,6 +16,7 @@ FLAGS = {
     "check_error_stat": "--check-error-stat",
     "checkpoint": "--checkpoint",
     "dims": "--dim",
+    "dtype": "--dtype",
     "dtypes": "--dtype",
     "from_format": "--from",
     "hardware_compatible": "--hardware-compatible",

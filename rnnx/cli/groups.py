@@ -48,6 +48,8 @@ class Renamed(argparse.Action):
         print(f"{parser.prog}: note: {option_string} is now {self.now}; the old name stops working in a later release", file=sys.stderr)
 
 
+# verify runs in several dtypes (fp32 unless given); convert reads or writes a raw cuDNN blob in one (float32 unless given).
+DTYPE = Option(("--dtype",), {"type": types.dtype_list, "metavar": "DTYPE[,...]"})
 OUTPUT = Option(("-o", "--output"), {"type": Path, "required": True, "help": "file to write (written atomically)"})
 SELECT = Option(("--select",), {"metavar": "GROUP", "help": "the recurrent group to read when the file holds several"})
 SPEC = Option(("--spec",), {"metavar": "SPEC", "help": "spec for weights that do not describe themselves (cudnn, jax) or cannot tell tanh from relu"})

@@ -9,7 +9,7 @@ from typing import NoReturn
 from rnnx import __version__
 from rnnx.cli import commands, types
 from rnnx.cli.groups import (
-    BATCH_FIRST, CHECKPOINT, FROM, OUTPUT, SEED, SELECT, SPEC, BackendToleranceArgs, CheckArgs, CommonArgs, OnnxArgs, Renamed, ShapeArgs,
+    BATCH_FIRST, CHECKPOINT, DTYPE, FROM, OUTPUT, SEED, SELECT, SPEC, BackendToleranceArgs, CheckArgs, CommonArgs, OnnxArgs, Renamed, ShapeArgs,
     SourceArgs, ToleranceArgs,
 )
 from rnnx.engines.tensorrt import PRECISIONS
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verb("convert", help="convert weights between formats and check the result",
              description="Convert recurrent weights between formats. The written file is re-read and run against the float64 reference unless --no-check.")
-    p.add_argument("input", type=Path, help="weights file (.pt .pth .safetensors .onnx .npz .keras .weights.h5)")
+    p.add_argument("input", type=Path, help="weights file (.pt .pth .safetensors .onnx .npz .keras .weights.h5 .h5, .bin: a raw cuDNN blob)")
     OUTPUT.add(p)
     SourceArgs("the input").add_parser_args(p)
     p.add_argument("--to", dest="to_format", metavar="FORMAT", help="output format (default: from extension; .safetensors means rnnx)")
@@ -58,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantize", choices=["dynamic"], help="ONNX output only: quantize the LSTM's weights to int8 with ONNX Runtime's "
                    "quantize_dynamic (7-bit range, safe on CPUs without VNNI), then check the quantized file against the float reference "
                    "within a bound derived from its scales, and report its error")
+    DTYPE.add(p, help="element type of a headerless cuDNN .bin blob read or written (with --spec to read it): float32 (default), "
+              "float16, bfloat16 or float64, little-endian")
     ToleranceArgs("output (Y, h_n, c_n)").add_parser_args(p)
     p.set_defaults(func=commands.convert)
 
@@ -144,8 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     SPEC.add(p, help="spec for a SOURCE that does not describe itself")
     p.add_argument("--backends", type=types.backend_list, default="ort,torch,cudnn,trt,reference", metavar="A,B,...",
                    help="comma-separated, from ort,trt,cudnn,torch,reference (default all; unavailable ones are listed as skipped)")
-    p.add_argument("--dtype", type=types.dtype_list, default="fp32", metavar="A,B,...",
-                   help="dtypes to run in, from fp32,fp16,bf16,fp64, e.g. fp32,bf16 (default fp32): each backend "
+    DTYPE.add(p, help="dtypes to run in, from fp32,fp16,bf16,fp64 (or float32,...), e.g. fp32,bf16 (default fp32): each backend "
                    "that can computes in it on inputs rounded to it, against the float64 reference, with that dtype's tolerance; one that "
                    "cannot is listed as skipped (ONNX Runtime has no bfloat16 LSTM, so bf16 runs torch)")
     ToleranceArgs("output (Y, h_n, c_n)").add_parser_args(p)

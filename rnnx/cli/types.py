@@ -79,9 +79,13 @@ def backend_list(text: str) -> list[str]:
     return _names(text, BACKENDS, "backend", BACKEND_ALIASES)
 
 
+#: The long names (numpy's, and cuDNN raw blobs') of verify's dtypes.
+DTYPE_ALIASES = {long: short for short, long in DTYPES.items()}
+
+
 def dtype_list(text: str) -> list[str]:
-    """``fp32,bf16``: dtypes of :func:`rnnx.verify.verify`."""
-    return _names(text, tuple(DTYPES), "dtype")
+    """``fp32,bf16`` (or ``float32,bfloat16``): dtypes of :func:`rnnx.verify.verify`, by their short names."""
+    return [DTYPE_ALIASES.get(name, name) for name in _names(text, tuple(DTYPES), "dtype", DTYPE_ALIASES)]
 
 
 def seed(text: str) -> int:

@@ -23,7 +23,7 @@ import tempfile
 import numpy as np
 
 from rnnx import formats, parity, progress
-from rnnx.formats import files
+from rnnx.formats import cudnn_raw, files
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, refuse_overwriting
 from rnnx.spec import RNNSpec
@@ -35,7 +35,7 @@ from rnnx.engines.keras import KerasRunner
 from rnnx.engines.torch import TorchRunner
 from rnnx.formats.onnx_read import choose_group, data_files, load_model, recurrent_groups
 from rnnx.formats.onnx_quantized import QUANTIZE_OPTIONS, error_bound, is_dequantized, main_graph_quantizations, quantize_file
-from rnnx.tolerance import Tolerance
+from rnnx.tolerance import BY_DTYPE, Tolerance
 from rnnx.formats.onnx_build import DEFAULT_OPSET, build_stack_model, save_model
 
 
@@ -78,7 +78,7 @@ class ConvertResult:
 
 
 def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], batch_first: bool, seq_lens: bool, states: bool,
-                   tolerances: Tolerances | None = None) -> parity.ParityReport:
+                   tolerances: Tolerances | None = None, dtype: str | None = None) -> parity.ParityReport:
     why = f"{fmt_name} has no runtime here"
     if fmt_name == "onnx":
         # The file's inputs have its weights' dtype (float16, float32 or float64).
@@ -97,7 +97,9 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
             return parity.check("keras", KerasRunner(path, weights.spec), weights, tolerances=tolerances)
         except RNNXError as exc:
             why = f"{fmt_name} cannot run it here ({exc})"
-    reread = files.load(path, format=fmt_name, spec=weights.spec)
+    reread = files.load(path, format=fmt_name, spec=weights.spec, dtype=dtype)
+    if dtype is not None:
+        return _check_raw(weights, reread, fmt_name, dtype, notes, tolerances)
     if fmt_name == "torch":
         try:
             return parity.check("torch", TorchRunner(reread.astype(np.float32)), weights, ragged=True, tolerances=tolerances)
@@ -106,6 +108,26 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
     # The reference on the re-read weights must reproduce the reference on the source.
     notes.append(f"{why}: read back only (the file re-read and the reference run on it; nothing ran the file itself)")
     return parity.check(f"{fmt_name} (reread)", lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False, tolerances=tolerances)
+
+
+def _check_raw(weights: RNNWeights, reread: RNNWeights, fmt_name: str, dtype: str, notes: list[str],
+               tolerances: Tolerances | None) -> parity.ParityReport:
+    """A headerless blob re-read: its values are the source's, exactly or within the rounding of
+    the dtype it stores; then the reference on them reproduces the reference on the source
+    within that dtype's tolerance. Nothing here runs cuDNN."""
+    exact = dtype != "bfloat16" and np.can_cast(weights.dtype, np.dtype(cudnn_raw.STORED[dtype]), "safe")  # widening loses nothing
+    rounding = Tolerance(0.0, 0.0) if exact else cudnn_raw.ROUNDING[dtype]
+    backend = f"{fmt_name} (reread)"
+    report = parity.ParityReport()
+    report.rows += parity.compare(backend, {"values": files.to_format(reread, "cudnn")}, {"values": files.to_format(weights, "cudnn")},
+                                  0, 0, dtype, Tolerances({"values": rounding}))
+    for row in report.rows:
+        row.ran = False
+    notes.append(f"no runtime for a {dtype} cuDNN blob here: read back only (its values compared with the source's "
+                 f"{'exactly' if exact else f'within {dtype} rounding'} and the reference run on them; cuDNN did not run)")
+    held = tolerances or Tolerances({"": BY_DTYPE[dtype]})
+    report.rows += parity.check(backend, lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False, tolerances=held).rows
+    return report
 
 
 def convert(
@@ -123,13 +145,16 @@ def convert(
     nonfinite: str = "error",
     tolerances: Tolerances | None = None,
     quantize: str | None = None,
+    dtype: str | None = None,
 ) -> ConvertResult:
     """Read ``source``, write ``output`` in the target format, and (unless ``check`` is False)
     run what was written against the float64 reference, holding each output to ``tolerances``
     (``Tolerances.parse(["1e-3"], ["1e-2"])``, per output ``Y``, ``h_n``, ``c_n`` if wanted;
     default: the tolerance of the dtype that ran). A failed check writes nothing
     (``result.written`` is False, ``result.report`` says why). ``quantize="dynamic"`` writes
-    an ONNX file quantized by ONNX Runtime's own tool (see the module's docstring)."""
+    an ONNX file quantized by ONNX Runtime's own tool (see the module's docstring). ``dtype``
+    (float32, float16, bfloat16, float64; default float32) is the element type of a
+    headerless cuDNN ``.bin`` blob read or written, which needs ``spec`` to be read."""
     source, output = Path(source), Path(output)
     if quantize not in (None, "dynamic"):
         raise RNNXError(f"quantize: expected dynamic (ONNX Runtime's dynamic quantization), found {quantize!r}")
@@ -142,10 +167,22 @@ def convert(
                            {"-o": output, **({"-o's external data": output.with_name(output.name + ".data")} if out_fmt.name == "onnx" else {})})
     if quantize and out_fmt.name != "onnx":
         raise RNNXError(f"quantize=dynamic applies to to_format=onnx only, not {out_fmt.name}")
+    raw_in, raw_out = (fmt.name == "cudnn" and cudnn_raw.is_raw(path) for fmt, path in ((src_fmt, source), (out_fmt, output)))
+    if dtype is not None and not (raw_in or raw_out):
+        raise RNNXError(f"dtype= is the element type of a headerless cuDNN {cudnn_raw.SUFFIX} blob, and neither {source.name} ({src_fmt.name}) "
+                        f"nor {output.name} ({out_fmt.name}) is one; drop dtype=")
+    raw_dtype = cudnn_raw.dtype_name(dtype)
     progress.step(f"reading {source.name}")
-    weights = files.load(source, format=src_fmt.name, select=select, spec=spec)
+    weights = files.load(source, format=src_fmt.name, select=select, spec=spec, dtype=raw_dtype if raw_in else None)
     notes = [_dequantized_note(source, select)] if src_fmt.name == "onnx" else []
     notes = [n for n in notes if n]
+    if raw_in:
+        notes.append(f"{source.name} read as a headerless blob of {weights.num_parameters()} little-endian {raw_dtype} values"
+                     + ("" if dtype else f" ({cudnn_raw.DEFAULT_DTYPE}, as no dtype= was given)"))
+    if raw_out:
+        notes.append(f"{output.name} holds {weights.num_parameters()} little-endian {raw_dtype} values, no header "
+                     f"({weights.num_parameters() * cudnn_raw.itemsize(raw_dtype)} bytes): cuDNN's weight space for spec {weights.spec}, "
+                     "as C++ code reads it with fread")
     if quantize:
         _check_quantizable(weights.spec, tolerances)
     bad = weights.nonfinite()
@@ -161,14 +198,16 @@ def convert(
     if out_fmt.name != "onnx" and (opset != DEFAULT_OPSET or batch_first or seq_lens or not states):
         raise RNNXError(f"opset=N, batch_first=True, seq_lens=True and states=False apply to to_format=onnx only, not {out_fmt.name}")
     try:
-        _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states, tolerances, quantize)
+        _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states, tolerances, quantize,
+                       raw_dtype if raw_out else None)
     except _CheckFailed:
         result.written = False
     return result
 
 
 def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: ConvertResult, check: bool, opset: int,
-                   batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None, quantize: str | None = None) -> None:
+                   batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None, quantize: str | None = None,
+                   dtype: str | None = None) -> None:
     """The written file is checked under its temporary name and renamed into place only if it
     passes: a failed check, like any failure, leaves nothing behind."""
     data = output.with_name(output.name + ".data")  # ONNX weights past protobuf's limit
@@ -178,7 +217,7 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
             if quantize:
                 _write_quantized(weights, output, written, result, check, opset, batch_first, seq_lens, states)
             else:
-                _write_and_check(weights, output, written, fmt_name, result, check, opset, batch_first, seq_lens, states, tolerances)
+                _write_and_check(weights, output, written, fmt_name, result, check, opset, batch_first, seq_lens, states, tolerances, dtype)
     except BaseException:
         if not had_data and data.exists():
             data.unlink()
@@ -186,17 +225,18 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
 
 
 def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, check: bool,
-                     opset: int, batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None) -> None:
+                     opset: int, batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None,
+                     dtype: str | None = None) -> None:
     if fmt_name == "onnx":
         progress.step(f"writing {output.name}")
         model = build_stack_model(weights, opset=opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
         save_model(model, output)  # into ``written``: the output's write is under way
     else:
         progress.step(f"writing {output.name}")
-        files.save(weights, output, format=fmt_name)
+        files.save(weights, output, format=fmt_name, dtype=dtype)
     if check:
         progress.step("checking the written file against the float64 reference")
-        result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states, tolerances)
+        result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states, tolerances, dtype)
         if not result.report:
             raise _CheckFailed
 
