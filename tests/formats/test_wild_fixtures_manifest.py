@@ -11,6 +11,7 @@ recorded. Other test modules check what rnnx makes of these files.
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 from pathlib import Path
 
@@ -147,3 +148,101 @@ def test_a_file_with_two_gates_swapped_misses_the_recorded_outputs(tmp_path: Pat
     onnx.save(model, bad)
     x, y = (lambda a: (a["x_b3"], a["y_b3"]))(_arrays(entry))
     assert float(np.abs(_run(bad, entry, x) - y).max()) > 100 * FLOAT_ATOL
+
+
+# --- The Keras 2 files' recorded outputs, reproduced by another Keras from the file's own weights.
+
+def _keras():
+    os.environ.setdefault("KERAS_BACKEND", "torch")
+    return pytest.importorskip("keras")
+
+
+def _keras2_hard_sigmoid(x):
+    """Keras 2's hard_sigmoid: clip(0.2x + 0.5, 0, 1). Keras 3's (x/6 + 0.5) is another function."""
+    keras = _keras()
+    return keras.ops.clip(0.2 * x + 0.5, 0.0, 1.0)
+
+
+def _keras3_layer(layer: dict, keras2_hard_sigmoid: bool = True):
+    """The Keras 3 layer that computes what one described Keras 2 layer computes (cuDNN layers: their plain twin)."""
+    keras = _keras()
+    cls = {"CuDNNLSTM": "LSTM", "CuDNNGRU": "GRU"}.get(layer.get("wraps", layer["cls"]), layer.get("wraps", layer["cls"]))
+    kw = {k: layer[k] for k in ("units", "activation", "use_bias", "go_backwards", "return_sequences", "reset_after") if k in layer}
+    if cls in ("LSTM", "GRU"):
+        recurrent = layer.get("recurrent_activation", "sigmoid")
+        kw["recurrent_activation"] = _keras2_hard_sigmoid if recurrent == "hard_sigmoid" and keras2_hard_sigmoid else recurrent
+    if layer["cls"] == "CuDNNGRU":
+        kw["reset_after"] = True
+    made = getattr(keras.layers, cls)(**kw)
+    return keras.layers.Bidirectional(made, merge_mode=layer["merge_mode"]) if layer["cls"] == "Bidirectional" else made
+
+
+def _keras3_model(entry: dict, keras2_hard_sigmoid: bool = True):
+    keras = _keras()
+    return keras.Sequential([keras.Input((None, entry["input_size"]))]
+                            + [_keras3_layer(layer, keras2_hard_sigmoid) for layer in entry["layers"]])
+
+
+def _max_error(model, arrays: dict[str, np.ndarray]) -> float:
+    keras = _keras()
+    return max(float(np.abs(keras.ops.convert_to_numpy(model(arrays[f"x_{t}"])) - arrays[f"y_{t}"]).max()) for t in BATCHES)
+
+
+PLAIN_WEIGHTS = sorted(n for n in H5 if n.endswith("_weights.h5") and "cudnn" not in n)
+CUDNN_WEIGHTS = sorted(n for n in H5 if n.endswith("_weights.h5") and "cudnn" in n)
+
+
+@pytest.mark.parametrize("name", PLAIN_WEIGHTS)
+def test_keras3_loading_the_keras2_weights_file_gives_the_recorded_outputs(name: str) -> None:
+    entry = FILES[name]
+    model = _keras3_model(entry)
+    model.load_weights(WILD / name)  # Keras's own legacy HDF5 weights reader
+    assert _max_error(model, _arrays(entry)) < FLOAT_ATOL
+
+
+def test_keras3s_own_hard_sigmoid_misses_a_keras2_hard_sigmoid_file() -> None:
+    """The trap the issue names: the same name, another function; the recorded outputs tell them apart."""
+    entry = FILES["k2_lstm_hard_sigmoid_weights.h5"]
+    model = _keras3_model(entry, keras2_hard_sigmoid=False)
+    model.load_weights(WILD / "k2_lstm_hard_sigmoid_weights.h5")
+    assert _max_error(model, _arrays(entry)) > 1e-2
+
+
+def _from_cudnn(weights: list[np.ndarray], gates: int, lstm: bool) -> list[np.ndarray]:
+    """tf_keras's hdf5_format._convert_rnn_weights, cuDNN to plain: per gate, the input kernel is
+    read back in Fortran order and the recurrent kernel transposed; LSTM sums its two bias
+    halves, GRU keeps them as rows (input, recurrent)."""
+    kernel, recurrent, bias = weights
+    kernel = np.hstack([k.T.reshape(k.shape, order="F") for k in np.hsplit(kernel, gates)])
+    recurrent = np.hstack([k.T for k in np.hsplit(recurrent, gates)])
+    bias = bias.reshape(2, -1).sum(axis=0) if lstm else bias.reshape(2, -1)
+    return [kernel, recurrent, bias]
+
+
+@pytest.mark.parametrize("name", CUDNN_WEIGHTS)
+def test_cudnn_layer_files_give_the_recorded_outputs_through_tf_keras_conversion(name: str) -> None:
+    h5py = pytest.importorskip("h5py")
+    entry = FILES[name]
+    (layer,) = entry["layers"]
+    with h5py.File(WILD / name, "r") as f:
+        group = f[layer["name"]]
+        weights = [group[n.decode() if isinstance(n, bytes) else n][()] for n in group.attrs["weight_names"]]
+    model = _keras3_model(entry)
+    lstm = layer["cls"] == "CuDNNLSTM"
+    model.layers[-1].set_weights(_from_cudnn(weights, GATES[layer["cls"]], lstm))
+    assert _max_error(model, _arrays(entry)) < FLOAT_ATOL
+    # Read as if the cuDNN kernel were a plain one, the file gives other outputs.
+    model.layers[-1].set_weights([weights[0], *_from_cudnn(weights, GATES[layer["cls"]], lstm)[1:]])
+    assert _max_error(model, _arrays(entry)) > 1e-3
+
+
+@pytest.mark.parametrize("name", sorted(n for n in H5 if n.endswith(".model.h5")))
+def test_whole_model_file_holds_the_same_arrays_as_its_weights_file(name: str) -> None:
+    h5py = pytest.importorskip("h5py")
+    twin = name.replace(".model.h5", "_weights.h5")
+    with h5py.File(WILD / name, "r") as whole, h5py.File(WILD / twin, "r") as alone:
+        seen: dict[str, np.ndarray] = {}
+        alone.visititems(lambda path, obj: seen.__setitem__(path, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        assert seen
+        for path, value in seen.items():
+            np.testing.assert_array_equal(whole["model_weights"][path][()], value)
