@@ -27,7 +27,11 @@ from rnnx.layouts.torch import GATE_ORDER
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
-DEFAULT_SPECS = (
+#: The specs ``rnnx doctor`` and ``python -m rnnx.engines.cudnn_check`` hold against cuDNN:
+#: every cell kind at 1 to 3 layers in both directions, projections with and without bias,
+#: ``no_bias`` for each kind, and odd sizes (input 1, hidden 1 or 3) where an off-by-one in
+#: a stride or a transposed block cannot hide behind a square matrix.
+DEFAULT_SPECS: tuple[str, ...] = (
     "lstm,input=5,hidden=7,layers=2,bidirectional,proj=3",
     "lstm,input=6,hidden=8,layers=3",
     "lstm,input=4,hidden=6,layers=2,proj=2,no_bias",
@@ -35,6 +39,21 @@ DEFAULT_SPECS = (
     "gru,input=3,hidden=4,no_bias",
     "rnn_tanh,input=3,hidden=5,layers=2",
     "rnn_relu,input=4,hidden=6,layers=2,bidirectional,no_bias",
+    *(
+        f"{cell},input={2 + layers},hidden={3 + 2 * layers}" + (f",layers={layers}" if layers > 1 else "") + direction
+        for cell in ("lstm", "gru", "rnn_tanh", "rnn_relu")
+        for layers in (1, 2, 3)
+        for direction in ("", ",bidirectional")
+    ),
+    "lstm,input=3,hidden=5,proj=4",
+    "lstm,input=3,hidden=5,layers=3,bidirectional,proj=1",
+    "lstm,input=2,hidden=6,proj=3,no_bias,bidirectional",
+    "lstm,input=4,hidden=4,layers=2,no_bias",
+    "rnn_tanh,input=2,hidden=3,layers=3,no_bias",
+    "lstm,input=1,hidden=3",
+    "gru,input=1,hidden=3,layers=2,bidirectional",
+    "rnn_relu,input=1,hidden=1",
+    "lstm,input=1,hidden=3,layers=2,proj=1,bidirectional",
 )
 
 

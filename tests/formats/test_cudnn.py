@@ -18,6 +18,7 @@ import pytest
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity, reference
+from rnnx.engines import cudnn_check
 from rnnx.layouts import cudnn
 
 
@@ -96,6 +97,41 @@ def test_torch_flat_weights_read_as_a_blob_compute_what_torch_computes(text: str
     inputs = parity.random_inputs(weights, 7, 3, seed=1)
     np.testing.assert_allclose(_run(torch, module, inputs), parity.reference_outputs(weights, inputs)["Y"], atol=2e-5, rtol=0)
     np.testing.assert_array_equal(rnnx.to_format(weights, "cudnn"), blob)
+
+
+@pytest.mark.parametrize("text", cudnn_check.DEFAULT_SPECS)
+def test_every_doctor_spec_reads_torchs_flat_weights_as_torch_computes(text: str) -> None:
+    """The specs the GPU doctor checks, each held first on the CPU: torch's parameters in its
+    cuDNN order, unpacked by rnnx's table, run by the reference as torch runs them, and
+    packed back to the same blob."""
+    torch = pytest.importorskip("torch")
+    from rnnx.engines.torch import build_module
+
+    spec = RNNSpec.parse(text)
+    torch.manual_seed(zlib.crc32(text.encode()))
+    module = build_module(RNNWeights.random(spec, seed=0))
+    for p in module.parameters():
+        torch.nn.init.uniform_(p, -0.6, 0.6)
+    blob = _torch_flat_blob(module)
+    weights = rnnx.from_format(blob, "cudnn", spec=spec)
+    for steps, batch in ((5, 1), (3, 4)):
+        inputs = parity.random_inputs(weights, steps, batch, seed=zlib.crc32(f"{text}/{steps}/{batch}".encode()))
+        np.testing.assert_allclose(_run(torch, module, inputs), parity.reference_outputs(weights, inputs)["Y"], atol=2e-5, rtol=0)
+    np.testing.assert_array_equal(rnnx.to_format(weights, "cudnn"), blob)
+
+
+def test_the_doctor_specs_cover_what_the_gpu_check_promises() -> None:
+    """At least 30 specs: each cell kind at 1-3 layers in both directions, projections with and
+    without bias, no_bias for each kind, and input 1 with hidden 3."""
+    specs = [RNNSpec.parse(t) for t in cudnn_check.DEFAULT_SPECS]
+    assert len(set(specs)) == len(specs) >= 30
+    for cell in ("lstm", "gru", "rnn_tanh", "rnn_relu"):
+        for layers in (1, 2, 3):
+            for direction in ("forward", "bidirectional"):
+                assert any(s.cell == cell and s.num_layers == layers and s.direction == direction for s in specs), (cell, layers, direction)
+        assert any(s.cell == cell and not s.bias for s in specs), cell
+    assert any(s.proj_size and s.bias for s in specs) and any(s.proj_size and not s.bias for s in specs)
+    assert any(s.input_size == 1 and s.hidden_size == 3 for s in specs)
 
 
 def test_a_wrong_lin_layer_id_order_is_caught_by_torch(monkeypatch: pytest.MonkeyPatch) -> None:
