@@ -7,6 +7,6 @@ its functions so that importing rnnx never imports torch, keras or jax.
 from rnnx.formats.registry import Format, detect, get, names, register
 
 # Built-in formats register themselves on import.
-from rnnx.formats import canonical, cudnn, jax, keras, keras_legacy_h5, onnx, torch  # noqa: E402,F401  isort: skip
+from rnnx.formats import canonical, cudnn, flax, jax, keras, keras_legacy_h5, onnx, torch  # noqa: E402,F401  isort: skip
 
 __all__ = ["Format", "detect", "get", "names", "register"]
