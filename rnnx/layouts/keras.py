@@ -44,6 +44,8 @@ def refusals(spec: RNNSpec) -> list[str]:
         reasons.append(f"Keras LSTMs have no projection (proj={spec.proj_size})")
     if spec.peepholes:
         reasons.append("Keras LSTMs have no peepholes")
+    if not spec.uses_default_activations:
+        reasons.append(f"Keras weight arrays carry no activations ({spec.activation_text}): the layer that loads them sets its own")
     return reasons
 
 
