@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import zlib
 from pathlib import Path
@@ -27,6 +28,7 @@ from rnnx import RNNSpec, RNNWeights, RNNXError, reference  # noqa: E402
 from rnnx import cli  # noqa: E402
 
 ATOL = 1e-5  # Keras float32 against the float64 reference
+WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
 
 
 @pytest.fixture(autouse=True)
@@ -144,6 +146,168 @@ def test_convert_checks_the_result_in_onnx_runtime(tmp_path: Path, capsys: pytes
     feed = {"X": layer_in.transpose(1, 0, 2), "h0": np.zeros((2, 3, 3), np.float32)}
     y = session.run(None, feed)[0]  # (T, B, 2H): the directions concatenated, as Keras's Bidirectional does
     np.testing.assert_allclose(y.transpose(1, 0, 2), want, atol=ATOL)
+
+
+# --- Keras 2 files made by tf_keras, with the producer's recorded outputs ---------------------
+
+
+def _wild() -> dict[str, dict]:
+    manifest = json.loads((WILD / "manifest.json").read_text())
+    return {name: entry for name, entry in manifest.items() if isinstance(entry, dict) and entry.get("format") == "keras2_h5"}
+
+
+KERAS2 = _wild()
+WHOLE = sorted(n for n, e in KERAS2.items() if e["holds"].startswith("whole model"))
+WEIGHTS_ONLY = sorted(n for n, e in KERAS2.items() if e["holds"].startswith("weights only"))
+
+
+def test_the_wild_keras2_files_are_there() -> None:
+    """The fixtures below are parametrized from the manifest: an empty one must not pass silently."""
+    assert len(WHOLE) >= 10 and len(WEIGHTS_ONLY) == len(WHOLE), sorted(KERAS2)
+    assert {e["producer"] for e in KERAS2.values()} == {"tf_keras"}
+    assert {"CuDNNLSTM", "CuDNNGRU", "Bidirectional", "SimpleRNN", "GRU", "LSTM"} <= {layer["cls"] for e in KERAS2.values() for layer in e["layers"]}
+
+
+def _recorded(entry: dict) -> dict[str, np.ndarray]:
+    with np.load(WILD / entry["outputs"]) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _as_keras_returns(y: np.ndarray, spec: RNNSpec, want: np.ndarray) -> np.ndarray:
+    """A batch-first, time-ordered output as Keras returns it: go_backwards last step first;
+    return_sequences=False the last output only."""
+    y = y[:, ::-1] if spec.direction == "reverse" else y
+    return y[:, -1] if want.ndim == 2 else y
+
+
+def _run_onnx(path: Path, x: np.ndarray) -> np.ndarray:
+    """ONNX Runtime on a batch-first input; the states start at zero, as Keras's do."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {}
+    for i in session.get_inputs():
+        if i.name == "X":
+            feed[i.name] = x.transpose(1, 0, 2)
+        else:
+            feed[i.name] = np.zeros([d if isinstance(d, int) else x.shape[0] for d in i.shape], np.float32)
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+    return outputs["Y"].transpose(1, 0, 2)
+
+
+def _run_torch(path: Path, spec: RNNSpec, x: np.ndarray) -> np.ndarray:
+    import torch
+
+    kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(spec.cell)
+    common = dict(input_size=spec.input_size, hidden_size=spec.hidden_size, bias=spec.bias, batch_first=True,
+                  bidirectional=spec.direction == "bidirectional")
+    module = kind(**common) if kind else torch.nn.RNN(nonlinearity=spec.cell[4:], **common)
+    module.load_state_dict(torch.load(path, weights_only=True))
+    with torch.no_grad():
+        return module(torch.from_numpy(x))[0].numpy()
+
+
+@pytest.mark.parametrize("name", WHOLE)
+def test_keras2_model_converts_and_runs_as_its_producer_ran_it(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """inspect, convert to ONNX (and torch where torch holds the math), run, and match tf_keras's recorded outputs."""
+    entry, path = KERAS2[name], WILD / name
+    recorded = _recorded(entry)
+    layers = rnnx.groups(path)
+    assert layers == [layer["name"] for layer in entry["layers"]]
+    weights = {g: rnnx.load(path, select=g) for g in layers}
+    converted: dict[str, dict[str, Path]] = {}
+    for g, w in weights.items():
+        onnx_path = tmp_path / f"{g}.onnx"
+        select = ["--select", g] if len(layers) > 1 else []
+        assert cli.main(["convert", str(path), "-o", str(onnx_path), *select]) == 0
+        capsys.readouterr()
+        assert cli.main(["inspect", str(onnx_path)]) == 0
+        shown = capsys.readouterr().out
+        assert {"lstm": "LSTM", "gru": "GRU"}.get(w.spec.cell, "RNN") in shown, shown
+        converted[g] = {"onnx": onnx_path}
+        pt = tmp_path / f"{g}.pt"
+        if rnnx.formats.get("torch").refusals(w.spec):
+            line = _cli_refusal(["convert", str(path), "-o", str(pt), *select], capsys)
+            assert "torch" in line.lower() and not pt.exists(), line
+        else:
+            assert cli.main(["convert", str(path), "-o", str(pt), *select]) == 0
+            converted[g]["pt"] = pt
+    for tag in ("b1", "b3"):
+        want = recorded[f"y_{tag}"]
+        for runner in ("reference", "onnx", "pt"):
+            h = recorded[f"x_{tag}"]
+            if runner == "pt" and not all("pt" in c for c in converted.values()):
+                continue
+            for g, w in weights.items():
+                if runner == "reference":
+                    y = reference.forward(w, h, batch_first=True).y
+                elif runner == "onnx":
+                    y = _run_onnx(converted[g]["onnx"], h.astype(np.float32))
+                else:
+                    y = _run_torch(converted[g]["pt"], w.spec, h.astype(np.float32))
+                h = _as_keras_returns(y, w.spec, want if g == layers[-1] else y)
+                inner = f"y_{g}_{tag}"
+                if inner in recorded:  # a stack records each layer's output too
+                    np.testing.assert_allclose(h, recorded[inner], atol=ATOL, err_msg=f"{name} {runner} layer {g} {tag}")
+            np.testing.assert_allclose(h, want, atol=ATOL, err_msg=f"{name} {runner} {tag}")
+
+
+@pytest.mark.parametrize("name", WEIGHTS_ONLY)
+def test_keras2_weights_only_file_reads_with_the_spec(name: str) -> None:
+    """save_weights' file: a CuDNN layer reads alone (its bias marks it); any other needs spec=,
+    here the spec its whole-model twin records; either way the producer's outputs come out."""
+    entry, path = KERAS2[name], WILD / name
+    recorded = _recorded(entry)
+    twin = WILD / name.replace("_weights.h5", ".model.h5")
+    for g in rnnx.groups(path):
+        stated = rnnx.load(twin, select=g).spec
+        if entry["layers"][0]["cls"].startswith("CuDNN"):
+            assert rnnx.load(path, select=g).spec == stated
+        else:
+            with pytest.raises(RNNXError, match=r"a weights-only file \(save_weights\) does not record the layer's activations"):
+                rnnx.load(path, select=g)
+    for tag in ("b1", "b3"):
+        h, want = recorded[f"x_{tag}"], recorded[f"y_{tag}"]
+        groups = rnnx.groups(path)
+        for g in groups:
+            w = rnnx.load(path, select=g, spec=rnnx.load(twin, select=g).spec)
+            y = reference.forward(w, h, batch_first=True).y
+            h = _as_keras_returns(y, w.spec, want if g == groups[-1] else y)
+        np.testing.assert_allclose(h, want, atol=ATOL, err_msg=f"{name} {tag}")
+
+
+def test_a_cudnn_layer_read_as_a_plain_one_misses_the_producers_outputs() -> None:
+    """The CuDNN layers' own layout matters: the same arrays read as a plain Keras layer (kernel
+    transposed per gate, the two biases summed) are far off, so the tests above can fail."""
+    from rnnx.layouts import keras as layout
+
+    for name in ("k2_cudnn_lstm.model.h5", "k2_cudnn_gru.model.h5"):
+        recorded = _recorded(KERAS2[name])
+        right = rnnx.load(WILD / name)
+        with h5py.File(WILD / name) as f:
+            group = f["model_weights"][right.spec.cell]
+            arrays = [np.asarray(group[n]) for n in group.attrs["weight_names"]]
+        if right.spec.cell == "lstm":
+            wrong = layout.from_native([arrays[0], arrays[1], arrays[2].reshape(2, -1).sum(0)], right.spec)
+        else:
+            wrong = layout.from_native([arrays[0], arrays[1], arrays[2].reshape(2, -1)], right.spec)
+        x, want = recorded["x_b3"], recorded["y_b3"]
+        np.testing.assert_allclose(reference.forward(right, x, batch_first=True).y, want, atol=ATOL)
+        assert np.abs(reference.forward(wrong, x, batch_first=True).y - want).max() > 0.05, name
+
+
+def test_keras2_hard_sigmoid_is_not_keras3s() -> None:
+    """Keras 2's hard_sigmoid (0.2x+0.5) gives the producer's outputs; Keras 3's (x/6+0.5) on the same weights does not."""
+    name = "k2_lstm_hard_sigmoid.model.h5"
+    recorded = _recorded(KERAS2[name])
+    weights = rnnx.load(WILD / name)
+    from rnnx.layouts.keras import KERAS_ACTIVATIONS
+
+    assert weights.spec.activations[0] == KERAS_ACTIVATIONS[2]["hard_sigmoid"] == rnnx.spec.Activation("HardSigmoid", 0.2, 0.5)
+    keras3 = RNNWeights(weights.spec.with_(activations=(KERAS_ACTIVATIONS[3]["hard_sigmoid"], *weights.spec.activations[1:])), weights.tensors)
+    x, want = recorded["x_b3"], recorded["y_b3"]
+    np.testing.assert_allclose(reference.forward(weights, x, batch_first=True).y, want, atol=ATOL)
+    assert np.abs(reference.forward(keras3, x, batch_first=True).y - want).max() > 1e-3
 
 
 # --- refusals ------------------------------------------------------------------------------
