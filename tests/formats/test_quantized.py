@@ -291,13 +291,15 @@ def _wild_quantized() -> list[str]:
 
 
 @pytest.mark.parametrize("name", _wild_quantized() or [pytest.param("none", marks=pytest.mark.skip(reason="no quantized fixture in tests/fixtures/wild"))])
-def test_the_wild_quantized_fixture(name: str, capsys) -> None:
-    """A file onnxruntime's quantizer made from a tf2onnx export: inspect lists its quantization,
-    its weights read dequantized, ONNX Runtime on it gives the outputs recorded beside it, and
-    verify passes it, or, where its full 8-bit weights meet a CPU without VNNI, fails saying so."""
-    from rnnx.verify.models import verify_file
-    from rnnx.verify.quantized import vnni
+def test_the_wild_quantized_fixture(name: str, tmp_path, capsys) -> None:
+    """A file onnxruntime's quantizer made from a tf2onnx export: inspect lists its quantization;
+    its weights read dequantized lie within half a scale of the float file it was quantized
+    from; ONNX Runtime on it gives the outputs recorded beside it; verify passes it or, where
+    its full 8-bit weights meet a CPU without VNNI, fails saying why; and the same float file
+    quantized with reduce_range passes."""
     from rnnx.formats.onnx_quantized import full_range
+    from rnnx.verify import verify
+    from rnnx.verify.quantized import vnni
 
     path = WILD / name
     entry = json.loads((WILD / "manifest.json").read_text())[name]
@@ -306,13 +308,22 @@ def test_the_wild_quantized_fixture(name: str, capsys) -> None:
     assert nodes and all(n["quantization"]["op"] == "com.microsoft.DynamicQuantizeLSTM" for n in nodes)
     weights = rnnx.load(path, select=nodes[0]["stack"])
     assert weights.spec.cell == "lstm" and weights.spec.input_size == entry["input_size"]
+    source = rnnx.load(WILD / entry["quantized_from"])
+    half_step = max(max(w["scale"]) for w in nodes[0]["quantization"]["weights"]) / 2
+    assert source.spec == weights.spec
+    assert max(float(np.abs(weights.tensors[k] - source.tensors[k]).max()) for k in source.tensors if ".W." in k or ".R." in k) <= half_step * 1.001
+
     recorded = np.load(WILD / entry["outputs"])
     runner = OnnxRuntimeRunner(path)
     for key in [k for k in recorded.files if k.startswith("x_")]:
         got = runner({entry["input_name"]: recorded[key]})[entry["output_name"]]
         np.testing.assert_allclose(got, recorded["y_" + key[2:]], atol=1e-5)
-    report = verify_file(path, isolated=False)
+
+    report = verify(path, path, backends=("ort", "reference"))
     saturating = full_range(main_graph_quantizations(onnx.load(str(path)))) and vnni() is False
     assert report.passed or saturating, str(report)
     if saturating:
         assert any("saturation" in n for n in report.notes)
+    seven_bit = tmp_path / "reduce_range.onnx"
+    _quantize(WILD / entry["quantized_from"], seven_bit, per_channel=False, reduce_range=True)
+    assert verify(seven_bit, seven_bit, backends=("ort", "reference")).passed
