@@ -124,8 +124,9 @@ def refusals(spec: RNNSpec) -> list[str]:
         (spec.peepholes, "peepholes"),
         (not spec.bias, "no_bias (every Flax cell has biases)"),
         (spec.cell == "gru" and not spec.reset_after, "reset_before (Flax's GRUCell applies the reset gate after the recurrent product)"),
-        (not getattr(spec, "uses_default_activations", True),
-         "non-default activations, clip or input_forget (a cell's gate_fn and activation_fn are module arguments its parameter tree does not record)"),
+        (not spec.uses_default_activations,
+         f"{getattr(spec, 'activation_text', '') or 'non-default activations, clip or input_forget'} (a cell's gate_fn and "
+         "activation_fn are arguments of the module, which its parameter tree does not record)"),
     ]
     return [f"Flax's recurrent cells cannot express {what}" for bad, what in cannot if bad]
 

@@ -347,6 +347,48 @@ def test_refusals(text: str, fragment: str) -> None:
     assert fragment.split()[0] in " ".join(rnnx.formats.get("flax").refusals(RNNSpec.parse(text)))
 
 
+def test_non_default_activations_are_refused() -> None:
+    """A tree holds no gate_fn or activation_fn: a spec that needs them cannot be written or read."""
+    from rnnx.spec import Activation
+
+    spec = RNNSpec("gru", input_size=2, hidden_size=3, activations=(Activation("HardSigmoid", 0.2, 0.5), Activation("Tanh")))
+    with pytest.raises(RNNXError, match="parameter tree does not record"):
+        rnnx.to_format(RNNWeights.random(spec), "flax")
+    tree = rnnx.to_format(RNNWeights.random(spec.with_(activations=())), "flax")
+    with pytest.raises(RNNXError, match="parameter tree does not record"):
+        rnnx.from_format(tree, "flax", spec=spec)
+
+
+def test_reverse_rnn_without_keep_order_and_time_major() -> None:
+    """RNN(reverse=True) without keep_order returns its outputs in the order it ran (last step
+    first); the weights are the same reverse layer's."""
+    spec = _spec("LSTMCell", "reverse")
+    module = nn.RNN(nn.LSTMCell(4), reverse=True, time_major=True)
+    variables = _seeded(module.init(jax.random.PRNGKey(0), jnp.zeros((2, 1, 3))), 51)
+    weights = rnnx.from_format(variables, "flax", spec=spec)
+
+    def run(inputs):
+        carry, y = module.apply(variables, jnp.asarray(inputs["X"]), initial_carry=_carry(spec, inputs), return_carry=True)
+        return {"Y": np.asarray(y)[::-1], "h_n": np.asarray(carry[1])[None], "c_n": np.asarray(carry[0])[None]}
+    _assert_parity("flax.linen RNN(reverse=True, time_major=True)", run, weights, 52)
+
+
+def test_flax_file_converted_to_onnx_runs_in_onnx_runtime_as_in_flax(tmp_path) -> None:
+    """Across frameworks: a file Flax saved, converted by rnnx to ONNX (convert checks it in
+    ONNX Runtime against the reference), gives Flax's own outputs in ONNX Runtime."""
+    from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+    from rnnx.pipelines.convert import convert
+
+    spec = _spec("GRUCell", "bidirectional")
+    module = _linen_module("GRUCell", spec)
+    variables = _seeded(module.init(jax.random.PRNGKey(2), jnp.zeros((1, 2, 3))), 61)
+    source = tmp_path / "gru.msgpack"
+    source.write_bytes(serialization.to_bytes(variables))
+    convert(source, tmp_path / "gru.onnx")
+    weights = rnnx.load(source)
+    _against(OnnxRuntimeRunner(tmp_path / "gru.onnx"), _run_linen(module, variables, spec), weights, 62)
+
+
 def _one_line_refusal(path) -> str:
     with pytest.raises(RNNXError) as info:
         rnnx.load(path)
