@@ -99,6 +99,28 @@ def test_keras3_whole_model_h5_read_with_its_specs(tmp_path: Path) -> None:
     assert rnnx.load(path, format="keras", select="both").equal(rnnx.load(path, select="both"))
 
 
+def test_keras3_hard_sigmoid_in_an_h5_is_keras3s(tmp_path: Path) -> None:
+    """keras_version 3.x: hard_sigmoid is x/6+0.5 (HardSigmoid alpha 1/6), as Keras 3 itself computes."""
+    layer = keras.layers.GRU(4, recurrent_activation="hard_sigmoid", activation="softsign", return_sequences=True, name="g")
+    model = keras.Sequential([keras.Input((None, 3)), layer])
+    model.set_weights([w + np.random.default_rng(7).uniform(-0.8, 0.8, w.shape).astype(w.dtype) for w in model.get_weights()])
+    model.save(tmp_path / "h.h5")
+    weights = rnnx.load(tmp_path / "h.h5")
+    assert weights.spec.activations == (rnnx.spec.Activation("HardSigmoid", 1 / 6, 0.5), rnnx.spec.Activation("Softsign"))
+    x = 3 * np.random.default_rng(8).standard_normal((2, 9, 3)).astype(np.float32)  # reach hard_sigmoid's clipped ends
+    np.testing.assert_allclose(_reference_y(weights, x), _np(model(x)), atol=ATOL)
+
+
+def test_a_keras2_file_named_weights_h5_is_read_as_keras2s(tmp_path: Path) -> None:
+    """Keras 3 names its own weights files .weights.h5; a Keras 2 file so named is handed to the legacy reader."""
+    path = tmp_path / "old.weights.h5"
+    path.write_bytes((WILD / "k2_cudnn_lstm_weights.h5").read_bytes())
+    assert rnnx.groups(path) == ["lstm"]
+    assert rnnx.load(path).equal(rnnx.load(WILD / "k2_cudnn_lstm.model.h5"))
+    # A weights-only CuDNN layer is taken to run forward; spec= may say it ran backwards.
+    assert rnnx.load(path, spec="lstm,input=3,hidden=5,reverse").spec.direction == "reverse"
+
+
 def _weights_only(model: keras.Model, path: Path) -> Path:
     """The weights-only layout Keras 2's save_weights("x.h5") writes, by Keras's own function."""
     from keras.src.legacy.saving import legacy_h5_format
@@ -347,15 +369,24 @@ def test_an_hdf5_file_of_neither_keras_layout_is_refused(tmp_path: Path, capsys:
 # --- hostile files: each a real file with one thing broken --------------------------------
 
 
-def _hostile(tmp_path: Path, break_it: object) -> Path:
+# Each attack starts from a real file: Keras 3's legacy writer (names as variable-length
+# strings) or tf_keras's (fixed-length ones), its first recurrent layer's kernel the target.
+SOURCES = {"keras3": "enc", "tf_keras": "lstm_1"}
+
+
+def _hostile(tmp_path: Path, source: str, break_it: object) -> Path:
     path = tmp_path / "m.h5"
-    _keras3_model().save(path)
+    if source == "keras3":
+        _keras3_model().save(path)
+    else:
+        path.write_bytes((WILD / "k2_lstm_stack.model.h5").read_bytes())
     with h5py.File(path, "r+") as f:
         break_it(f)  # type: ignore[operator]
     return path
 
 
-def _kernel_path(f: h5py.File, layer: str = "enc") -> str:
+def _kernel_path(f: h5py.File) -> str:
+    layer = next(name for name in SOURCES.values() if f"model_weights/{name}" in f)
     names = [bytes(n).decode() if isinstance(n, bytes | np.bytes_) else n for n in f[f"model_weights/{layer}"].attrs["weight_names"]]
     return f"model_weights/{layer}/{names[0]}"
 
@@ -382,6 +413,11 @@ def _replace(make: object) -> object:
     return apply
 
 
+def _one_column_short(f: h5py.File, target: str) -> None:
+    width = f[target.replace("/kernel", "/recurrent_kernel")].shape[1]
+    f.create_dataset(target, (3, width - 1), "f4")
+
+
 def _set_config(text: bytes) -> object:
     def apply(f: h5py.File) -> None:
         f.attrs["model_config"] = text
@@ -399,21 +435,22 @@ HOSTILE = {
     "config not json": (lambda tmp: _set_config(b"{not json"), "model_config: expected Keras's JSON model config"),
     "config nested": (lambda tmp: _set_config(b"[" * 200_000 + b"]" * 200_000), "model_config: JSON nested too deeply"),
     "config a list": (lambda tmp: _set_config(b"[1, 2]"), "model_config: expected a JSON object"),
-    "wrong shape": (lambda tmp: _replace(lambda f, t: f.create_dataset(t, (3, 15), "f4")), "expected shape (3, 16)"),
+    "wrong shape": (lambda tmp: _replace(_one_column_short), "expected shape (3, "),
     "integer weights": (lambda tmp: _replace(lambda f, t: f.create_dataset(t, (3, 16), "i4")), "expected float16/32/64 weights, found int32"),
     "missing array": (lambda tmp: _replace(lambda f, t: None), "weight_names lists"),
-    "names not strings": (lambda tmp: lambda f: f["model_weights/enc"].attrs.__setitem__("weight_names", np.arange(3)),
-                          "weight_names: expected names (strings), found int64"),
+    "names not strings": (lambda tmp: lambda f: f[_kernel_path(f).split("/")[0] + "/" + _kernel_path(f).split("/")[1]].attrs.__setitem__(
+                              "weight_names", np.arange(3)), "weight_names: expected names (strings), found int64"),
 }
 
 
+@pytest.mark.parametrize("source", sorted(SOURCES))
 @pytest.mark.parametrize("case", sorted(HOSTILE))
-def test_hostile_files_are_refused_in_one_line(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_hostile_files_are_refused_in_one_line(case: str, source: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "secret.bin").write_bytes(b"\x07" * 192)
     make, says = HOSTILE[case]
-    path = _hostile(tmp_path, make(tmp_path))
+    path = _hostile(tmp_path, source, make(tmp_path))
     before = path.read_bytes()
-    line = _cli_refusal(["convert", str(path), "-o", str(tmp_path / "o.onnx"), "--select", "enc"], capsys)
+    line = _cli_refusal(["convert", str(path), "-o", str(tmp_path / "o.onnx"), "--select", SOURCES[source]], capsys)
     assert line.startswith("rnnx convert: ") and "m.h5" in line and says in line, line
     assert path.read_bytes() == before and not (tmp_path / "o.onnx").exists()
 
