@@ -185,45 +185,90 @@ def keras2_group(out: Path, manifest: dict) -> None:
 
 def tf2onnx_group(out: Path, manifest: dict) -> None:
     import keras
+    import tensorflow as tf
+    import tf2onnx
+    import tf_keras
+
+    K3, K2 = keras.layers, tf_keras.layers
+    producer = {"producer": "tf2onnx", "tf2onnx": tf2onnx.__version__, "tensorflow": tf.__version__}
+    made_by = {"keras3": {"keras": keras.__version__, "keras_backend": keras.backend.backend()},
+               "tf_keras": {"tf_keras": tf_keras.__version__}}
+    # name -> (Keras that made the model, input size, builder of the recurrent layers, note)
+    models = {
+        "t2o_gru_reset_after": ("keras3", 3, lambda: [K3.GRU(4, return_sequences=True, name="gru")], "Keras 3 default GRU (reset_after=True)"),
+        "t2o_gru_reset_before": ("keras3", 4, lambda: [K3.GRU(5, reset_after=False, return_sequences=True, name="gru")], ""),
+        "t2o_simplernn": ("keras3", 3, lambda: [K3.SimpleRNN(5, return_sequences=True, name="rnn")], ""),
+        "t2o_lstm": ("keras3", 4, lambda: [K3.LSTM(5, return_sequences=True, name="lstm")], ""),
+        "t2o_bigru": ("keras3", 3, lambda: [K3.Bidirectional(K3.GRU(4, return_sequences=True), name="bigru")], "merge_mode concat"),
+        "t2o_gru_stack": ("keras3", 3, lambda: [K3.GRU(5, return_sequences=True, name="gru_1"), K3.GRU(4, return_sequences=True, name="gru_2")], ""),
+        "t2o_bilstm": ("keras3", 3, lambda: [K3.Bidirectional(K3.LSTM(4, return_sequences=True), name="bilstm")], "merge_mode concat"),
+        "t2o_gru_last": ("keras3", 4, lambda: [K3.GRU(4, return_sequences=False, name="gru")], "return_sequences=False"),
+        "t2o_gru_go_backwards": ("keras3", 3, lambda: [K3.GRU(4, go_backwards=True, return_sequences=True, name="gru")],
+                                 "go_backwards: outputs come last step first, as Keras returns them"),
+        "t2o_simplernn_relu": ("keras3", 4, lambda: [K3.SimpleRNN(5, activation="relu", return_sequences=True, name="rnn")], ""),
+        "t2o_lstm_hard_sigmoid": ("keras3", 3, lambda: [K3.LSTM(4, recurrent_activation="hard_sigmoid", return_sequences=True, name="lstm")],
+                                  "Keras 3's hard_sigmoid: clip(x/6+0.5, 0, 1)"),
+        "t2o_k2_lstm_hard_sigmoid": ("tf_keras", 3, lambda: [K2.LSTM(4, recurrent_activation="hard_sigmoid", return_sequences=True, name="lstm")],
+                                     "a Keras 2 (tf_keras) model; Keras 2's hard_sigmoid: clip(0.2x+0.5, 0, 1)"),
+        "t2o_k2_gru_reset_after": ("tf_keras", 4, lambda: [K2.GRU(5, return_sequences=True, name="gru")], "a Keras 2 (tf_keras) model"),
+        "t2o_k2_lstm": ("tf_keras", 4, lambda: [K2.LSTM(4, return_sequences=True, name="lstm")], "a Keras 2 (tf_keras) model"),
+    }
+    for name, (framework, input_size, build, note) in models.items():
+        K = keras if framework == "keras3" else tf_keras
+        K.utils.set_random_seed(seed_of(name))
+        model = K.Sequential([K.Input((None, input_size))] + build(), name=name)
+        scale = 2.5 if "hard_sigmoid" in name else 1.5
+        randomize(model.layers, name, spread=1.0 if "hard_sigmoid" in name else 0.8)
+        arrays = inputs_for(name, input_size, scale)
+        for tag in BATCHES:
+            arrays[f"y_{tag}"] = np.asarray(model(arrays[f"x_{tag}"]))
+        specs = [tf.TensorSpec([None, None, input_size], tf.float32, name="x")]
+        _convert(out, manifest, name, model, specs, arrays, {**producer, **made_by[framework]}, input_size, note, framework)
+
+    # Initial states as graph inputs (Keras 3 functional models).
+    for name, cell, units, input_size in (("t2o_lstm_initial_state", "LSTM", 4, 3), ("t2o_gru_initial_state", "GRU", 5, 4)):
+        keras.utils.set_random_seed(seed_of(name))
+        states = ["h0", "c0"] if cell == "LSTM" else ["h0"]
+        x = keras.Input((None, input_size), name="x")
+        state_inputs = [keras.Input((units,), name=s) for s in states]
+        y = getattr(K3, cell)(units, return_sequences=True, name=cell.lower())(x, initial_state=state_inputs)
+        model = keras.Model([x, *state_inputs], y, name=name)
+        randomize(model.layers, name)
+        arrays = inputs_for(name, input_size)
+        rng = np.random.default_rng(seed_of("s:" + name))
+        for tag, (batch, _) in BATCHES.items():
+            for s in states:
+                arrays[f"{s}_{tag}"] = (0.8 * rng.standard_normal((batch, units))).astype(np.float32)
+            arrays[f"y_{tag}"] = keras.ops.convert_to_numpy(model([arrays[f"x_{tag}"], *(arrays[f"{s}_{tag}"] for s in states)]))
+        specs = [tf.TensorSpec([None, None, input_size], tf.float32, name="x")] + [tf.TensorSpec([None, units], tf.float32, name=s) for s in states]
+        _convert(out, manifest, name, model, specs, arrays, {**producer, **made_by["keras3"]}, input_size,
+                 "initial states are graph inputs; their npz arrays are named after them", "keras3", states)
+
+
+def _convert(out: Path, manifest: dict, name: str, model, specs: list, arrays: dict, producer: dict, input_size: int,
+             note: str, framework: str, states: list[str] | None = None) -> None:
     import onnx
     import tensorflow as tf
     import tf2onnx
 
-    L = keras.layers
-    producer = {"producer": "tf2onnx", "tf2onnx": tf2onnx.__version__, "tensorflow": tf.__version__,
-                "keras": keras.__version__, "keras_backend": keras.backend.backend()}
-    models = {
-        "t2o_gru_reset_after": (3, lambda: [L.GRU(4, return_sequences=True, name="gru")], "Keras 3 default GRU (reset_after=True)"),
-        "t2o_gru_reset_before": (4, lambda: [L.GRU(5, reset_after=False, return_sequences=True, name="gru")], ""),
-        "t2o_simplernn": (3, lambda: [L.SimpleRNN(5, return_sequences=True, name="rnn")], ""),
-        "t2o_lstm": (4, lambda: [L.LSTM(5, return_sequences=True, name="lstm")], ""),
-        "t2o_bigru": (3, lambda: [L.Bidirectional(L.GRU(4, return_sequences=True), name="bigru")], "merge_mode concat"),
-        "t2o_gru_stack": (3, lambda: [L.GRU(5, return_sequences=True, name="gru_1"), L.GRU(4, return_sequences=True, name="gru_2")], ""),
-        "t2o_bilstm": (3, lambda: [L.Bidirectional(L.LSTM(4, return_sequences=True), name="bilstm")], "merge_mode concat"),
-        "t2o_gru_last": (4, lambda: [L.GRU(4, return_sequences=False, name="gru")], "return_sequences=False"),
-    }
-    for name, (input_size, build, note) in models.items():
-        keras.utils.set_random_seed(seed_of(name))
-        model = keras.Sequential([keras.Input((None, input_size))] + build(), name=name)
-        randomize(model.layers, name)
-        arrays = inputs_for(name, input_size)
-        for tag in BATCHES:
-            arrays[f"y_{tag}"] = keras.ops.convert_to_numpy(model(arrays[f"x_{tag}"]))
+    @tf.function(input_signature=specs)
+    def fn(*inputs):
+        return model(list(inputs) if len(inputs) > 1 else inputs[0])
 
-        @tf.function(input_signature=[tf.TensorSpec([None, None, input_size], tf.float32, name="x")])
-        def fn(x):
-            return model(x)
-
-        path = out / f"{name}.onnx"
-        tf2onnx.convert.from_function(fn, input_signature=fn.input_signature, opset=OPSET, output_path=str(path))
-        onnx_model = onnx.load(path)
-        onnx.checker.check_model(onnx_model)
-        np.savez(out / f"{name}.npz", **arrays)
-        manifest[path.name] = {**producer, "format": "onnx", "opset": OPSET, "input_size": input_size,
-                               "layers": [describe_layer(layer) for layer in model.layers],
-                               "input_name": onnx_model.graph.input[0].name, "output_name": onnx_model.graph.output[0].name,
-                               "outputs": f"{name}.npz", "outputs_from": "Keras 3 (TensorFlow backend) itself, not ONNX Runtime",
-                               "initial_state": None, "note": note, **op_summary(onnx_model), "sha256": sha256(path)}
+    path = out / f"{name}.onnx"
+    tf2onnx.convert.from_function(fn, input_signature=specs, opset=OPSET, output_path=str(path))
+    onnx_model = onnx.load(path)
+    onnx.checker.check_model(onnx_model)
+    np.savez(out / f"{name}.npz", **arrays)
+    recurrent = [layer for layer in model.layers if type(layer).__name__ != "InputLayer"]
+    names = [i.name for i in onnx_model.graph.input]
+    manifest[path.name] = {**producer, "format": "onnx", "opset": OPSET, "input_size": input_size,
+                           "layers": [describe_layer(layer) for layer in recurrent],
+                           "input_name": names[0], "inputs": dict(zip(["x", *(states or [])], names)),
+                           "output_name": onnx_model.graph.output[0].name, "outputs": f"{name}.npz",
+                           "outputs_from": f"{'Keras 3 (TensorFlow backend)' if framework == 'keras3' else 'tf_keras'} itself, "
+                                           "not ONNX Runtime",
+                           "initial_state": states, "note": note, **op_summary(onnx_model), "sha256": sha256(path)}
 
 
 # --------------------------------------------------------------- onnxruntime's dynamic quantizer
