@@ -6,21 +6,51 @@ Conventions follow PyTorch and cuDNN: ``x`` is (T, B, input) (or (B, T, input) w
 ``seq_lens`` each sequence b runs over its first ``seq_lens[b]`` steps only (the reverse
 direction starts at its own last valid step); outputs past the end are zero and the final
 states hold the last valid step, as in cuDNN and ONNX.
+
+A spec's activations, ``clip`` and ``input_forget`` are computed as ONNX Runtime's CPU
+kernels compute ONNX's definitions: ``clip`` bounds each gate's pre-activation (peepholes
+and biases included) and not the cell state given to h; ``input_forget`` makes an LSTM's
+forget gate 1 - i, so the forget weights go unused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from rnnx import blas_threads
 from rnnx.errors import RNNXError, shape_error
+from rnnx.spec import Activation
 from rnnx.weights import RNNWeights
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow warning for large |x|
+
+
+# ONNX's recurrent activation functions, as its LSTM/GRU/RNN operator text defines them
+# (ThresholdedRelu as ONNX's ThresholdedRelu operator and ONNX Runtime: x > alpha).
+_FUNCTIONS: dict[str, Callable[[np.ndarray, float, float], np.ndarray]] = {
+    "Relu": lambda x, a, b: np.maximum(x, 0.0),
+    "Tanh": lambda x, a, b: np.tanh(x),
+    "Sigmoid": lambda x, a, b: _sigmoid(x),
+    "Affine": lambda x, a, b: a * x + b,
+    "LeakyRelu": lambda x, a, b: np.where(x >= 0, x, a * x),
+    "ThresholdedRelu": lambda x, a, b: np.where(x > a, x, 0.0),
+    "ScaledTanh": lambda x, a, b: a * np.tanh(b * x),
+    "HardSigmoid": lambda x, a, b: np.clip(a * x + b, 0.0, 1.0),
+    "Elu": lambda x, a, b: np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0.0))),
+    "Softsign": lambda x, a, b: x / (1.0 + np.abs(x)),
+    "Softplus": lambda x, a, b: np.logaddexp(0.0, x),
+}
+
+
+def activation_function(activation: Activation) -> Callable[[np.ndarray], np.ndarray]:
+    """``activation`` as a float64 function of one array."""
+    fn, alpha, beta = _FUNCTIONS[activation.name], activation.alpha or 0.0, activation.beta or 0.0
+    return lambda x: fn(x, alpha, beta)
 
 
 @dataclass(frozen=True)
@@ -53,6 +83,10 @@ class _Cell:
         self.proj = f64(weights.get(layer, direction, "proj"))
 
         self.bR_all = np.concatenate([self.bR[g] for g in spec.gates])
+        # ONNX's per-direction slots: f for gates, g for the candidate, h for the cell output
+        self.act = [activation_function(a) for a in spec.activation_functions]
+        bound = spec.clip
+        self.clip: Callable[[np.ndarray], np.ndarray] = (lambda x: np.clip(x, -bound, bound)) if bound else (lambda x: x)
 
     def x_parts(self, x: np.ndarray) -> dict[str, np.ndarray]:
         """Every step's input product at once, (T, B, hidden) per gate: it does not depend on the state."""
@@ -64,7 +98,7 @@ class _Cell:
 
     def step(self, xp: dict[str, np.ndarray], h: np.ndarray, c: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
         """One step from this step's input products ``xp`` (by gate) and the state."""
-        cell = self.spec.cell
+        cell, act, clip = self.spec.cell, self.act, self.clip
         hp = self.h_parts(h)
         if cell == "lstm":
             assert c is not None
@@ -72,24 +106,24 @@ class _Cell:
             if self.P is not None:
                 pre["i"] = pre["i"] + self.P["i"] * c
                 pre["f"] = pre["f"] + self.P["f"] * c
-            i, f, g = _sigmoid(pre["i"]), _sigmoid(pre["f"]), np.tanh(pre["g"])
+            i, g = act[0](clip(pre["i"])), act[1](clip(pre["g"]))
+            f = 1.0 - i if self.spec.input_forget else act[0](clip(pre["f"]))
             c_new = f * c + i * g
             if self.P is not None:
                 pre["o"] = pre["o"] + self.P["o"] * c_new
-            h_new = _sigmoid(pre["o"]) * np.tanh(c_new)
+            h_new = act[0](clip(pre["o"])) * act[2](c_new)
             if self.proj is not None:
                 h_new = h_new @ self.proj.T
             return h_new, c_new
         if cell == "gru":
-            r = _sigmoid(xp["r"] + hp["r"])
-            z = _sigmoid(xp["z"] + hp["z"])
+            r = act[0](clip(xp["r"] + hp["r"]))
+            z = act[0](clip(xp["z"] + hp["z"]))
             if self.spec.reset_after:
-                n = np.tanh(xp["n"] + r * hp["n"])
+                n = act[1](clip(xp["n"] + r * hp["n"]))
             else:  # the reset gate scales the state before its product: that product cannot be shared
-                n = np.tanh(xp["n"] + (r * h) @ self.R["n"].T + self.bR["n"])
+                n = act[1](clip(xp["n"] + (r * h) @ self.R["n"].T + self.bR["n"]))
             return (1.0 - z) * n + z * h, None
-        pre = xp["h"] + hp["h"]
-        return (np.tanh(pre) if cell == "rnn_tanh" else np.maximum(pre, 0.0)), None
+        return act[0](clip(xp["h"] + hp["h"])), None
 
 
 def forward(

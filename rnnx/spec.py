@@ -281,6 +281,19 @@ class RNNSpec:
         return not self.activations and not self.clip and not self.input_forget
 
     @property
+    def activation_text(self) -> str:
+        """What sets this cell's functions apart, as the string form writes it (``act=...,clip=...,input_forget``);
+        empty for the defaults. Refusals quote it to name what a format cannot hold."""
+        parts = []
+        if self.activations:
+            parts.append("act=" + "/".join(map(str, self.activations)))
+        if self.clip:
+            parts.append(f"clip={self.clip!r}")
+        if self.input_forget:
+            parts.append("input_forget")
+        return ",".join(parts)
+
+    @property
     def activation_functions(self) -> tuple[Activation, ...]:
         """The per-direction activation list in effect, defaults included (ONNX's f, g, h order)."""
         return self.activations or default_activations(self.cell)
@@ -360,10 +373,6 @@ class RNNSpec:
             parts.append("peepholes")
         if not self.reset_after:
             parts.append("reset_before")
-        if self.activations:
-            parts.append("act=" + "/".join(map(str, self.activations)))
-        if self.clip:
-            parts.append(f"clip={self.clip!r}")
-        if self.input_forget:
-            parts.append("input_forget")
+        if not self.uses_default_activations:
+            parts.append(self.activation_text)
         return ",".join(parts)

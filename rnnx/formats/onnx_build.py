@@ -18,7 +18,7 @@ from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, library_write
 from rnnx.formats.onnx_metadata import set_metadata
 from rnnx.formats.onnx_scan import lower_layer, record_lowered
-from rnnx.layouts.onnx import DEFAULT_OPSET, MIN_OPSET, OP_TYPES, layer_arrays
+from rnnx.layouts.onnx import DEFAULT_OPSET, MIN_OPSET, OP_TYPES, activation_attributes, layer_arrays
 from rnnx.weights import RNNWeights
 
 def check_opset(opset: int) -> None:
@@ -94,8 +94,7 @@ def build_stack_model(
             while node_inputs and not node_inputs[-1]:
                 node_inputs.pop()
             attrs: dict[str, Any] = {"hidden_size": H, "direction": spec.direction}
-            if spec.cell == "rnn_relu":
-                attrs["activations"] = ["Relu"] * D
+            attrs.update(activation_attributes(spec))  # none for ONNX's defaults; every alpha and beta otherwise
             if spec.cell == "gru":
                 attrs["linear_before_reset"] = layer["linear_before_reset"]
             op_type = OP_TYPES[spec.cell]

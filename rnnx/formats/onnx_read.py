@@ -23,8 +23,8 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.fileio import require_file
 from rnnx.formats.onnx_quantized import is_quantized, stand_in
-from rnnx.layouts.onnx import (DEFAULT_DOMAINS, GATE_ORDER, LOWERED_KEY, NATIVE_OPS, OP_TYPES, PEEPHOLE_ORDER, SCAN_GATE_ORDER,
-                               WEIGHT_INPUTS, scan_constant)
+from rnnx.layouts.onnx import (ACTIVATION_ATTRIBUTES, DEFAULT_DOMAINS, GATE_ORDER, LOWERED_KEY, NATIVE_OPS, OP_TYPES, PEEPHOLE_ORDER,
+                               SCAN_GATE_ORDER, WEIGHT_INPUTS, activation_attributes, scan_constant)
 from rnnx.spec import RNNSpec
 
 PASSTHROUGH = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Dropout", "Cast")
@@ -294,8 +294,7 @@ def lowered_nodes(model: Any, known: dict[str, tuple[np.ndarray, str]]) -> list[
         attrs: dict[str, Any] = {"direction": spec.direction, "hidden_size": spec.hidden_size}
         if spec.cell == "gru":
             attrs["linear_before_reset"] = int(spec.reset_after)
-        if spec.cell == "rnn_relu":
-            attrs["activations"] = ["Relu"] * spec.num_directions
+        attrs.update(activation_attributes(spec))
         found.append(RecurrentNode(node, "main", attrs, tensors, {k: "a lowered Scan's constant" for k in tensors}, lowered=True))
     return found
 
@@ -351,7 +350,7 @@ def _previous_layer(rnode: RecurrentNode, producers: dict[str, Any], by_output: 
 
 
 def _stackable(a: RecurrentNode, b: RecurrentNode) -> bool:
-    keys = ("direction", "hidden_size", "linear_before_reset", "activations")
+    keys = ("direction", "hidden_size", "linear_before_reset", *ACTIVATION_ATTRIBUTES)
     return a.node.op_type == b.node.op_type and a.graph == b.graph and all(a.attributes.get(k) == b.attributes.get(k) for k in keys)
 
 

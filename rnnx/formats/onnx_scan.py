@@ -35,6 +35,7 @@ from rnnx.formats.onnx_read import node_attributes, read_lowered
 from rnnx.layouts import onnx as onnx_layout
 from rnnx.layouts.onnx import LOWERED_KEY, PROJECTED_LSTM_INPUTS, SCAN_GATE_ORDER
 from rnnx.pass_result import Declined, PassResult
+from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
 DOMAIN = "rnnx.lower"
@@ -159,12 +160,22 @@ def _hoisted_bias(weights: RNNWeights, layer: int, direction: str) -> np.ndarray
     return np.concatenate(parts)
 
 
+def refusals(spec: RNNSpec) -> list[str]:
+    """Why the Scans rnnx lowers to cannot compute ``spec`` (empty when they can)."""
+    if spec.uses_default_activations:
+        return []
+    return [f"rnnx's Scans compute only the default activations; {spec.activation_text} is not lowered"]
+
+
 def lower_layer(weights: RNNWeights, layer: int, names: dict[str, str], outputs: list[str], prefix: str, elem: int, merged_y: bool) -> list[Any]:
     """Nodes computing one layer (all its directions) as Scans; ``names`` maps X, seq_lens,
     h0, c0 to tensor names ('' when absent); ``outputs`` are Y, Y_h, Y_c ('' when unused)."""
     from onnx import TensorProto
 
     spec = weights.spec
+    reasons = refusals(spec)
+    if reasons:
+        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; a projected LSTM with them has no ONNX form rnnx can write")
     order = _order(spec.cell)
     b = _Builder(prefix, elem)
     shape = b.op("Shape", [names["X"]], "shape")
@@ -250,6 +261,13 @@ def _lower_graph(model: Any, want: Any) -> LowerResult:
             if node.op_type == LSTM_PROJECTED:
                 raise
             result.left_alone.append(Declined("lower.stored_weights", str(exc), node.name))
+            new_nodes.append(node)
+            continue
+        reasons = refusals(weights.spec)
+        if reasons:
+            if node.op_type == LSTM_PROJECTED:
+                raise RNNXError(f"node {node.name!r}: {'; '.join(reasons)}")
+            result.left_alone.append(Declined("lower.activations", "; ".join(reasons), node.name))
             new_nodes.append(node)
             continue
         ins = dict(zip(INPUTS, list(node.input) + [""] * len(INPUTS)))

@@ -73,6 +73,8 @@ def refusals(spec: RNNSpec) -> list[str]:
         )
     if spec.direction == "reverse":
         reasons.append("cuDNN has no reverse-only mode (only unidirectional and bidirectional)")
+    if not spec.uses_default_activations:
+        reasons.append(f"cuDNN's RNN modes compute with fixed sigmoid/tanh (or an RNN's tanh/relu); {spec.activation_text} has no cuDNN form")
     return reasons
 
 

@@ -28,6 +28,7 @@ def refusals(spec: RNNSpec) -> list[str]:
         (spec.proj_size > 0, "a projection"),
         (spec.peepholes, "peepholes"),
         (spec.direction == "reverse", "a reverse-only layer"),
+        (not spec.uses_default_activations, f"{spec.activation_text} (it hands cuDNN's fixed sigmoid/tanh LSTM its weights)"),
     ]
     return [f"jax.experimental.rnn cannot express {what}" for bad, what in cannot if bad]
 

@@ -8,6 +8,11 @@ multi-layer stack is one node per layer. The native object is a list with one di
 layer holding those arrays and the node's attributes. Weights are the same under both
 ``layout`` values; what rnnx writes always uses layout 0, since ONNX Runtime and
 TensorRT's parser refuse layout 1.
+
+Activations: a node's ``activations`` lists each direction's functions in turn (LSTM f, g,
+h; GRU f, g; RNN f). ``activation_alpha`` and ``activation_beta`` are handed out in order to
+the functions that take one, as ONNX Runtime reads them; rnnx writes every value, so no
+reader falls back to a default (ONNX Runtime's RNN kernel uses 0 where ONNX says 0.01).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.spec import RNNSpec
+from rnnx.spec import ACTIVATION_PARAMETERS, Activation, RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
 
 GATE_ORDER: dict[str, tuple[str, ...]] = {
@@ -65,6 +70,100 @@ DEFAULT_ACTIVATIONS = {
     "rnn_tanh": ["Tanh"],
     "rnn_relu": ["Relu"],
 }
+ACTIVATION_ATTRIBUTES = ("activations", "activation_alpha", "activation_beta", "clip", "input_forget")
+
+
+def activation_attributes(spec: RNNSpec) -> dict[str, Any]:
+    """The node attributes that give ``spec``'s functions: {} for ONNX's own defaults (an
+    rnn_relu still names Relu). Every alpha and beta is written out, for every direction."""
+    if spec.uses_default_activations and spec.cell != "rnn_relu":
+        return {}
+    acts = list(spec.activation_functions) * spec.num_directions
+    attrs: dict[str, Any] = {"activations": [a.name for a in acts]}
+    alphas = [a.alpha for a in acts if a.alpha is not None]
+    betas = [a.beta for a in acts if a.beta is not None]
+    if alphas:
+        attrs["activation_alpha"] = alphas
+    if betas:
+        attrs["activation_beta"] = betas
+    if spec.clip:
+        attrs["clip"] = spec.clip
+    if spec.input_forget:
+        attrs["input_forget"] = 1
+    return attrs
+
+
+def _given_values(node: dict[str, Any], key: str, where: str) -> list[float]:
+    values = node.get(key)
+    if values is None:
+        return []
+    if isinstance(values, (int, float)):
+        values = [values]
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise RNNXError(f"{where}: {key} must be a list of floats, found {values!r}; the file is damaged") from None
+
+
+def node_activations(node: dict[str, Any], slots: int, dirs: int, where: str) -> tuple[tuple[Activation, ...], float, bool]:
+    """One node's (per-direction activation list, clip, input_forget), with ONNX's rules:
+    ``slots`` functions per direction, alpha and beta handed to the functions that take one."""
+    names = [str(a) for a in (node.get("activations") or [])]
+    if not names:
+        default = {3: "lstm", 2: "gru", 1: "rnn_tanh"}[slots]
+        names = DEFAULT_ACTIVATIONS[default] * dirs
+    if len(names) != slots * dirs:
+        raise RNNXError(f"{where}: activations {names}: expected {slots * dirs} ({slots} per direction, {dirs} direction(s)), "
+                        f"found {len(names)}; the file is damaged")
+    given = {"alpha": _given_values(node, "activation_alpha", where), "beta": _given_values(node, "activation_beta", where)}
+    used = {"alpha": 0, "beta": 0}
+    acts = []
+    for name in names:
+        canonical = next((n for n in ACTIVATION_PARAMETERS if n.lower() == name.lower()), None)
+        if canonical is None:
+            raise RNNXError(f"{where}: activation {name!r} is not one of ONNX's ({', '.join(ACTIVATION_PARAMETERS)})")
+        values: dict[str, float | None] = {}
+        for param, _ in ACTIVATION_PARAMETERS[canonical]:
+            if used[param] < len(given[param]):
+                values[param] = given[param][used[param]]
+                used[param] += 1
+            else:
+                values[param] = None
+        try:
+            acts.append(Activation(canonical, values.get("alpha"), values.get("beta")))
+        except RNNXError as exc:
+            missing = next(p for p, v in values.items() if v is None) if None in values.values() else None
+            if missing is None:
+                raise RNNXError(f"{where}: {exc}") from None
+            raise RNNXError(f"{where}: {canonical} takes {missing}, but activation_{missing} has no value left for it; ONNX defines no default "
+                            f"ONNX Runtime agrees with (it uses 0), so the file must give activation_{missing}") from None
+    for param in ("alpha", "beta"):
+        values = given[param]
+        if used[param] == len(values):
+            continue
+        # More values than the functions take: some tools write one per function. Accept that
+        # only where it gives each function the same value as the in-order reading.
+        takers = [k for k, a in enumerate(acts) if getattr(a, param) is not None]
+        if len(values) != len(names) or any(values[k] != values[n] for n, k in enumerate(takers)):
+            raise RNNXError(f"{where}: activation_{param} has {len(values)} values, but the activations {names} take {used[param]}; "
+                            f"rnnx cannot tell which function each is for (ONNX Runtime hands them out in order to the functions that take one)")
+    per_direction = [tuple(acts[d * slots:(d + 1) * slots]) for d in range(dirs)]
+    if len(set(per_direction)) > 1:
+        lists = " vs ".join("/".join(map(str, p)) for p in per_direction)
+        raise RNNXError(f"{where}: the directions use different activations ({lists}); an rnnx spec holds one list for both directions")
+    clip = node.get("clip")
+    if clip is not None:
+        try:
+            clip = float(clip)
+        except (TypeError, ValueError):
+            clip = float("nan")
+        if not clip > 0 or clip == float("inf"):
+            raise RNNXError(f"{where}: clip={node.get('clip')!r}: expected a positive finite threshold (leave clip out for none); the file is damaged")
+    try:
+        input_forget = bool(int(node.get("input_forget", 0) or 0))
+    except (TypeError, ValueError):
+        raise RNNXError(f"{where}: input_forget={node.get('input_forget')!r}: expected 0 or 1; the file is damaged") from None
+    return per_direction[0], float(clip or 0.0), input_forget
 
 
 def refusals(spec: RNNSpec) -> list[str]:
@@ -100,6 +199,7 @@ def layer_arrays(weights: RNNWeights, layer: int) -> dict[str, Any]:
     node["direction"] = spec.direction
     node["hidden_size"] = spec.hidden_size
     node["activations"] = DEFAULT_ACTIVATIONS[spec.cell] * spec.num_directions
+    node.update(activation_attributes(spec))
     if spec.cell == "gru":
         node["linear_before_reset"] = int(spec.reset_after)
     return node
@@ -128,27 +228,27 @@ def spec_of_nodes(nodes: list[dict[str, Any]], where: str = "ONNX nodes") -> RNN
         raise RNNXError(f"{where}: W and R must have 3 dimensions (dirs, gates*hidden, in), found {W.shape} and {R.shape}")
     hidden = int(first.get("hidden_size") or R.shape[2])
     direction = first.get("direction", "forward")
-    activations = list(first.get("activations") or [])
-    if op == "RNN":
-        acts = activations[:1] or ["Tanh"]
-        cell = {"Tanh": "rnn_tanh", "Relu": "rnn_relu"}.get(acts[0])
-        if cell is None:
-            raise RNNXError(f"{where}: RNN activation {acts[0]!r} has no canonical form; rnnx supports Tanh and Relu")
-    else:
-        cell = op.lower()
+    # a plain RNN's activation decides rnn_tanh or rnn_relu (RNNSpec normalises it)
+    cell = "rnn_tanh" if op == "RNN" else op.lower()
     dirs = 2 if direction == "bidirectional" else 1
-    expected_acts = DEFAULT_ACTIVATIONS[cell] * dirs
+    slots = len(DEFAULT_ACTIVATIONS[cell])
+    functions = None
     for i, node in enumerate(nodes):
-        acts = list(node.get("activations") or expected_acts)
-        if [a.lower() for a in acts] != [a.lower() for a in expected_acts]:
-            raise RNNXError(f"{where}: layer {i} activations {acts}: rnnx supports only the defaults {expected_acts}")
-        if node.get("clip") is not None:
-            raise RNNXError(f"{where}: layer {i} has clip={node['clip']}; clipped cells have no canonical form")
-        if int(node.get("input_forget", 0)):
-            raise RNNXError(f"{where}: layer {i} has input_forget=1 (coupled gates); it has no canonical form")
         if node.get("op_type") != op or node.get("direction", "forward") != direction:
             raise RNNXError(f"{where}: layer {i} is {node.get('op_type')} {node.get('direction', 'forward')}, unlike layer 0")
+        found = node_activations(node, slots, dirs, f"{where}: layer {i}")
+        if functions is not None and found != functions:
+            raise RNNXError(f"{where}: layer {i}'s activations, clip or input_forget differ from layer 0's; an rnnx spec holds one set for all layers "
+                            f"(select= one node to read it alone)")
+        functions = found
+    assert functions is not None
+    activations, clip, input_forget = functions
+    if input_forget and op != "LSTM":
+        raise RNNXError(f"{where}: input_forget is set on a {op} node; only LSTMs couple the input and forget gates; the file is damaged")
     return RNNSpec(
+        activations=activations,
+        clip=clip,
+        input_forget=input_forget,
         cell=cell,
         input_size=int(W.shape[2]),
         hidden_size=hidden,

@@ -49,6 +49,8 @@ def refusals(spec: RNNSpec, cell: bool = False) -> list[str]:
         reasons.append("PyTorch GRUs always reset after the recurrent product; reset_before has no torch form")
     if spec.direction == "reverse":
         reasons.append("PyTorch has no reverse-only layer")
+    if not spec.uses_default_activations:
+        reasons.append(f"PyTorch's recurrent modules compute with fixed sigmoid/tanh (or an RNN's tanh/relu); {spec.activation_text} has no torch form")
     if cell and (spec.num_layers != 1 or spec.num_directions != 1 or spec.proj_size):
         reasons.append("a torch Cell is one layer, one direction, no projection")
     return reasons

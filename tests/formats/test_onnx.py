@@ -163,15 +163,17 @@ def test_weights_from_graph_inputs_are_refused(tmp_path) -> None:
         rnnx.load(path)
 
 
-def test_unsupported_node_attributes_are_refused() -> None:
+def test_activation_attributes_are_read_into_the_spec() -> None:
+    """clip, input_forget and activations are held by the spec (once refused); what the spec
+    cannot hold still is: per-direction lists that differ, names ONNX does not define."""
     weights = RNNWeights.random(RNNSpec.parse("lstm,input=2,hidden=2"))
     (node,) = rnnx.to_format(weights, "onnx")
-    with pytest.raises(RNNXError, match="clip"):
-        rnnx.from_format([{**node, "clip": 3.0}], "onnx")
-    with pytest.raises(RNNXError, match="input_forget"):
-        rnnx.from_format([{**node, "input_forget": 1}], "onnx")
-    with pytest.raises(RNNXError, match="activations"):
-        rnnx.from_format([{**node, "activations": ["Sigmoid", "Relu", "Tanh"]}], "onnx")
+    assert rnnx.from_format([{**node, "clip": 3.0}], "onnx").spec.clip == 3.0
+    assert rnnx.from_format([{**node, "input_forget": 1}], "onnx").spec.input_forget
+    read = rnnx.from_format([{**node, "activations": ["Sigmoid", "Relu", "Tanh"]}], "onnx")
+    assert str(read.spec) == "lstm,input=2,hidden=2,act=Sigmoid/Relu/Tanh"
+    with pytest.raises(RNNXError, match="activation 'Swish' is not one of ONNX's"):
+        rnnx.from_format([{**node, "activations": ["Sigmoid", "Swish", "Tanh"]}], "onnx")
 
 
 def test_bare_onnx_weights_refuse_a_projection() -> None:

@@ -1,0 +1,264 @@
+"""Activations, clip and input_forget in ONNX files, pinned by ONNX Runtime and by ONNX's
+own node tests.
+
+ONNX's node tests hold no LSTM, GRU or RNN case with activations, clip or input_forget
+(onnx/backend/test/case/node/{lstm,gru,rnn}.py: defaults, biases, peepholes, sequence
+lengths, layout, reverse, bidirectional), so those are pinned by ONNX Runtime's kernels,
+which implement every function ONNX lists for all three ops, and the node tests pin
+everything else after reading and after ``convert --to onnx``.
+"""
+
+from __future__ import annotations
+
+import warnings
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import rnnx
+from rnnx import RNNSpec, RNNWeights, RNNXError, parity, reference
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.formats import registry
+from rnnx.formats.onnx_build import build_stack_model
+from rnnx.pipelines.convert import convert
+from rnnx.spec import Activation
+from tests.helpers import SHAPES
+
+ATOL = 2e-5  # ONNX Runtime float32 against the float64 reference
+
+ACTIVATION_SPECS = [
+    RNNSpec.parse(s)
+    for s in (
+        "lstm,input=3,hidden=5,act=HardSigmoid:0.2:0.5/Tanh/Tanh",  # Keras 2's recurrent activation
+        "lstm,input=3,hidden=5,act=HardSigmoid:0.16666667:0.5/Tanh/Tanh",  # Keras 3's
+        "lstm,input=3,hidden=5,bidirectional,act=HardSigmoid:0.2:0.5/LeakyRelu:0.1/ScaledTanh:1.5:0.7,clip=0.5",
+        "lstm,input=4,hidden=5,layers=2,peepholes,act=Sigmoid/Relu/Elu:0.8,input_forget",
+        "lstm,input=3,hidden=4,act=Affine:0.3:0.4/ThresholdedRelu:0.1/Softsign,clip=0.7",
+        "lstm,input=3,hidden=4,reverse,no_bias,act=Softplus/Softsign/Tanh,clip=0.3",
+        "gru,input=3,hidden=5,bidirectional,act=HardSigmoid:0.2:0.5/LeakyRelu:0.1,clip=0.6",
+        "gru,input=3,hidden=5,reset_before,act=Sigmoid/ScaledTanh:1.5:0.7,clip=0.4",
+        "gru,input=3,hidden=4,layers=2,act=Affine:0.1:0.5/Elu:0.5",
+        "rnn_tanh,input=3,hidden=5,act=LeakyRelu:0.1,clip=0.5",
+        "rnn_tanh,input=3,hidden=5,bidirectional,act=HardSigmoid:0.3:0.4",
+        "rnn_tanh,input=3,hidden=4,reverse,act=ScaledTanh:1.5:0.7",
+        "rnn_tanh,input=3,hidden=4,act=Softplus",
+        "rnn_tanh,input=3,hidden=4,layers=2,act=ThresholdedRelu:0.2",
+        "rnn_relu,input=3,hidden=5,layers=2,clip=0.5",
+    )
+]
+
+
+def _seed(text: str) -> int:
+    return zlib.crc32(text.encode())
+
+
+@pytest.mark.parametrize("spec", ACTIVATION_SPECS, ids=str)
+@pytest.mark.parametrize("ragged", [False, True], ids=["full", "ragged"])
+def test_onnx_runtime_computes_what_the_reference_does(spec: RNNSpec, ragged: bool) -> None:
+    weights = RNNWeights.random(spec, seed=_seed(str(spec)), scale=0.8)
+    model = build_stack_model(weights, sequence_lens=ragged)
+    report = parity.check("onnxruntime", OnnxRuntimeRunner(model), weights, shapes=SHAPES, ragged=ragged)
+    assert report, str(report)
+    assert report.worst().max_abs < ATOL
+    # and the file reads back as the same spec and tensors
+    back = rnnx.from_format([n for n in _node_dicts(model)], "onnx")
+    assert back.spec == spec
+    assert all(np.array_equal(back.tensors[k], weights.tensors[k].astype(np.float32)) for k in weights.tensors)
+
+
+def _node_dicts(model: Any) -> list[dict[str, Any]]:
+    from rnnx.formats.onnx_read import recurrent_groups
+
+    (group,) = recurrent_groups(model)
+    return group.layer_dicts()
+
+
+# Each change of a spec that ONNX Runtime must notice: the test of the test.
+MUTATIONS = [
+    ("lstm,input=3,hidden=5,bidirectional,act=HardSigmoid:0.2:0.5/LeakyRelu:0.1/ScaledTanh:1.5:0.7,clip=0.5", {"clip": 0.0}),
+    ("lstm,input=3,hidden=5,bidirectional,act=HardSigmoid:0.2:0.5/LeakyRelu:0.1/ScaledTanh:1.5:0.7,clip=0.5",
+     {"activations": (Activation("HardSigmoid", 0.2, 0.5), Activation("ScaledTanh", 1.5, 0.7), Activation("LeakyRelu", 0.1))}),
+    ("lstm,input=3,hidden=5,act=HardSigmoid:0.2:0.5/Tanh/Tanh", {"activations": (Activation("HardSigmoid", 1 / 6, 0.5), Activation("Tanh"), Activation("Tanh"))}),
+    ("lstm,input=4,hidden=5,layers=2,peepholes,act=Sigmoid/Relu/Elu:0.8,input_forget", {"input_forget": False}),
+    ("gru,input=3,hidden=5,reset_before,act=Sigmoid/ScaledTanh:1.5:0.7,clip=0.4", {"clip": 0.8}),
+    ("gru,input=3,hidden=5,bidirectional,act=HardSigmoid:0.2:0.5/LeakyRelu:0.1,clip=0.6", {"activations": (Activation("HardSigmoid", 0.2, 0.5), Activation("LeakyRelu", 0.3))}),
+    ("rnn_tanh,input=3,hidden=5,act=LeakyRelu:0.1,clip=0.5", {"clip": 0.0}),
+    ("rnn_relu,input=3,hidden=5,layers=2,clip=0.5", {"clip": 0.0}),
+]
+
+
+@pytest.mark.parametrize(("text", "change"), MUTATIONS, ids=lambda v: str(v)[:60])
+def test_a_changed_activation_clip_or_input_forget_fails_parity(text: str, change: dict[str, Any]) -> None:
+    spec = RNNSpec.parse(text)
+    weights = RNNWeights.random(spec, seed=_seed(text), scale=1.5)
+    runner = OnnxRuntimeRunner(build_stack_model(weights))
+    changed = RNNWeights(spec.with_(**change), weights.tensors)
+    report = parity.check("onnxruntime", runner, changed, shapes=[(1, 1), (12, 4)])
+    assert not report and report.worst().max_abs > 1e-3, str(report)
+
+
+def test_clip_bounds_gate_pre_activations_not_the_cell_state() -> None:
+    """ONNX Runtime clips each gate's input and leaves c(t) unclipped before h: a reference
+    that also clipped c (one reading of "applied to the input of activations") fails."""
+    spec = RNNSpec.parse("lstm,input=3,hidden=5,act=Sigmoid/Relu/Tanh,clip=0.4")
+    weights = RNNWeights.random(spec, seed=11, scale=1.5)
+    runner = OnnxRuntimeRunner(build_stack_model(weights))
+    x = np.random.default_rng(5).standard_normal((20, 3, 3))
+    out = runner({"X": x.astype(np.float32), "h0": np.zeros((1, 3, 5), np.float32), "c0": np.zeros((1, 3, 5), np.float32)})
+    ref = reference.forward(weights, x)
+    assert np.abs(ref.c_n).max() > 0.4  # the cell state does leave [-clip, clip]
+    np.testing.assert_allclose(out["c_n"], ref.c_n, atol=ATOL)
+    np.testing.assert_allclose(out["Y"], ref.y, atol=ATOL)
+
+
+def test_convert_writes_activations_and_checks_them(tmp_path: Path) -> None:
+    spec = RNNSpec.parse("gru,input=3,hidden=4,bidirectional,act=HardSigmoid:0.2:0.5/LeakyRelu:0.1,clip=2.5")
+    weights = RNNWeights.random(spec, seed=2)
+    rnnx.save(weights, tmp_path / "w.safetensors")
+    result = convert(tmp_path / "w.safetensors", tmp_path / "w.onnx")
+    assert result.written and result.report
+    (node,) = [n for n in onnx.load(str(tmp_path / "w.onnx")).graph.node if n.op_type == "GRU"]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs["activations"] == [b"HardSigmoid", b"LeakyRelu"] * 2
+    assert np.allclose(attrs["activation_alpha"], [0.2, 0.1] * 2) and np.allclose(attrs["activation_beta"], [0.5] * 2)
+    assert attrs["clip"] == pytest.approx(2.5)
+    assert rnnx.load(tmp_path / "w.onnx").spec == spec
+
+
+@pytest.mark.parametrize("target", ["torch", "cudnn", "jax", "keras"])
+def test_formats_without_activations_refuse_naming_them(target: str) -> None:
+    spec = RNNSpec.parse("lstm,input=3,hidden=4,bidirectional,act=HardSigmoid:0.2:0.5/Tanh/Tanh")
+    reasons = registry.refusals(spec).get(target, [])
+    assert any("HardSigmoid:0.2:0.5" in r for r in reasons), reasons
+    with pytest.raises(RNNXError, match="HardSigmoid:0.2:0.5"):
+        rnnx.to_format(RNNWeights.random(spec, seed=0), target)
+
+
+def test_a_projected_lstm_with_activations_is_refused_for_onnx(tmp_path: Path) -> None:
+    spec = RNNSpec.parse("lstm,input=3,hidden=5,proj=2,clip=1.5")
+    with pytest.raises(RNNXError, match="only the default activations; clip=1.5"):
+        build_stack_model(RNNWeights.random(spec, seed=0))
+
+
+# --- reading what other producers wrote -----------------------------------------------
+
+
+def _lstm_node(**attrs: Any) -> list[dict[str, Any]]:
+    weights = RNNWeights.random(RNNSpec.parse("lstm,input=2,hidden=3,bidirectional"), seed=1)
+    (node,) = rnnx.to_format(weights, "onnx")
+    return [{**node, **attrs}]
+
+
+def test_alpha_and_beta_go_to_the_functions_that_take_them() -> None:
+    nodes = _lstm_node(activations=["HardSigmoid", "Tanh", "LeakyRelu"] * 2, activation_alpha=[0.3, 0.05] * 2, activation_beta=[0.6] * 2)
+    assert rnnx.from_format(nodes, "onnx").spec.activations == (
+        Activation("HardSigmoid", 0.3, 0.6), Activation("Tanh"), Activation("LeakyRelu", 0.05))
+    # ONNX's defaults fill what is left out, where ONNX Runtime agrees on them
+    nodes = _lstm_node(activations=["hardsigmoid", "tanh", "leakyrelu"] * 2)
+    assert str(rnnx.from_format(nodes, "onnx").spec).endswith("act=HardSigmoid:0.2:0.5/Tanh/LeakyRelu:0.01")
+    # one value per function (some tools write that) is read where it cannot be mistaken
+    nodes = _lstm_node(activations=["HardSigmoid", "Tanh", "Tanh"] * 2, activation_alpha=[0.2, 0.2, 0.2] * 2, activation_beta=[0.5, 0.5, 0.5] * 2)
+    assert rnnx.from_format(nodes, "onnx").spec.activations[0] == Activation("HardSigmoid", 0.2, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "needle"),
+    [
+        ({"activations": ["HardSigmoid", "Tanh", "Tanh", "Sigmoid", "Tanh", "Tanh"]}, "the directions use different activations"),
+        ({"activations": ["Sigmoid", "Tanh", "Tanh"]}, "expected 6 (3 per direction, 2 direction(s)), found 3"),
+        ({"activations": ["ScaledTanh", "Tanh", "Tanh"] * 2}, "ScaledTanh takes alpha, but activation_alpha has no value left"),
+        ({"activations": ["Tanh", "LeakyRelu", "Tanh"] * 2, "activation_alpha": [0.0, 0.1, 0.0, 0.0, 0.2, 0.0]},
+         "activation_alpha has 6 values, but the activations"),
+        ({"clip": -1.0}, "clip=-1.0: expected a positive finite threshold"),
+        ({"activations": ["Sigmoid", "Gelu", "Tanh"] * 2}, "activation 'Gelu' is not one of ONNX's"),
+    ],
+)
+def test_what_one_spec_cannot_hold_is_refused(attrs: dict[str, Any], needle: str) -> None:
+    with pytest.raises(RNNXError) as caught:
+        rnnx.from_format(_lstm_node(**attrs), "onnx")
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+# --- ONNX's own node tests -------------------------------------------------------------
+
+
+def _node_cases() -> list[Any]:
+    from onnx.backend.test.case import node as node_cases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = node_cases.collect_testcases(None)
+    return [c for c in cases if any(n.op_type in ("LSTM", "GRU", "RNN") for n in c.model.graph.node)]
+
+
+NODE_CASES = _node_cases()
+
+
+def _frozen(case: Any) -> tuple[Any, dict[str, np.ndarray], list[np.ndarray]]:
+    """The case's model with its weights (graph inputs there) stored as initializers, the
+    remaining inputs, and the expected outputs."""
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    inputs, outputs = case.data_sets[0]
+    node = next(n for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN"))
+    given = dict(zip([i.name for i in model.graph.input], inputs))
+    stored = {node.input[i] for i in (1, 2, 3, 7) if len(node.input) > i and node.input[i]}
+    kept = [i for i in model.graph.input if i.name not in stored]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    model.graph.initializer.extend(numpy_helper.from_array(np.asarray(given[n]), n) for n in stored)
+    return model, {k: v for k, v in given.items() if k not in stored}, list(outputs)
+
+
+def _expected(case: Any, model: Any, outputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The node's expected outputs in rnnx's layout: Y (seq, batch, dirs*hidden), h_n."""
+    node = next(n for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN"))
+    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+    named = dict(zip([o for o in node.output if o], outputs))
+    found: dict[str, np.ndarray] = {}
+    if "Y" in named:
+        y = named["Y"]  # (seq, dirs, batch, H), or (batch, seq, dirs, H) with layout 1
+        y = y.reshape(*y.shape[:2], -1) if layout else y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+        found["Y"] = y
+    for name, key in (("Y_h", "h_n"), ("Y_c", "c_n")):
+        if name in named:
+            found[key] = named[name].transpose(1, 0, 2) if layout else named[name]  # (batch, dirs, H) with layout 1
+    return found
+
+
+@pytest.mark.parametrize("case", NODE_CASES, ids=lambda c: c.name)
+def test_onnx_node_tests_reproduce_after_reading_and_after_convert(case: Any, tmp_path: Path) -> None:
+    model, given, outputs = _frozen(case)
+    node = next(n for n in model.graph.node if n.op_type in ("LSTM", "GRU", "RNN"))
+    batch_first = bool(next((a.i for a in node.attribute if a.name == "layout"), 0))
+    names = list(node.input) + [""] * 8
+    x, seq, h0, c0 = (given.get(names[i]) if names[i] else None for i in (0, 4, 5, 6))
+    path = tmp_path / f"{case.name}.onnx"
+    onnx.save(model, str(path))
+    expected = _expected(case, model, outputs)
+
+    weights = rnnx.load(path)
+    ref = reference.forward(weights, x, h0=h0, c0=c0, seq_lens=seq, batch_first=batch_first)
+    produced = {"Y": ref.y, "h_n": ref.h_n, "c_n": ref.c_n}
+    for key, want in expected.items():
+        np.testing.assert_allclose(produced[key], want, atol=1e-5, err_msg=f"reference {key}")
+
+    out = tmp_path / f"{case.name}.converted.onnx"
+    result = convert(path, out, to_format="onnx", batch_first=batch_first, seq_lens=seq is not None)
+    assert result.written and result.report
+    feeds: dict[str, np.ndarray] = {"X": x.astype(np.float32)}
+    L = weights.spec.num_directions
+    B = x.shape[0] if batch_first else x.shape[1]
+    feeds["h0"] = (h0 if h0 is not None else np.zeros((L, B, weights.spec.hidden_size))).astype(np.float32)
+    if weights.spec.cell == "lstm":
+        feeds["c0"] = (c0 if c0 is not None else np.zeros((L, B, weights.spec.hidden_size))).astype(np.float32)
+    if seq is not None:
+        feeds["seq_lens"] = np.asarray(seq, np.int32)
+    ran = OnnxRuntimeRunner(out)(feeds)
+    for key, want in expected.items():
+        np.testing.assert_allclose(ran[key], want, atol=1e-5, err_msg=f"converted file in ONNX Runtime, {key}")
