@@ -262,3 +262,37 @@ def test_onnx_node_tests_reproduce_after_reading_and_after_convert(case: Any, tm
     ran = OnnxRuntimeRunner(out)(feeds)
     for key, want in expected.items():
         np.testing.assert_allclose(ran[key], want, atol=1e-5, err_msg=f"converted file in ONNX Runtime, {key}")
+
+
+# --- files from the wild: Keras 2's hard_sigmoid, as tf_keras recorded it ----------------
+
+WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
+KERAS2_HARD_SIGMOID = [
+    ("t2o_k2_lstm_hard_sigmoid.onnx", "lstm,input=3,hidden=4,act=HardSigmoid:0.2:0.5/Tanh/Tanh"),  # tf2onnx 1.17: a native LSTM, no alpha given
+    ("k2_lstm_hard_sigmoid.model.h5", "lstm,input=4,hidden=4,act=HardSigmoid:0.2:0.5/Tanh/Tanh"),  # tf_keras model.save
+]
+
+
+@pytest.mark.parametrize(("name", "text"), KERAS2_HARD_SIGMOID, ids=[n for n, _ in KERAS2_HARD_SIGMOID])
+def test_keras2_hard_sigmoid_reproduces_tf_keras_in_the_reference_and_onnx_runtime(name: str, text: str, tmp_path: Path) -> None:
+    path = WILD / name
+    recorded = np.load(WILD / (name.split(".")[0] + ".npz"))
+    weights = rnnx.load(path)
+    assert weights.spec == RNNSpec.parse(text)
+    out = tmp_path / "converted.onnx"
+    assert convert(path, out, batch_first=True).written
+    runner = OnnxRuntimeRunner(out)
+    keras3 = RNNWeights(weights.spec.with_(activations=(Activation("HardSigmoid", 1 / 6, 0.5), *weights.spec.activations[1:])), weights.tensors)
+    for batch in ("b1", "b3"):
+        x, y = recorded[f"x_{batch}"], recorded[f"y_{batch}"]
+        np.testing.assert_allclose(reference.forward(weights, x, batch_first=True).y, y, atol=1e-5)
+        zeros = np.zeros((1, x.shape[0], 4), np.float32)
+        np.testing.assert_allclose(runner({"X": x.astype(np.float32), "h0": zeros, "c0": zeros})["Y"], y, atol=1e-5)
+        # Keras 3's hard_sigmoid (x/6 + 0.5) on the same weights is far off: the mapping matters
+        assert np.abs(reference.forward(keras3, x, batch_first=True).y - y).max() > 1e-2
+    if path.suffix == ".onnx":  # the producer's own file, run as it is, agrees too (ONNX Runtime's default alpha and beta)
+        from onnxruntime import InferenceSession
+
+        session = InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        x = recorded["x_b3"].astype(np.float32)
+        np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x})[0], recorded["y_b3"], atol=1e-5)
