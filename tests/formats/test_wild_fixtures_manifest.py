@@ -89,11 +89,15 @@ def test_keras2_h5_holds_the_layers_and_weight_shapes_its_entry_names(name: str)
             group = weights[layer["name"]]
             names = [n.decode() if isinstance(n, bytes) else n for n in group.attrs["weight_names"]]
             shapes = [group[n].shape for n in names]
-            cls = layer.get("wraps", layer["cls"])
-            g, h = GATES[cls], layer["units"]
+            cls, h = layer.get("wraps", layer["cls"]), layer["units"]
+            if cls == "Dense":
+                assert shapes == [(width, h), (h,)][: 2 if layer["use_bias"] else 1], (layer["name"], shapes)
+                width = h
+                continue
+            g = GATES[cls]
             bias = {"LSTM": (4 * h,), "CuDNNLSTM": (8 * h,), "CuDNNGRU": (6 * h,), "SimpleRNN": (h,),
                     "GRU": (2, 3 * h) if layer.get("reset_after") else (3 * h,)}[cls]
-            one_direction = [(width, g * h), (h, g * h), bias]
+            one_direction = [(width, g * h), (h, g * h), bias][: 3 if layer.get("use_bias", True) else 2]
             assert shapes == one_direction * (2 if layer["cls"] == "Bidirectional" else 1), (layer["name"], shapes)
             width = _out_width(layer)
 
@@ -176,6 +180,8 @@ def _keras3_layer(layer: dict, keras2_hard_sigmoid: bool = True):
         kw["recurrent_activation"] = _keras2_hard_sigmoid if recurrent == "hard_sigmoid" and keras2_hard_sigmoid else recurrent
     if layer["cls"] == "CuDNNGRU":
         kw["reset_after"] = True
+    if cls == "Dense":
+        kw.pop("return_sequences", None)
     made = getattr(keras.layers, cls)(**kw)
     return keras.layers.Bidirectional(made, merge_mode=layer["merge_mode"]) if layer["cls"] == "Bidirectional" else made
 
