@@ -6,8 +6,8 @@ Rules, per lowered node and direction:
   the loop, against the gate-stacked input matrix in cuDNN's gate order (LSTM i,f,g,o;
   GRU r,z,n), with every bias that can be folded in;
 - the Scan body holds only the recurrent product, the gates, the state update and, for a
-  projected LSTM, the projection; peepholes, GRU reset modes and RNN activations as the
-  node says;
+  projected LSTM, the projection; peepholes, GRU reset modes, activations (with alpha
+  and beta), clip and input_forget as the node says;
 - ragged batches are masked inside the body: past a sequence's end its state stays and its
   output is zero, and the reverse direction starts at each sequence's own end;
 - outputs keep the node's contract: Y (seq, dirs, batch, size), Y_h, Y_c; the
@@ -35,7 +35,7 @@ from rnnx.formats.onnx_read import node_attributes, read_lowered
 from rnnx.layouts import onnx as onnx_layout
 from rnnx.layouts.onnx import LOWERED_KEY, PROJECTED_LSTM_INPUTS, SCAN_GATE_ORDER
 from rnnx.pass_result import Declined, PassResult
-from rnnx.spec import RNNSpec
+from rnnx.spec import Activation
 from rnnx.weights import RNNWeights
 
 DOMAIN = "rnnx.lower"
@@ -74,6 +74,24 @@ class _Builder:
         self.nodes.append(self.helper.make_node(op_type, inputs, [self.prefix + output], **attrs))
         return self.prefix + output
 
+    def activate(self, activation: Activation, x: str, output: str) -> str:
+        """``activation`` of ``x`` as ONNX ops: its own operator where ONNX has one (with alpha
+        and beta as attributes), Affine and ScaledTanh from Mul, Add and Tanh."""
+        name, alpha, beta = activation.name, activation.alpha, activation.beta
+        if name == "Affine":
+            return self.op("Add", [self.op("Mul", [x, self.const(output + "_alpha", alpha)], output + "_ax"), self.const(output + "_beta", beta)], output)
+        if name == "ScaledTanh":
+            inner = self.op("Tanh", [self.op("Mul", [x, self.const(output + "_beta", beta)], output + "_bx")], output + "_t")
+            return self.op("Mul", [inner, self.const(output + "_alpha", alpha)], output)
+        attrs = {k: v for k, v in (("alpha", alpha), ("beta", beta)) if v is not None}
+        return self.op(name, [x], output, **attrs)
+
+    def clip(self, bound: float, x: str, output: str) -> str:
+        """``x`` bounded to [-bound, bound]; ``x`` itself when there is no bound."""
+        if not bound:
+            return x
+        return self.op("Clip", [x, self.const(output + "_lo", -bound), self.const(output + "_hi", bound)], output)
+
 
 def _body(weights: RNNWeights, layer: int, direction: str, p: str, elem: int) -> tuple[Any, list[Any]]:
     """The Scan body of one direction, and the constants it reads from the outer scope."""
@@ -91,6 +109,10 @@ def _body(weights: RNNWeights, layer: int, direction: str, p: str, elem: int) ->
         return p + name
 
     h, xw, m = p + "h", p + "xw_t", p + "m_t"
+    # ONNX's slots: f for the gates, g for the candidate, h for the cell output
+    acts = spec.activation_functions
+    act_f, act_g, act_h = acts[0], acts[min(1, len(acts) - 1)], acts[-1]
+    clip = spec.clip
     state_in = [h]
     if spec.cell == "lstm":
         c = p + "c"
@@ -103,11 +125,17 @@ def _body(weights: RNNWeights, layer: int, direction: str, p: str, elem: int) ->
         if spec.peepholes:
             for g in ("i", "f"):
                 gate[g] = b.op("Add", [gate[g], b.op("Mul", [c, outer_const(f"P{g}", weights.get(layer, direction, "P", g))], f"pc_{g}")], f"pre2_{g}")
-        i, f = b.op("Sigmoid", [gate["i"]], "i"), b.op("Sigmoid", [gate["f"]], "f")
-        c_new = b.op("Add", [b.op("Mul", [f, c], "fc"), b.op("Mul", [i, b.op("Tanh", [gate["g"]], "g")], "ig")], "c_new")
+        i = b.activate(act_f, b.clip(clip, gate["i"], "clip_i"), "i")
+        if spec.input_forget:  # coupled gates: f = 1 - i, the forget weights unused
+            f = b.op("Sub", [b.const("one_f", 1.0), i], "f")
+        else:
+            f = b.activate(act_f, b.clip(clip, gate["f"], "clip_f"), "f")
+        g = b.activate(act_g, b.clip(clip, gate["g"], "clip_g"), "g")
+        c_new = b.op("Add", [b.op("Mul", [f, c], "fc"), b.op("Mul", [i, g], "ig")], "c_new")
         if spec.peepholes:
             gate["o"] = b.op("Add", [gate["o"], b.op("Mul", [c_new, outer_const("Po", weights.get(layer, direction, "P", "o"))], "pc_o")], "pre2_o")
-        h_new = b.op("Mul", [b.op("Sigmoid", [gate["o"]], "o"), b.op("Tanh", [c_new], "tc")], "h_full")
+        o = b.activate(act_f, b.clip(clip, gate["o"], "clip_o"), "o")
+        h_new = b.op("Mul", [o, b.activate(act_h, c_new, "tc")], "h_full")  # c itself is not clipped (ONNX Runtime)
         if spec.proj_size:
             h_new = b.op("MatMul", [h_new, outer_const("Pt", weights.proj(layer, direction).T)], "h_proj")
         updates = [(h_new, h), (c_new, c)]
@@ -119,19 +147,19 @@ def _body(weights: RNNWeights, layer: int, direction: str, p: str, elem: int) ->
         b.nodes.extend(_split(xw, [xr, xz, xn], H))
         hr, hz = p + "h_r", p + "h_z"
         b.nodes.extend(_split(b.op("MatMul", [h, Rt_rz], "hrz"), [hr, hz], H))
-        r = b.op("Sigmoid", [b.op("Add", [xr, hr], "pre_r")], "r")
-        z = b.op("Sigmoid", [b.op("Add", [xz, hz], "pre_z")], "z")
+        r = b.activate(act_f, b.clip(clip, b.op("Add", [xr, hr], "pre_r"), "clip_r"), "r")
+        z = b.activate(act_f, b.clip(clip, b.op("Add", [xz, hz], "pre_z"), "clip_z"), "z")
         if spec.reset_after:
             hn = b.op("Mul", [r, b.op("Add", [b.op("MatMul", [h, Rt_n], "hn0"), bR_n], "hn1")], "hn")
         else:
             hn = b.op("Add", [b.op("MatMul", [b.op("Mul", [r, h], "rh"), Rt_n], "hn0"), bR_n], "hn")
-        n = b.op("Tanh", [b.op("Add", [xn, hn], "pre_n")], "n")
+        n = b.activate(act_g, b.clip(clip, b.op("Add", [xn, hn], "pre_n"), "clip_n"), "n")
         h_new = b.op("Add", [n, b.op("Mul", [z, b.op("Sub", [h, n], "h_minus_n")], "zd")], "h_new")  # (1-z)*n + z*h
         updates = [(h_new, h)]
     else:
         Rt = outer_const("Rt", weights.stacked(layer, direction, "R", ["h"]).T)
         pre = b.op("Add", [xw, b.op("MatMul", [h, Rt], "hr")], "pre")
-        h_new = b.op("Tanh" if spec.cell == "rnn_tanh" else "Relu", [pre], "h_new")
+        h_new = b.activate(act_f, b.clip(clip, pre, "clip_pre"), "h_new")
         updates = [(h_new, h)]
     outs = [b.op("Where", [m, new, old], f"{old[len(p):]}_out") for new, old in updates]
     outs.append(b.op("Mul", [updates[0][0], b.op("Cast", [m], "m_f", to=elem)], "y_t"))
@@ -160,22 +188,12 @@ def _hoisted_bias(weights: RNNWeights, layer: int, direction: str) -> np.ndarray
     return np.concatenate(parts)
 
 
-def refusals(spec: RNNSpec) -> list[str]:
-    """Why the Scans rnnx lowers to cannot compute ``spec`` (empty when they can)."""
-    if spec.uses_default_activations:
-        return []
-    return [f"rnnx's Scans compute only the default activations; {spec.activation_text} is not lowered"]
-
-
 def lower_layer(weights: RNNWeights, layer: int, names: dict[str, str], outputs: list[str], prefix: str, elem: int, merged_y: bool) -> list[Any]:
     """Nodes computing one layer (all its directions) as Scans; ``names`` maps X, seq_lens,
     h0, c0 to tensor names ('' when absent); ``outputs`` are Y, Y_h, Y_c ('' when unused)."""
     from onnx import TensorProto
 
     spec = weights.spec
-    reasons = refusals(spec)
-    if reasons:
-        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; a projected LSTM with them has no ONNX form rnnx can write")
     order = _order(spec.cell)
     b = _Builder(prefix, elem)
     shape = b.op("Shape", [names["X"]], "shape")
@@ -261,13 +279,6 @@ def _lower_graph(model: Any, want: Any) -> LowerResult:
             if node.op_type == LSTM_PROJECTED:
                 raise
             result.left_alone.append(Declined("lower.stored_weights", str(exc), node.name))
-            new_nodes.append(node)
-            continue
-        reasons = refusals(weights.spec)
-        if reasons:
-            if node.op_type == LSTM_PROJECTED:
-                raise RNNXError(f"node {node.name!r}: {'; '.join(reasons)}")
-            result.left_alone.append(Declined("lower.activations", "; ".join(reasons), node.name))
             new_nodes.append(node)
             continue
         ins = dict(zip(INPUTS, list(node.input) + [""] * len(INPUTS)))

@@ -139,10 +139,39 @@ def test_formats_without_activations_refuse_naming_them(target: str) -> None:
         rnnx.to_format(RNNWeights.random(spec, seed=0), target)
 
 
-def test_a_projected_lstm_with_activations_is_refused_for_onnx(tmp_path: Path) -> None:
-    spec = RNNSpec.parse("lstm,input=3,hidden=5,proj=2,clip=1.5")
-    with pytest.raises(RNNXError, match="only the default activations; clip=1.5"):
-        build_stack_model(RNNWeights.random(spec, seed=0))
+SCAN_SPECS = [
+    RNNSpec.parse(s)
+    for s in (
+        "lstm,input=3,hidden=5,proj=2,act=HardSigmoid:0.2:0.5/LeakyRelu:0.1/ScaledTanh:1.5:0.7,clip=0.5",
+        "lstm,input=3,hidden=5,layers=2,bidirectional,proj=3,peepholes,act=Sigmoid/Relu/Elu:0.8,input_forget",
+        "lstm,input=3,hidden=4,act=Affine:0.3:0.4/ThresholdedRelu:0.1/Softsign,clip=0.7",
+        "gru,input=3,hidden=5,bidirectional,act=HardSigmoid:0.2:0.5/Softplus,clip=0.6",
+        "gru,input=3,hidden=5,reset_before,act=Sigmoid/ScaledTanh:1.5:0.7,clip=0.4",
+        "rnn_tanh,input=3,hidden=5,reverse,act=LeakyRelu:0.1,clip=0.5",
+    )
+]
+
+
+@pytest.mark.parametrize("spec", SCAN_SPECS, ids=str)
+def test_scans_compute_activations_clip_and_input_forget(spec: RNNSpec, tmp_path: Path) -> None:
+    """A projected LSTM is written as Scans, and lowering turns native nodes into Scans: both
+    compute the spec's functions, which ONNX Runtime shows; a changed clip or function fails."""
+    from rnnx.graphs.lower import lower_recurrences
+
+    weights = RNNWeights.random(spec, seed=_seed(str(spec)), scale=1.2)
+    model = build_stack_model(weights, sequence_lens=True)
+    if not spec.proj_size:
+        assert lower_recurrences(model).rewritten
+    assert not any(n.op_type in ("LSTM", "GRU", "RNN") for n in model.graph.node)
+    runner = OnnxRuntimeRunner(model)
+    report = parity.check("onnxruntime", runner, weights, shapes=SHAPES, ragged=True)
+    assert report and report.worst().max_abs < ATOL, str(report)
+    changed = spec.with_(clip=spec.clip * 2) if spec.clip else spec.with_(input_forget=False)
+    assert not parity.check("onnxruntime", runner, RNNWeights(changed, weights.tensors), shapes=[(12, 4)])
+    if spec.num_layers == 1:  # read back from the Scans' constants and the lowering's record
+        onnx.save(model, str(tmp_path / "scans.onnx"))
+        back = rnnx.load(tmp_path / "scans.onnx")
+        assert back.spec == spec.with_(bias=back.spec.bias)
 
 
 # --- reading what other producers wrote -----------------------------------------------
