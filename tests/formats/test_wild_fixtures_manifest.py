@@ -45,7 +45,7 @@ def test_manifest_lists_every_file_with_its_checksum_and_the_set_stays_small() -
     for name, entry in FILES.items():
         assert hashlib.sha256((WILD / name).read_bytes()).hexdigest() == entry["sha256"], name
     assert sum(p.stat().st_size for p in WILD.iterdir()) < 2 * 1024 * 1024
-    assert len(H5) >= 20 and len(ONNX) >= 18
+    assert len(H5) >= 20 and len(ONNX) >= 21
 
 
 @pytest.mark.parametrize("name", sorted(FILES))
@@ -56,9 +56,14 @@ def test_recorded_arrays_have_the_shapes_the_described_model_gives(name: str) ->
     for tag, batch in BATCHES.items():
         x, y = arrays[f"x_{tag}"], arrays[f"y_{tag}"]
         assert x.dtype == y.dtype == np.float32
-        assert x.shape[0] == batch and x.shape[2] == entry["input_size"] and 1 <= x.shape[1] <= 6
-        seq = (x.shape[1],) if last.get("return_sequences", True) else ()
-        assert y.shape == (batch, *seq, _out_width(last))
+        if entry.get("step"):  # one cell step: no time axis
+            assert x.shape == y.shape == (batch, entry["input_size"]) and entry["input_size"] == last["units"]
+        else:
+            assert x.shape[0] == batch and x.shape[2] == entry["input_size"] and 1 <= x.shape[1] <= 6
+            seq = (x.shape[1],) if last.get("return_sequences", True) else ()
+            assert y.shape == (batch, *seq, _out_width(last))
+        for state in entry.get("initial_state") or ():
+            assert arrays[f"{state}_{tag}"].shape == (batch, last["units"])
         assert np.isfinite(y).all() and np.abs(y).max() > 0.05  # an all-zero output would prove nothing
 
 
@@ -102,12 +107,13 @@ def test_keras2_h5_holds_the_layers_and_weight_shapes_its_entry_names(name: str)
             width = _out_width(layer)
 
 
-def _run(path: Path, entry: dict, arrays: dict[str, np.ndarray], tag: str) -> np.ndarray:
+def _run(path: Path, entry: dict, arrays: dict[str, np.ndarray], tag: str, key: str = "y") -> np.ndarray:
+    """ONNX Runtime's value of one recorded output (``y``; ``c1`` for an LSTM cell step)."""
     ort = pytest.importorskip("onnxruntime")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    feeds = {graph_name: arrays[f"{key}_{tag}"] for key, graph_name in entry.get("inputs", {"x": entry["input_name"]}).items()}
+    feeds = {graph_name: arrays[f"{k}_{tag}"] for k, graph_name in entry.get("inputs", {"x": entry["input_name"]}).items()}
     assert sorted(feeds) == sorted(i.name for i in session.get_inputs())
-    return session.run([entry["output_name"]], feeds)[0]
+    return session.run([entry.get("output_names", {"y": entry["output_name"]})[key]], feeds)[0]
 
 
 @pytest.mark.parametrize("name", ONNX)
@@ -133,7 +139,8 @@ def test_onnx_fixture_has_its_recorded_ops_and_runs_to_its_producers_outputs(nam
             err = float(np.abs(got - arrays[f"y_producer_float_{tag}"]).max())
             assert 1e-4 < err <= entry["max_abs_error_vs_float"] + 1e-7 and err < 0.25  # int8 moved it, but not far
         else:
-            np.testing.assert_allclose(got, arrays[f"y_{tag}"], rtol=0, atol=FLOAT_ATOL)
+            for key in entry.get("output_names", {"y": None}):
+                np.testing.assert_allclose(_run(WILD / name, entry, arrays, tag, key), arrays[f"{key}_{tag}"], rtol=0, atol=FLOAT_ATOL)
 
 
 def test_a_file_with_two_gates_swapped_misses_the_recorded_outputs(tmp_path: Path) -> None:

@@ -250,6 +250,46 @@ def tf2onnx_group(out: Path, manifest: dict) -> None:
         _convert(out, manifest, name, model, specs, arrays, {**producer, **made_by["keras3"]}, input_size,
                  "initial states are graph inputs; their npz arrays are named after them", "keras3", states)
 
+    # One step of a cell with the state as graph inputs and outputs, as a streaming model ships it;
+    # input size equals hidden size, so shapes alone cannot tell the input from the state.
+    for name, cell_cls, units in (("t2o_lstm_cell_step", "LSTMCell", 4), ("t2o_gru_cell_step", "GRUCell", 4),
+                                  ("t2o_simplernn_cell_step", "SimpleRNNCell", 5)):
+        keras.utils.set_random_seed(seed_of(name))
+        cell = getattr(K3, cell_cls)(units, name=cell_cls.lower())
+        cell.build((None, units))
+        randomize([cell], name)
+        states = ["h0", "c0"] if cell_cls == "LSTMCell" else ["h0"]
+        rng = np.random.default_rng(seed_of("x:" + name))
+        arrays = {}
+        for tag, (batch, _) in BATCHES.items():
+            for key in ("x", *states):
+                arrays[f"{key}_{tag}"] = (1.2 * rng.standard_normal((batch, units))).astype(np.float32)
+            h, new_states = cell(arrays[f"x_{tag}"], [arrays[f"{s}_{tag}"] for s in states])
+            arrays[f"y_{tag}"] = keras.ops.convert_to_numpy(h)
+            if cell_cls == "LSTMCell":
+                arrays[f"c1_{tag}"] = keras.ops.convert_to_numpy(new_states[1])
+        specs = [tf.TensorSpec([None, units], tf.float32, name=k) for k in ("x", *states)]
+
+        @tf.function(input_signature=specs)
+        def step(*inputs, cell=cell, lstm=cell_cls == "LSTMCell"):
+            h, new_states = cell(inputs[0], list(inputs[1:]))
+            return (h, new_states[1]) if lstm else h
+
+        path = out / f"{name}.onnx"
+        onnx_model, _ = tf2onnx.convert.from_function(step, input_signature=specs, opset=OPSET, output_path=str(path))
+        np.savez(out / f"{name}.npz", **arrays)
+        graph_outputs = [o.name for o in onnx_model.graph.output]
+        cfg = cell.get_config()
+        manifest[path.name] = {**producer, **made_by["keras3"], "format": "onnx", "opset": OPSET, "input_size": units, "step": True,
+                               "layers": [{"cls": cell_cls, "name": cell.name, "units": units,
+                                           **{k: cfg[k] for k in ("activation", "recurrent_activation", "use_bias", "reset_after") if k in cfg}}],
+                               "input_name": "x", "inputs": dict(zip(["x", *states], [i.name for i in onnx_model.graph.input])),
+                               "output_name": graph_outputs[0], "output_names": dict(zip(["y", "c1"], graph_outputs)),
+                               "outputs": f"{name}.npz", "outputs_from": "Keras 3 (TensorFlow backend) itself, not ONNX Runtime",
+                               "initial_state": states, "note": "one cell step, x (batch, input) with input == hidden; y is the new h"
+                               + (", c1 the new c" if cell_cls == "LSTMCell" else ""),
+                               **op_summary(onnx_model), "sha256": sha256(path)}
+
 
 def _convert(out: Path, manifest: dict, name: str, model, specs: list, arrays: dict, producer: dict, input_size: int,
              note: str, framework: str, states: list[str] | None = None) -> None:
