@@ -12,7 +12,9 @@ TensorRT's parser refuse layout 1.
 Activations: a node's ``activations`` lists each direction's functions in turn (LSTM f, g,
 h; GRU f, g; RNN f). ``activation_alpha`` and ``activation_beta`` are handed out in order to
 the functions that take one, as ONNX Runtime reads them; rnnx writes every value, so no
-reader falls back to a default (ONNX Runtime's RNN kernel uses 0 where ONNX says 0.01).
+reader falls back to a default. Left out, ONNX's defaults are its operators' (LeakyRelu 0.01,
+HardSigmoid 0.2/0.5, Elu 1), which ONNX Runtime shares; for Affine, ThresholdedRelu and
+ScaledTanh ONNX Runtime uses 0 instead, so rnnx refuses a file that leaves theirs out.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from rnnx import RNNSpec, RNNWeights, RNNXError, parity, reference
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.formats import registry
 from rnnx.formats.onnx_build import build_stack_model
+from rnnx.layouts.onnx import node_activations
 from rnnx.pipelines.convert import convert
 from rnnx.spec import Activation
 from tests.helpers import SHAPES
@@ -325,3 +326,36 @@ def test_keras2_hard_sigmoid_reproduces_tf_keras_in_the_reference_and_onnx_runti
         session = InferenceSession(str(path), providers=["CPUExecutionProvider"])
         x = recorded["x_b3"].astype(np.float32)
         np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x})[0], recorded["y_b3"], atol=1e-5)
+
+
+def _run_single_node(op: str, acts: list[str], **attrs: Any) -> np.ndarray:
+    from onnxruntime import InferenceSession
+
+    rng = np.random.default_rng(_seed(op + "".join(acts)))
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    W, R = (rng.standard_normal((1, gates * 3, n)).astype(np.float32) for n in (2, 3))
+    node = helper.make_node(op, ["X", "W", "R"], ["Y"], hidden_size=3, activations=acts, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [6, 2, 2])],
+                              [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(W, "W"), numpy_helper.from_array(R, "R")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"X": 2 * rng.standard_normal((6, 2, 2)).astype(np.float32)})[0]
+
+
+@pytest.mark.parametrize("op", ["LSTM", "RNN"])
+def test_onnx_runtime_defaults_are_why_some_missing_values_are_refused(op: str) -> None:
+    """Left out, LeakyRelu's alpha is 0.01 in ONNX and in ONNX Runtime alike, so rnnx reads it;
+    ThresholdedRelu's is 1 by ONNX's operator but 0 in ONNX Runtime, so rnnx refuses the file."""
+    def acts(name: str) -> list[str]:
+        return [name] if op == "RNN" else ["Sigmoid", name, "Tanh"]
+
+    leaky = _run_single_node(op, acts("LeakyRelu"))
+    assert np.allclose(leaky, _run_single_node(op, acts("LeakyRelu"), activation_alpha=[0.01]))
+    assert not np.allclose(leaky, _run_single_node(op, acts("LeakyRelu"), activation_alpha=[0.0]))
+    thresholded = _run_single_node(op, acts("ThresholdedRelu"))
+    assert np.allclose(thresholded, _run_single_node(op, acts("ThresholdedRelu"), activation_alpha=[0.0]))
+    assert not np.allclose(thresholded, _run_single_node(op, acts("ThresholdedRelu"), activation_alpha=[1.0]))
+    slots, dirs = (1, 1) if op == "RNN" else (3, 1)
+    with pytest.raises(RNNXError, match="ThresholdedRelu takes alpha"):
+        node_activations({"activations": acts("ThresholdedRelu")}, slots, dirs, "node")
