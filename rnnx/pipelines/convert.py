@@ -30,6 +30,7 @@ from rnnx.spec import RNNSpec
 from rnnx.tolerance import Tolerances
 from rnnx.weights import RNNWeights
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.engines.flax import FlaxRunner
 from rnnx.engines.jax import JaxRunner
 from rnnx.engines.keras import KerasRunner
 from rnnx.engines.torch import TorchRunner
@@ -89,10 +90,12 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
             if "does not support" not in str(exc) or weights.dtype == np.float32:
                 raise
             why = f"ONNX Runtime has no {weights.dtype.name} kernel for this {weights.spec.cell.upper().split('_')[0]} on the CPU"
-    if fmt_name in ("jax", "keras"):  # run by the framework that owns the format, where installed
+    if fmt_name in ("jax", "keras", "flax"):  # run by the framework that owns the format, where installed
         try:
             if fmt_name == "jax":
                 return parity.check("jax", JaxRunner(path, weights.spec), weights, ragged=True, tolerances=tolerances)
+            if fmt_name == "flax":
+                return parity.check("flax", FlaxRunner(path, weights.spec), weights, tolerances=tolerances)
 
             return parity.check("keras", KerasRunner(path, weights.spec), weights, tolerances=tolerances)
         except RNNXError as exc:
