@@ -129,7 +129,8 @@ def write(weights: RNNWeights, path: Path) -> None:
         # Checked before the rename: what was written reads back to weights that compute the
         # same outputs (biases that only add were folded into one, so not the same tensors).
         back = from_group(select_group(read_tree(tmp), None, where=str(path)), weights.spec)
-        report = parity.check("flax file", lambda inputs: parity.reference_outputs(back, inputs), weights, shapes=((3, 2),))
+        dtype = weights.dtype.name if weights.dtype.name in ("float16", "float64") else "float32"
+        report = parity.check("flax file", lambda inputs: parity.reference_outputs(back, inputs), weights, shapes=((3, 2),), dtype=dtype)
         if not report:
             raise AssertionError(f"{path}: the written Flax file does not compute what the weights do: {report}")
 

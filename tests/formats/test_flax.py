@@ -8,9 +8,12 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rnnx
-from rnnx import RNNSpec, RNNWeights, RNNXError, parity
+from rnnx import RNNSpec, RNNWeights, RNNXError, formats, parity
+from tests.test_spec import specs
 
 flax = pytest.importorskip("flax")
 jax = pytest.importorskip("jax")
@@ -310,6 +313,49 @@ def test_a_stack_of_layers_is_read_one_layer_at_a_time(tmp_path) -> None:
         rnnx.to_format(RNNWeights.random(RNNSpec.parse("lstm,input=3,hidden=4,layers=2")), "flax")
 
 
+# --- round trips over generated specs -------------------------------------------------
+
+
+def _flax_spec(spec: RNNSpec) -> RNNSpec:
+    """The generated spec cut down to what Flax holds: one layer with biases, no projection or peepholes."""
+    return spec.with_(num_layers=1, bias=True, proj_size=0, peepholes=False, reset_after=True)
+
+
+FLAX_SPECS = st.one_of(specs(), specs().map(_flax_spec))  # half refused somewhere, half held
+
+
+@given(spec=FLAX_SPECS, seed=st.integers(0, 2**16), dtype=st.sampled_from([np.float32, np.float64, np.float16]),
+       flavor=st.sampled_from(["linen", "nnx"]))
+@settings(max_examples=60, deadline=None)
+def test_native_round_trip(spec: RNNSpec, seed: int, dtype: type, flavor: str) -> None:
+    """Flax keeps one bias where we keep two (except GRU n): writing what was read gives the
+    same tree; what cannot be held is refused, never altered."""
+    weights = RNNWeights.random(spec, seed=seed, dtype=dtype)
+    refusals = formats.get("flax").refusals(spec)
+    if refusals or (flavor == "nnx" and spec.cell == "gru"):
+        with pytest.raises(RNNXError):
+            rnnx.to_format(weights, "flax", flavor=flavor)
+        return
+    native = rnnx.to_format(weights, "flax", flavor=flavor)
+    back = rnnx.from_format(native, "flax", spec=spec)
+    again = rnnx.to_format(back, "flax", flavor=flavor)
+    flat, flat_again = jax.tree_util.tree_leaves_with_path(native), jax.tree_util.tree_leaves_with_path(again)
+    assert [p for p, _ in flat] == [p for p, _ in flat_again]
+    assert all(a.dtype == b.dtype == dtype and a.tobytes() == b.tobytes() for (_, a), (_, b) in zip(flat, flat_again))
+
+
+@given(spec=specs().map(_flax_spec), seed=st.integers(0, 2**16))
+@settings(max_examples=25, deadline=None)
+def test_file_round_trip(tmp_path_factory: pytest.TempPathFactory, spec: RNNSpec, seed: int) -> None:
+    if formats.get("flax").refusals(spec):
+        return
+    weights = RNNWeights.random(spec, seed=seed)
+    path = tmp_path_factory.mktemp("flax") / "w.msgpack"
+    rnnx.save(weights, path)
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(
+        lambda a, b: a.tobytes() == b.tobytes(), rnnx.to_format(rnnx.load(path, spec=spec), "flax"), rnnx.to_format(weights, "flax")))
+
+
 # --- a planted error fails, refusals and hostile files ----------------------------------
 
 
@@ -344,7 +390,7 @@ def test_a_swapped_gate_in_the_layout_fails_against_flax(monkeypatch) -> None:
 def test_refusals(text: str, fragment: str) -> None:
     with pytest.raises(RNNXError, match=fragment):
         rnnx.to_format(RNNWeights.random(RNNSpec.parse(text)), "flax")
-    assert fragment.split()[0] in " ".join(rnnx.formats.get("flax").refusals(RNNSpec.parse(text)))
+    assert fragment.split()[0] in " ".join(formats.get("flax").refusals(RNNSpec.parse(text)))
 
 
 def test_non_default_activations_are_refused() -> None:
@@ -387,6 +433,28 @@ def test_flax_file_converted_to_onnx_runs_in_onnx_runtime_as_in_flax(tmp_path) -
     convert(source, tmp_path / "gru.onnx")
     weights = rnnx.load(source)
     _against(OnnxRuntimeRunner(tmp_path / "gru.onnx"), _run_linen(module, variables, spec), weights, 62)
+
+
+def test_convert_runs_the_written_file_in_flax_and_a_wrong_gate_order_fails(tmp_path) -> None:
+    """convert's check of a .msgpack is Flax loading it with from_bytes and running it: with
+    linen GRUCell's r and z denses swapped in the layout it must fail and leave nothing behind."""
+    import json
+
+    from tests.helpers import convert_as_shipped_and_planted
+
+    weights = RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4,bidirectional"), seed=71)
+    rnnx.save(weights, tmp_path / "w.safetensors")
+    plant = (
+        "import dataclasses, rnnx.layouts.flax as t; swap = {'ir': 'iz', 'iz': 'ir', 'hr': 'hz', 'hz': 'hr'}; "
+        "t.CELLS = tuple(dataclasses.replace(c, denses=tuple(dataclasses.replace(d, name=swap.get(d.name, d.name)) for d in c.denses)) "
+        "if c.flavor == 'linen' and c.cell == 'gru' else c for c in t.CELLS); "
+    )
+    good, bad = convert_as_shipped_and_planted(tmp_path / "w.safetensors", tmp_path / "w.msgpack", "flax", plant)
+    assert good.returncode == 0, good.stderr
+    rows = json.loads(good.stdout)["check"]["rows"]
+    assert {r["backend"] for r in rows} == {"flax"} and all(r["ran"] for r in rows)
+    assert bad.returncode == 1, bad.stdout[-1000:] + bad.stderr
+    assert "parity check failed: flax" in bad.stderr and not (tmp_path / "w.msgpack").exists()
 
 
 def _one_line_refusal(path) -> str:
