@@ -16,7 +16,9 @@ tests/formats/test_flax.py pins by running each class:
   ``reset_after``. r and z carry one bias (the sum of ours); n's recurrent bias cannot leave
   the reset product, so nnx's GRUCell, whose state side has no bias, holds only a zero one.
 - SimpleCell: ``h' = act(W x + b + R h)``, tanh unless ``activation_fn`` says otherwise;
-  the tree does not say which, so the spec must.
+  the tree does not say which, so the spec must. ``residual=True`` adds ``h`` inside the
+  activation, which no spec holds; the tree does not record it either, so a user who set it
+  must not convert the cell.
 
 Wrappers add levels: ``RNN`` puts its cell under ``cell``; ``Bidirectional`` puts two RNNs
 under ``forward_rnn`` and ``backward_rnn`` and concatenates their outputs (forward first),
