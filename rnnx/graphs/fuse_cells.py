@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from rnnx.graphs.cell_match import CellMatch, lstm_gate_parts, match_gru, match_lstm, match_rnn
-from rnnx.graphs.index import GraphIndex, carried_state, graphs, rewrite
+from rnnx.graphs.gru_forms import match_gru_forms
+from rnnx.graphs.index import Carried, GraphIndex, carried_state, graphs, rewrite
 from rnnx.pass_result import Declined, PassResult
 
 
@@ -26,8 +27,11 @@ def _candidate(g: GraphIndex, anchor: Any) -> CellMatch | Declined | None:
         return match_lstm(g, *gates)
     if anchor.op_type == "Tanh":
         found = match_gru(g, anchor)
-        if found is not None:
+        if isinstance(found, CellMatch):
             return found
+        other = match_gru_forms(g, anchor)  # the same cell written another way
+        if other is not None:
+            return other if isinstance(other, CellMatch) or found is None else found
     return match_rnn(g, anchor)
 
 
@@ -36,14 +40,19 @@ def fuse_cells(model: Any) -> PassResult[str]:
     by one-step native nodes, in place; the result lists the steps' node names."""
     result: PassResult[str] = PassResult()
     names = itertools.count()
-    carried: dict[int, tuple[Any, dict[str, str]]] = {}  # id(body) -> (body, its carried pairs); the body is held so its id stays its own
+    bodies: dict[int, Carried] = {}  # id(body) -> how its Loop or Scan binds it (which holds the body, so its id stays its own)
     for graph, outer in list(graphs(model.graph)):
         g = GraphIndex(graph, outer)
-        g.carried = carried.get(id(graph), (None, {}))[1]
+        bound = bodies.get(id(graph))
+        if bound is not None:
+            g.carried = bound.pairs
+            for name, source in bound.invariants().items():  # weights tf2onnx carries through the loop unchanged
+                if source in outer:
+                    g.constants.put(name, outer[source])
         for node in g.nodes:
             found = carried_state(node) if node.op_type in ("Loop", "Scan") else None
             if found is not None:
-                carried[id(found[0])] = found
+                bodies[id(found.body)] = found
         _fuse_cells_in(g, result, names)
     return result
 

@@ -12,6 +12,7 @@ import hashlib
 import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,11 @@ class _Constants(Mapping[str, np.ndarray]):
     def add(self, name: str, tensor: Any) -> None:
         self._arrays.pop(name, None)
         self._protos[name] = tensor
+
+    def put(self, name: str, value: np.ndarray) -> None:
+        """``name`` holds ``value`` in this scope (a Loop body's input that carries an outer constant unchanged)."""
+        self._protos.pop(name, None)
+        self._arrays[name] = value
 
     def __getitem__(self, name: str) -> np.ndarray:
         found = self._arrays.get(name)
@@ -156,17 +162,32 @@ def graphs(graph: Any, outer: dict[str, np.ndarray] | None = None) -> Iterator[t
         yield from graphs(sub, scope)
 
 
-def carried_state(node: Any) -> tuple[Any, dict[str, str]] | None:
+@dataclass
+class Carried:
+    """A Loop's or Scan's body as its node binds it: each carried input -> the output that
+    carries its next value, and each body input -> the outer tensor that starts it."""
+
+    body: Any
+    pairs: dict[str, str]
+    outer_of: dict[str, str]
+
+    def invariants(self) -> dict[str, str]:
+        """Carried inputs passed on unchanged (tf2onnx carries a cell's weights so): body input -> outer tensor."""
+        identity = {n.output[0]: n.input[0] for n in self.body.node if n.op_type == "Identity"}
+        return {i: self.outer_of[i] for i, o in self.pairs.items() if identity.get(o, o) == i and self.outer_of.get(i)}
+
+
+def carried_state(node: Any) -> Carried | None:
     """A Loop's or Scan's body and its loop-carried pairs (body input -> body output), or None."""
     body = next((a.g for a in node.attribute if a.name == "body"), None)
     if body is None or node.domain not in ("", "ai.onnx"):
         return None
     ins, outs = [i.name for i in body.input], [o.name for o in body.output]
     if node.op_type == "Loop":  # inputs: iteration, condition, state...; outputs: condition, state..., scans
-        return body, dict(zip(ins[2:], outs[1:]))
+        return Carried(body, dict(zip(ins[2:], outs[1:])), dict(zip(ins[2:], node.input[2:])))
     if node.op_type == "Scan":  # inputs: state..., scan inputs; outputs: state..., scan outputs
         n_state = len(node.input) - next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
-        return body, dict(zip(ins[:n_state], outs[:n_state]))
+        return Carried(body, dict(zip(ins[:n_state], outs[:n_state])), dict(zip(ins, node.input)))
     return None
 
 

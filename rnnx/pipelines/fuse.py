@@ -1,7 +1,8 @@
 """``rnnx fuse``: decomposed cells to native one-step nodes, step chains to one node, checked.
 
 The passes: :func:`~rnnx.graphs.legalize.drop_newer_attributes` (so that the
-input runs at all), :func:`~rnnx.graphs.fuse_cells.fuse_cells`, then
+input runs at all), :func:`~rnnx.graphs.fuse_cells.fuse_cells`,
+:func:`~rnnx.graphs.fuse_loops.fuse_loops` (Loops and Scans over the steps just made), then
 :func:`~rnnx.graphs.fuse_steps.fuse_steps`. The result is run in ONNX Runtime against
 the input on the same seeded inputs at the input's own shapes; a mismatch is a parity
 failure and nothing is written.
@@ -20,9 +21,12 @@ from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.graphs.fuse_cells import fuse_cells
+from rnnx.graphs.fuse_loops import fuse_loops
 from rnnx.graphs.fuse_steps import fuse_steps
+from rnnx.graphs.index import all_graphs
 from rnnx.graphs.legalize import drop_newer_attributes
 from rnnx.graphs.linear_terms import products_over_concat
+from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
 from rnnx.pipelines.rewrite_check import check_rewrite_size, compare_models
 from rnnx.tolerance import Tolerances
@@ -35,6 +39,8 @@ class FuseReport:
     nodes_after: int
     cells: list[str] = field(default_factory=list)
     chains: list[dict[str, Any]] = field(default_factory=list)
+    loops: list[dict[str, Any]] = field(default_factory=list)
+    native: int = 0  # native recurrent nodes in the result
     left_alone: list[Declined] = field(default_factory=list)
     check: parity.ParityReport | None = None
     tolerances: dict[str, Any] = field(default_factory=dict)  # what the caller set (Tolerances.to_json); the rest is by dtype
@@ -42,7 +48,7 @@ class FuseReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "output": self.output, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
-            "cells": self.cells, "chains": self.chains, "left_alone": [d.to_json() for d in self.left_alone],
+            "cells": self.cells, "chains": self.chains, "loops": self.loops, "native": self.native, "left_alone": [d.to_json() for d in self.left_alone],
             "check": None if self.check is None else {"passed": bool(self.check), "tolerances": self.tolerances, "rows": self.check.to_json()},
         }
 
@@ -50,10 +56,20 @@ class FuseReport:
         lines = [f"{self.nodes_before} nodes -> {self.nodes_after} nodes, written to {self.output}"]
         lines += [f"cell: {c} became a one-step native node" for c in self.cells]
         lines += [f"chain: {c['steps']} {c['op']} steps over {c['source']} fused into {c['node']}" + (" (sequence length now dynamic)" if c.get("dynamic_seq") else "") for c in self.chains]
+        lines += [f"loop: {c['loop']} {c['replaced']} over {c['source']} became the native {c['op']} node {c['node']}" for c in self.loops]
         lines += [f"left alone: {d} (rule {d.rule})" for d in self.left_alone]
+        if not (self.cells or self.chains or self.loops or self.left_alone):
+            lines.append("nothing to fuse: no decomposed LSTM, GRU or RNN cell, chain of steps, or Loop or Scan over one step was found"
+                         + (f" (its {self.native} LSTM/GRU/RNN node(s) are native already)" if self.native else ""))
         if self.check is not None:
             lines.append(str(self.check))
         return "\n".join(lines)
+
+
+def _count_nodes(model: Any) -> int:
+    """Nodes in the graph and every Loop, Scan and If body: a Loop over a cell is one node
+    outside and the whole cell inside."""
+    return sum(len(g.node) for g in all_graphs(model.graph))
 
 
 def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tolerances: Tolerances | None = None) -> FuseReport:
@@ -69,7 +85,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     check_rewrite_size(original, source)
     drop_newer_attributes(original, strict=False)  # a graph from another tool: repair what the converter left, refuse nothing
     model = copy.deepcopy(original)
-    before = len(model.graph.node)
+    before = _count_nodes(model)
     if products_over_concat(model):  # the passes split such products' weights by the parts' inferred sizes
         try:
             model = onnx.shape_inference.infer_shapes(model)
@@ -77,11 +93,14 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
             pass
     progress.step("fusing decomposed cells")
     cells = fuse_cells(model)
+    progress.step("fusing loops over one step")
+    loops = fuse_loops(model)
     progress.step("fusing chains of steps")
     chains = fuse_steps(model)
-    report = FuseReport(str(output), before, len(model.graph.node), cells.rewritten, chains.rewritten, cells.left_alone + chains.left_alone,
-                        tolerances=tolerances.to_json() if tolerances else {})
-    if check and (cells or chains):
+    report = FuseReport(str(output), before, _count_nodes(model), cells.rewritten, chains.rewritten, loops.rewritten, left_alone=
+                        cells.left_alone + loops.left_alone + chains.left_alone, tolerances=tolerances.to_json() if tolerances else {},
+                        native=sum(n.op_type in NATIVE_OPS for g in all_graphs(model.graph) for n in g.node))
+    if check and (cells or chains or loops):
         progress.step("checking against the input in ONNX Runtime")
         report.check = compare_models(original, model, seed, str(source), tolerances)
         if not report.check:

@@ -1,0 +1,127 @@
+"""rnnx fuse on Loops and Scans whose body is one recurrent step.
+
+The Loop files are tf2onnx's own (tests/fixtures/wild, made by tools/wild_fixtures from Keras 3
+models): each fused file must hold native nodes and no Loop, and must reproduce what Keras
+itself recorded on the fixture's inputs, as well as the unfused file in ONNX Runtime at other
+lengths and batches. The Scans are written by hand the way converters write them."""
+
+from __future__ import annotations
+
+import collections
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.pipelines.fuse import fuse_file
+
+WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
+# Loop fixtures and the native node each must become (a bidirectional layer: two, one per direction).
+LOOPS = {"t2o_simplernn": ("RNN", 1), "t2o_gru_reset_after": ("GRU", 1), "t2o_gru_reset_before": ("GRU", 1),
+         "t2o_gru_last": ("GRU", 1), "t2o_gru_stack": ("GRU", 2), "t2o_bigru": ("GRU", 2)}
+
+
+def _all_ops(model: onnx.ModelProto) -> collections.Counter:
+    ops: collections.Counter = collections.Counter()
+    stack = [model.graph]
+    while stack:
+        graph = stack.pop()
+        for n in graph.node:
+            ops[n.op_type] += 1
+            stack += [a.g for a in n.attribute if a.type == a.GRAPH]
+    return ops
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_tf2onnx_loop_becomes_native_node_matching_keras(tmp_path, name: str) -> None:
+    src = WILD / f"{name}.onnx"
+    if not src.exists():
+        pytest.skip(f"{src.name} not made yet (tools/wild_fixtures)")
+    manifest = json.loads((WILD / "manifest.json").read_text())[src.name]
+    op, count = LOOPS[name]
+    assert _all_ops(onnx.load(str(src)))["Loop"] == count
+    out = tmp_path / "fused.onnx"
+    report = fuse_file(src, out)
+    assert report.check and len(report.loops) == count and not report.left_alone, str(report)
+    ops = _all_ops(onnx.load(str(out)))
+    assert ops[op] == count and "Loop" not in ops and not {"Sigmoid", "Tanh", "MatMul"} & set(ops), ops
+    fused, original = OnnxRuntimeRunner(out), OnnxRuntimeRunner(src)
+    recorded = np.load(WILD / manifest["outputs"])
+    for batch in ("b1", "b3"):  # what Keras computed
+        got = fused({manifest["input_name"]: recorded[f"x_{batch}"]})[manifest["output_name"]]
+        np.testing.assert_allclose(got, recorded[f"y_{batch}"], atol=2e-5)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    for B, T in ((1, 1), (2, 9), (1, 4)):  # batch-major, as Keras takes it
+        x = rng.standard_normal((B, T, manifest["input_size"])).astype(np.float32)
+        want = original({manifest["input_name"]: x})[manifest["output_name"]]
+        np.testing.assert_allclose(fused({manifest["input_name"]: x})[manifest["output_name"]], want, atol=2e-5)
+
+
+def _scan_rnn(direction: int, axis: int, relu: bool = False) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A Scan over ``tanh(x_t @ W + h @ R + b)`` whose weights live in the outer graph."""
+    rng = np.random.default_rng(11 + direction + 2 * axis)
+    I, H = 3, 4
+    W, R, b = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in ((I, H), (H, H), (H,)))
+    act = "Relu" if relu else "Tanh"
+    vi = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x_t", "W"], ["xw"]), helper.make_node("MatMul", ["h", "R"], ["hr"]),
+         helper.make_node("Add", ["xw", "b"], ["xwb"]), helper.make_node("Add", ["xwb", "hr"], ["pre"]),
+         helper.make_node(act, ["pre"], ["h_new"]), helper.make_node("Identity", ["h_new"], ["y_t"])],
+        "step", [vi("h", ["B", H]), vi("x_t", ["B", I])], [vi("h_new", ["B", H]), vi("y_t", ["B", H])])
+    scan = helper.make_node("Scan", ["h0", "x"], ["h_last", "ys"], body=body, num_scan_inputs=1,
+                            scan_input_directions=[direction], scan_output_directions=[direction],
+                            scan_input_axes=[axis], scan_output_axes=[axis])
+    seq = ["T", "B"] if axis == 0 else ["B", "T"]
+    graph = helper.make_graph([scan], "scan_rnn", [vi("x", [*seq, I]), vi("h0", ["B", H])], [vi("h_last", ["B", H]), vi("ys", [*seq, H])],
+                              [numpy_helper.from_array(a, n) for a, n in ((W, "W"), (R, "R"), (b, "b"))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), {"W": W, "R": R, "b": b}
+
+
+@pytest.mark.parametrize("direction", [0, 1], ids=["forward", "reverse"])
+@pytest.mark.parametrize("axis", [0, 1], ids=["time-major", "batch-major"])
+def test_scan_over_one_rnn_step_becomes_native_node(tmp_path, direction: int, axis: int) -> None:
+    model, weights = _scan_rnn(direction, axis)
+    src, out = tmp_path / "scan.onnx", tmp_path / "fused.onnx"
+    onnx.save(model, str(src))
+    report = fuse_file(src, out)
+    assert report.check and len(report.loops) == 1 and not report.left_alone, str(report)
+    fused = onnx.load(str(out))
+    (node,) = [n for n in fused.graph.node if n.op_type == "RNN"]
+    assert "Scan" not in _all_ops(fused)
+    assert helper.get_attribute_value(next(a for a in node.attribute if a.name == "direction")) == (b"reverse" if direction else b"forward")
+    runner = OnnxRuntimeRunner(out)
+    rng = np.random.default_rng(zlib.crc32(f"scan-{direction}-{axis}".encode()))
+    for T, B in ((1, 1), (6, 2), (3, 1)):
+        x = rng.standard_normal((T, B, 3)).astype(np.float32)
+        h0 = rng.standard_normal((B, 4)).astype(np.float32)
+        h, ys = h0.astype(np.float64), [None] * T  # the recurrence itself, in float64
+        for t in (reversed(range(T)) if direction else range(T)):
+            h = np.tanh(x[t] @ weights["W"] + h @ weights["R"] + weights["b"])
+            ys[t] = h
+        feed = x if axis == 0 else x.transpose(1, 0, 2)
+        got = runner({"x": feed, "h0": h0})
+        np.testing.assert_allclose(got["h_last"], h, atol=2e-5)
+        np.testing.assert_allclose(got["ys"], np.stack(ys) if axis == 0 else np.stack(ys).transpose(1, 0, 2), atol=2e-5)
+
+
+def test_loop_whose_carried_value_changes_is_left_alone_with_the_rule(tmp_path) -> None:
+    """A Scan that also accumulates a running sum of h is not one step: the report names why."""
+    model, _ = _scan_rnn(0, 0)
+    body = model.graph.node[0].attribute[0].g
+    body.node.append(helper.make_node("Add", ["acc", "h_new"], ["acc_new"]))
+    body.input.insert(1, helper.make_tensor_value_info("acc", TensorProto.FLOAT, ["B", 4]))
+    body.output.insert(1, helper.make_tensor_value_info("acc_new", TensorProto.FLOAT, ["B", 4]))
+    scan = model.graph.node[0]
+    scan.input.insert(1, "h0")
+    scan.output.insert(1, "acc_last")
+    src = tmp_path / "scan.onnx"
+    onnx.save(model, str(src))
+    report = fuse_file(src, tmp_path / "fused.onnx")
+    assert not report.loops and [d.rule for d in report.left_alone] == ["scan.state"], str(report)
+    assert "left alone" in str(report) and "scan.state" in str(report)
