@@ -359,3 +359,30 @@ def test_onnx_runtime_defaults_are_why_some_missing_values_are_refused(op: str) 
     slots, dirs = (1, 1) if op == "RNN" else (3, 1)
     with pytest.raises(RNNXError, match="ThresholdedRelu takes alpha"):
         node_activations({"activations": acts("ThresholdedRelu")}, slots, dirs, "node")
+
+
+def test_the_command_line_shows_the_activations(tmp_path: Path) -> None:
+    """rnnx convert prints the spec with its activations, in text and JSON; rnnx inspect names
+    the node's functions. The file is tf2onnx's Keras 2 LSTM, which gives no alpha."""
+    import json
+    import subprocess
+    import sys
+
+    source = WILD / "t2o_k2_lstm_hard_sigmoid.onnx"
+    expected = "lstm,input=3,hidden=4,act=HardSigmoid:0.2:0.5/Tanh/Tanh"
+
+    def rnnx_cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "rnnx", *args], capture_output=True, text=True, timeout=300)
+
+    text = rnnx_cli("convert", str(source), "--to", "onnx", "-o", str(tmp_path / "a.onnx"))
+    assert text.returncode == 0, text.stderr
+    assert f"spec: {expected}" in text.stdout
+    as_json = rnnx_cli("convert", str(source), "--to", "onnx", "-o", str(tmp_path / "b.onnx"), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    report = json.loads(as_json.stdout)
+    assert report["spec"] == expected and report["check"]["passed"]
+    inspected = rnnx_cli("inspect", str(tmp_path / "a.onnx"), "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    (node,) = json.loads(inspected.stdout)["nodes"]
+    assert node["activations"] == ["HardSigmoid", "Tanh", "Tanh"]
+    assert "HardSigmoid" in rnnx_cli("inspect", str(source)).stdout
