@@ -67,7 +67,7 @@ def test_convert_to_cudnn_then_layout(tmp_path: Path) -> None:
         (("layout", "--spec", "lstm,input=3"), "missing hidden=N"),
         (("layout",), "exactly one of --spec SPEC or FILE"),
         (("layout", "--spec", "lstm,input=3,hidden=4,peepholes"), "cuDNN LSTMs have no peepholes"),
-        (("convert", "EXAMPLE", "-o", "x.bin"), "no format reads or writes .bin"),
+        (("convert", "EXAMPLE", "-o", "x.dat"), "no format reads or writes .dat"),  # .bin is a raw cuDNN blob
         (("convert", "EXAMPLE", "-o", "x.safetensors", "--to", "cudnn", "--spec", "gru,input=24,hidden=32"), "expected 3\\*32 rows"),
     ],
 )

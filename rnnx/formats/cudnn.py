@@ -6,7 +6,7 @@ On disk the blob is either
 - a .safetensors file holding one 1-D tensor ``blob``, with the spec and the offset table in
   its metadata: a file written under another table is refused; or
 - a headerless ``.bin`` file (:mod:`rnnx.formats.cudnn_raw`): the same blob as raw
-  little-endian values, the bytes a C++ program ``fread``\s into cuDNN's weight space. It
+  little-endian values, the bytes a C++ program reads with ``fread`` into cuDNN's weight space. It
   says nothing about itself, so ``spec=`` is required and ``dtype=`` says its element type.
 """
 

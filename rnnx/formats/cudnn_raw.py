@@ -1,5 +1,5 @@
 """Headerless cuDNN blobs (``.bin``): the packed weight space of :mod:`rnnx.layouts.cudnn` as
-raw little-endian values, the bytes C++ code ``fread``\\s into cuDNN's weight space.
+raw little-endian values, the bytes C++ code reads with ``fread`` into cuDNN's weight space.
 
 Nothing in such a file says what it holds, so the spec and the dtype come from the caller,
 and the file's size is checked against them before a byte is read. numpy has no bfloat16:
