@@ -108,12 +108,6 @@ def keras2_group(out: Path, manifest: dict) -> None:
         "k2_lstm_go_backwards": (4, lambda: [L.LSTM(5, go_backwards=True, return_sequences=True, name="lstm")],
                                  "go_backwards: outputs come last step first, as Keras returns them"),
         "k2_gru_last": (3, lambda: [L.GRU(4, return_sequences=False, name="gru")], "return_sequences=False: y is the last output only"),
-        "k2_bigru_sum": (4, lambda: [L.Bidirectional(L.GRU(3, reset_after=False, return_sequences=True), merge_mode="sum", name="bigru")],
-                         "merge_mode sum: forward plus backward"),
-        "k2_mixed": (3, lambda: [L.Dense(4, activation="tanh", name="proj"), L.LSTM(5, return_sequences=True, name="lstm"),
-                                 L.GRU(4, reset_after=False, use_bias=False, go_backwards=True, return_sequences=True, name="gru"),
-                                 L.Dense(2, name="head")],
-                     "recurrent layers among Dense layers; the GRU has no bias and runs backwards"),
     }
     for name, (input_size, build, note) in models.items():
         tf_keras.utils.set_random_seed(seed_of(name))
