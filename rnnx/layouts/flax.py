@@ -331,7 +331,7 @@ def from_group(group: Group, spec: RNNSpec | None) -> RNNWeights:
             expected = (rows, len(dense.gates) * H)
             if kernel.shape != expected:
                 raise RNNXError(f"{where}/kernel: expected shape {expected} for spec {spec}, found {kernel.shape}; check spec=")
-            matrix, bias_kind, other_kind = ("W", "bW", "bR") if dense.side == "i" else ("R", "bR", "bW")
+            matrix, bias_kind = ("W", "bW") if dense.side == "i" else ("R", "bR")
             for gate, part in split_gates(kernel.T, dense.gates).items():
                 tensors[tensor_name(0, direction, matrix, gate)] = part
             if dense.bias:
