@@ -412,8 +412,18 @@ def _cell(family: str, cell_cfg: dict[str, Any], shown: str, major: int) -> tupl
         raise RNNXError(f"{shown}: {exc}") from None
 
 
+class _MergeMode(RNNXError):
+    """A Bidirectional that merges its directions other than by concatenation: read only when
+    spec= states the layer, acknowledging that rnnx gives the directions concatenated."""
+
+    def __init__(self, spec: RNNSpec, cudnn: bool, message: str) -> None:
+        super().__init__(message)
+        self.spec, self.cudnn = spec, cudnn
+
+
 def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int) -> tuple[RNNSpec, bool] | None:
-    """(the spec model_config states for a layer, whether it is a CuDNN layer); None without a config."""
+    """(the spec model_config states for a layer, whether it is a CuDNN layer); None without a config.
+    Refuses what has no canonical form, and a Bidirectional that does not concatenate its directions."""
     cfg = found.config
     if cfg is None:
         return None
@@ -433,6 +443,7 @@ def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int) -> tuple[R
         if rnn_cfg.get("go_backwards"):
             raise RNNXError(f"Bidirectional {found.name!r}: its forward layer runs backwards (go_backwards=True); this has no canonical form")
         direction, shown = "bidirectional", f"Keras Bidirectional({fwd.get('class_name')}) {found.name!r}"
+        merge = conf.get("merge_mode", "concat")
     else:
         if cls == "Bidirectional":
             raise RNNXError(f"Bidirectional {found.name!r}: expected forward_ and backward_ weights, found {len(arrays)} arrays; the file is damaged")
@@ -444,14 +455,20 @@ def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int) -> tuple[R
     kernel, recurrent = arrays[0], arrays[1]
     fields: dict[str, Any] = {"input_size": int(kernel.shape[0]), "hidden_size": int(recurrent.shape[0]), "direction": direction}
     if cudnn:
-        return RNNSpec(family, **fields), True
-    cell, activations = _cell(family, cell_cfg, shown, major)
-    bias = len(arrays) in (3, 6)
-    reset_after = cell_cfg.get("reset_after")
-    if cell == "gru" and not isinstance(reset_after, bool):
-        # GRUs before Keras 2.1 had no reset_after and reset before; a (2, 3*units) bias is reset-after's.
-        reset_after = bias and arrays[2].ndim == 2
-    return RNNSpec(cell, bias=bias, reset_after=reset_after if cell == "gru" else True, activations=activations, **fields), False
+        spec = RNNSpec(family, **fields)
+    else:
+        cell, activations = _cell(family, cell_cfg, shown, major)
+        bias = len(arrays) in (3, 6)
+        reset_after = cell_cfg.get("reset_after")
+        if cell == "gru" and not isinstance(reset_after, bool):
+            # GRUs before Keras 2.1 had no reset_after and reset before; a (2, 3*units) bias is reset-after's.
+            reset_after = bias and arrays[2].ndim == 2
+        spec = RNNSpec(cell, bias=bias, reset_after=reset_after if cell == "gru" else True, activations=activations, **fields)
+    if pair and merge not in ("concat", None):
+        raise _MergeMode(spec, cudnn, f"{shown} merges its directions by {merge!r} (merge_mode); rnnx's bidirectional gives them concatenated, "
+                         f"forward then backward features. The weights convert exactly: pass spec={spec} to take them so, "
+                         f"and merge the output's two halves as Keras does ({merge})")
+    return spec, cudnn
 
 
 def _weights_only_spec(arrays: list[np.ndarray], pair: bool) -> RNNSpec | None:
@@ -470,7 +487,12 @@ def _unpack(arrays: list[np.ndarray], spec: RNNSpec, cudnn: bool) -> RNNWeights:
 
 def _settle(found: _Layer, arrays: list[np.ndarray], spec: RNNSpec | None, major: int) -> RNNWeights:
     pair = len(arrays) in (4, 6)
-    stated = _config_spec(found, arrays, major)
+    try:
+        stated = _config_spec(found, arrays, major)
+    except _MergeMode as merged:
+        if spec != merged.spec:
+            raise RNNXError(str(merged)) from None
+        stated = (merged.spec, merged.cudnn)
     assumed = stated is None  # a weights-only file: only a CuDNN layer's spec is known, and its direction assumed
     if stated is None:
         cudnn_spec = _weights_only_spec(arrays, pair)

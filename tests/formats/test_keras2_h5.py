@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zlib
 from pathlib import Path
 
@@ -195,11 +196,42 @@ def _recorded(entry: dict) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files}
 
 
-def _as_keras_returns(y: np.ndarray, spec: RNNSpec, want: np.ndarray) -> np.ndarray:
-    """A batch-first, time-ordered output as Keras returns it: go_backwards last step first;
+RECURRENT = ("LSTM", "GRU", "SimpleRNN", "CuDNNLSTM", "CuDNNGRU", "Bidirectional")
+
+
+def _layer_io(entry: dict, recorded: dict[str, np.ndarray], tag: str) -> dict[str, tuple[np.ndarray, np.ndarray, dict]]:
+    """Each recurrent layer's recorded input and output, with its description (a model of
+    several layers records each one's output), in model order."""
+    io, h, layers = {}, recorded[f"x_{tag}"], entry["layers"]
+    for layer in layers:
+        out = recorded[f"y_{layer['name']}_{tag}"] if len(layers) > 1 else recorded[f"y_{tag}"]
+        if layer["cls"] in RECURRENT:
+            io[layer["name"]] = (h, out, layer)
+        h = out
+    return io
+
+
+def _as_keras_returns(y: np.ndarray, spec: RNNSpec, layer: dict, want: np.ndarray) -> np.ndarray:
+    """A batch-first, time-ordered output (directions concatenated) as Keras returns it: the
+    directions merged by the layer's merge_mode, go_backwards last step first, and
     return_sequences=False the last output only."""
+    if spec.direction == "bidirectional":
+        fwd, bwd = np.split(y, 2, axis=-1)
+        y = {"concat": y, "sum": fwd + bwd, "mul": fwd * bwd, "ave": (fwd + bwd) / 2}[layer.get("merge_mode") or "concat"]
     y = y[:, ::-1] if spec.direction == "reverse" else y
     return y[:, -1] if want.ndim == 2 else y
+
+
+def _load(path: Path, group: str, spec: RNNSpec | None = None) -> tuple[RNNWeights, list[str]]:
+    """The layer's weights and the options its conversion needs: a Bidirectional that does not
+    concatenate is read only with spec=, which its refusal names."""
+    try:
+        return rnnx.load(path, select=group, spec=spec), []
+    except RNNXError as exc:
+        found = re.search(r"merges its directions by '(\w+)' .* pass spec=(\S+) to take them so", str(exc))
+        if found is None:
+            raise
+        return rnnx.load(path, select=group, spec=found.group(2)), ["--spec", found.group(2)]
 
 
 def _run_onnx(path: Path, x: np.ndarray) -> np.ndarray:
@@ -234,13 +266,13 @@ def test_keras2_model_converts_and_runs_as_its_producer_ran_it(name: str, tmp_pa
     """inspect, convert to ONNX (and torch where torch holds the math), run, and match tf_keras's recorded outputs."""
     entry, path = KERAS2[name], WILD / name
     recorded = _recorded(entry)
-    layers = rnnx.groups(path)
-    assert layers == [layer["name"] for layer in entry["layers"]]
-    weights = {g: rnnx.load(path, select=g) for g in layers}
+    groups = rnnx.groups(path)
+    assert groups == [layer["name"] for layer in entry["layers"] if layer["cls"] in RECURRENT]
+    loaded = {g: _load(path, g) for g in groups}
     converted: dict[str, dict[str, Path]] = {}
-    for g, w in weights.items():
+    for g, (w, options) in loaded.items():
         onnx_path = tmp_path / f"{g}.onnx"
-        select = ["--select", g] if len(layers) > 1 else []
+        select = ["--select", g, *options] if len(groups) > 1 or options else []
         assert cli.main(["convert", str(path), "-o", str(onnx_path), *select]) == 0
         capsys.readouterr()
         assert cli.main(["inspect", str(onnx_path)]) == 0
@@ -255,23 +287,14 @@ def test_keras2_model_converts_and_runs_as_its_producer_ran_it(name: str, tmp_pa
             assert cli.main(["convert", str(path), "-o", str(pt), *select]) == 0
             converted[g]["pt"] = pt
     for tag in ("b1", "b3"):
-        want = recorded[f"y_{tag}"]
-        for runner in ("reference", "onnx", "pt"):
-            h = recorded[f"x_{tag}"]
-            if runner == "pt" and not all("pt" in c for c in converted.values()):
-                continue
-            for g, w in weights.items():
-                if runner == "reference":
-                    y = reference.forward(w, h, batch_first=True).y
-                elif runner == "onnx":
-                    y = _run_onnx(converted[g]["onnx"], h.astype(np.float32))
-                else:
-                    y = _run_torch(converted[g]["pt"], w.spec, h.astype(np.float32))
-                h = _as_keras_returns(y, w.spec, want if g == layers[-1] else y)
-                inner = f"y_{g}_{tag}"
-                if inner in recorded:  # a stack records each layer's output too
-                    np.testing.assert_allclose(h, recorded[inner], atol=ATOL, err_msg=f"{name} {runner} layer {g} {tag}")
-            np.testing.assert_allclose(h, want, atol=ATOL, err_msg=f"{name} {runner} {tag}")
+        for g, (layer_in, want, layer) in _layer_io(entry, recorded, tag).items():
+            w = loaded[g][0]
+            runs = {"reference": reference.forward(w, layer_in, batch_first=True).y,
+                    "onnx": _run_onnx(converted[g]["onnx"], layer_in.astype(np.float32))}
+            if "pt" in converted[g]:
+                runs["torch"] = _run_torch(converted[g]["pt"], w.spec, layer_in.astype(np.float32))
+            for runner, y in runs.items():
+                np.testing.assert_allclose(_as_keras_returns(y, w.spec, layer, want), want, atol=ATOL, err_msg=f"{name} {runner} {g} {tag}")
 
 
 @pytest.mark.parametrize("name", WEIGHTS_ONLY)
@@ -281,21 +304,37 @@ def test_keras2_weights_only_file_reads_with_the_spec(name: str) -> None:
     entry, path = KERAS2[name], WILD / name
     recorded = _recorded(entry)
     twin = WILD / name.replace("_weights.h5", ".model.h5")
-    for g in rnnx.groups(path):
-        stated = rnnx.load(twin, select=g).spec
+    specs = {g: _load(twin, g)[0].spec for g in rnnx.groups(twin)}
+    assert rnnx.groups(path) == list(specs)
+    for g, stated in specs.items():
         if entry["layers"][0]["cls"].startswith("CuDNN"):
             assert rnnx.load(path, select=g).spec == stated
         else:
             with pytest.raises(RNNXError, match=r"a weights-only file \(save_weights\) does not record the layer's activations"):
                 rnnx.load(path, select=g)
     for tag in ("b1", "b3"):
-        h, want = recorded[f"x_{tag}"], recorded[f"y_{tag}"]
-        groups = rnnx.groups(path)
-        for g in groups:
-            w = rnnx.load(path, select=g, spec=rnnx.load(twin, select=g).spec)
-            y = reference.forward(w, h, batch_first=True).y
-            h = _as_keras_returns(y, w.spec, want if g == groups[-1] else y)
-        np.testing.assert_allclose(h, want, atol=ATOL, err_msg=f"{name} {tag}")
+        for g, (layer_in, want, layer) in _layer_io(entry, recorded, tag).items():
+            w = rnnx.load(path, select=g, spec=specs[g])
+            y = reference.forward(w, layer_in, batch_first=True).y
+            np.testing.assert_allclose(_as_keras_returns(y, w.spec, layer, want), want, atol=ATOL, err_msg=f"{name} {g} {tag}")
+
+
+@pytest.mark.parametrize("merge", ["sum", "mul", "ave"])
+def test_a_bidirectional_not_concatenating_is_read_only_with_the_spec(merge: str, tmp_path: Path) -> None:
+    """rnnx's bidirectional concatenates: a layer that merges otherwise is refused until spec=
+    states it, and then its halves, merged as Keras does, give Keras's output."""
+    layer = keras.layers.Bidirectional(keras.layers.LSTM(3, return_sequences=True), merge_mode=merge, name="merged")
+    model = keras.Sequential([keras.Input((None, 2)), layer])
+    model.save(tmp_path / "m.h5")
+    with pytest.raises(RNNXError, match=rf"m.h5: layer 'merged': Keras Bidirectional\(LSTM\) 'merged' merges its directions by '{merge}' "
+                                        r"\(merge_mode\); rnnx's bidirectional gives them concatenated, forward then backward features. "
+                                        r"The weights convert exactly: pass spec=lstm,input=2,hidden=3,bidirectional to take them so"):
+        rnnx.load(tmp_path / "m.h5")
+    weights = rnnx.load(tmp_path / "m.h5", spec="lstm,input=2,hidden=3,bidirectional")
+    x = np.random.default_rng(4).standard_normal((2, 6, 2)).astype(np.float32)
+    want = _np(model(x))
+    got = _as_keras_returns(reference.forward(weights, x, batch_first=True).y, weights.spec, {"merge_mode": merge}, want)
+    np.testing.assert_allclose(got, want, atol=ATOL)
 
 
 def test_a_cudnn_layer_read_as_a_plain_one_misses_the_producers_outputs() -> None:
