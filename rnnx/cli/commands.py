@@ -22,6 +22,7 @@ from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
 from rnnx.errors import ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
 from rnnx.fileio import refuse_overwriting
+from rnnx.formats import cudnn_raw
 from rnnx.layouts import cudnn
 from rnnx.formats.onnx_read import data_files, load_model as load_onnx
 from rnnx.graphs.inspect import as_json, as_text, fusable_chains, inspect_model
@@ -223,11 +224,12 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
 def layout(args: argparse.Namespace) -> int:
     if (args.spec is None) == (args.file is None):
         raise RNNXError("expected exactly one of --spec SPEC or FILE, found " + ("both" if args.spec else "neither"))
+    dtype = _one_dtype(args.dtype)
     if args.spec is not None:
-        spec, itemsize = RNNSpec.parse(args.spec), 4
+        spec, itemsize = RNNSpec.parse(args.spec), cudnn_raw.itemsize(cudnn_raw.dtype_name(dtype))
     else:
         weights = api.load(args.file, format=args.from_format, select=args.select)
-        spec, itemsize = weights.spec, weights.dtype.itemsize
+        spec, itemsize = weights.spec, cudnn_raw.itemsize(dtype) if dtype else weights.dtype.itemsize
     rows = cudnn.table_as_dicts(spec, itemsize)
     total = cudnn.blob_size(spec)
     if args.json:

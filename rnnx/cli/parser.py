@@ -165,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     SPEC.add(p, help="spec string instead of a file")
     FROM.add(p, help="format of FILE (default: from extension and content)")
     SELECT.add(p, help="the recurrent group of FILE when it holds several")
+    DTYPE.add(p, help="element type the byte offsets are counted in: float32 (default with --spec; else FILE's), float16, bfloat16, float64")
     p.set_defaults(func=commands.layout)
 
     p = verb("formats", help="list the weight formats rnnx reads and writes")

@@ -25,6 +25,7 @@ import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError
 from rnnx.cli import main
 from rnnx.formats import cudnn_raw
+from rnnx.weights import tensor_name
 from tests.formats.test_cudnn import TORCH_MODULES, _torch_flat_blob
 
 torch = pytest.importorskip("torch")
@@ -274,3 +275,25 @@ def test_the_readme_commands_work_as_written(tmp_path: Path) -> None:
             np.testing.assert_array_equal(rnnx.to_format(rnnx.load(tmp_path / output), "cudnn"), flat.astype(stored[dtype]))
         for path in (source, output):
             (tmp_path / path).unlink()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_layout_counts_bytes_at_the_blobs_dtype(dtype: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``rnnx layout --dtype`` gives the byte offsets a C++ reader of that .bin needs: the last
+    tensor ends where the file rnnx writes at that dtype ends, and each offset finds its tensor."""
+    import json
+
+    text = "lstm,input=5,hidden=7,layers=2,bidirectional,proj=3"
+    weights = RNNWeights.random(RNNSpec.parse(text), seed=4)
+    rnnx.save(weights, tmp_path / "w.bin", dtype=dtype)
+    assert main(["layout", "--spec", text, "--dtype", dtype, "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    size = (tmp_path / "w.bin").stat().st_size
+    last = table["entries"][-1]
+    assert table["elements"] * table["itemsize"] == size == last["byte_offset"] + int(np.prod(last["shape"])) * table["itemsize"]
+    raw = (tmp_path / "w.bin").read_bytes()
+    back = rnnx.load(tmp_path / "w.bin", spec=text, dtype=dtype)
+    for row in table["entries"]:
+        n = int(np.prod(row["shape"])) * table["itemsize"]
+        chunk = cudnn_raw.widen(np.frombuffer(raw[row["byte_offset"]: row["byte_offset"] + n], cudnn_raw.STORED[dtype]), dtype)
+        np.testing.assert_array_equal(chunk, back[tensor_name(row["layer"], row["direction"], row["kind"], row["gate"])].reshape(-1))
