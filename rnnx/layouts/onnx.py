@@ -114,6 +114,10 @@ def node_activations(node: dict[str, Any], slots: int, dirs: int, where: str) ->
     if not names:
         default = {3: "lstm", 2: "gru", 1: "rnn_tanh"}[slots]
         names = DEFAULT_ACTIVATIONS[default] * dirs
+    if slots == 1 and dirs == 1 and len(names) == 2:
+        # ONNX's RNN schema gives ["Tanh", "Tanh"] as the default list; for one direction
+        # ONNX Runtime takes the first, and so does rnnx
+        names = names[:1]
     if len(names) != slots * dirs:
         raise RNNXError(f"{where}: activations {names}: expected {slots * dirs} ({slots} per direction, {dirs} direction(s)), "
                         f"found {len(names)}; the file is damaged")
