@@ -19,7 +19,9 @@ names these by class, numbered in model order); in a ``.keras`` archive ``--sele
 takes the layer's own name from config.json (``encoder``) when no path has that name. (The
 names Keras also writes as HDF5 string attributes are never read: a damaged string heap
 can hang HDF5.) ``keras.layers.RNN`` around an LSTMCell,
-GRUCell or SimpleRNNCell is read too; StackedRNNCells and Keras 2 ``.h5`` files are not.
+GRUCell or SimpleRNNCell is read too; StackedRNNCells are not. Keras 2's ``.h5`` files (also
+when named ``.weights.h5``) are handed to :mod:`rnnx.formats.keras_legacy_h5`. Activations come
+from config.json, ``hard_sigmoid`` as the writer's Keras (metadata.json) defines it.
 bfloat16 weights are widened to float32, exactly.
 
 Writing gives a ``.weights.h5`` for a model made of exactly the spec's layers, in order::
@@ -64,7 +66,6 @@ LAYER_GROUP = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "simple_rnn", "rnn_relu
 # Keras classes whose math rnnx knows: the layers, and the cells inside keras.layers.RNN.
 _LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
 _CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
-_RNN_ACTIVATIONS = {"tanh": "rnn_tanh", "relu": "rnn_relu"}
 # Limits for untrusted files: how deep the HDF5 tree is walked, how many groups, how big a
 # JSON config, and how far the datasets together may claim to exceed their file: Keras stores
 # raw data, so only HDF5's own small objects (a scalar's fill value, say) may be left out.
@@ -323,7 +324,20 @@ def _base_config(cfg: dict[str, Any]) -> tuple[str | None, dict[str, Any], dict[
     return None, conf, conf
 
 
-def _spec_from_config(found: _Found, cells: list[list[np.ndarray]], given: RNNSpec | None) -> RNNSpec | None:
+def _archive_keras_major(path: Path) -> int:
+    """The major version of the Keras that wrote a .keras archive, from its metadata.json: tf_keras
+    2.13+ writes .keras archives too, and its hard_sigmoid is Keras 2's. 3 when it does not say."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            info = archive.getinfo("metadata.json")
+            version = json.loads(archive.read(info)).get("keras_version") if info.file_size < 1 << 20 else None
+    except Exception:  # noqa: BLE001  no or unreadable metadata: the archive format is Keras 3's
+        return 3
+    found = re.match(r"\s*(\d+)", version) if isinstance(version, str) else None
+    return int(found.group(1)) if found else 3
+
+
+def _spec_from_config(found: _Found, cells: list[list[np.ndarray]], given: RNNSpec | None, major: int = 3) -> RNNSpec | None:
     """The spec config.json states for a layer; None without a config. Refuses what has no canonical form."""
     cfg = found.config
     if cfg is None:
@@ -354,18 +368,10 @@ def _spec_from_config(found: _Found, cells: list[list[np.ndarray]], given: RNNSp
             f"Keras layer {layer!r} is a {cls_shown}, not LSTM, GRU or SimpleRNN: rnnx cannot tell its math; "
             "pass spec= if it computes like one of those"
         )
-    activation, recurrent = cell_cfg.get("activation", "tanh"), cell_cfg.get("recurrent_activation", "sigmoid")
-    if family == "rnn":
-        cell = _RNN_ACTIVATIONS.get(activation) if isinstance(activation, str) else None
-        if cell is None:
-            raise RNNXError(f"Keras SimpleRNN {layer!r}: activation {activation!r} has no canonical form; expected tanh or relu")
-    else:
-        cell = family
-        if activation != "tanh" or recurrent != "sigmoid":
-            raise RNNXError(
-                f"Keras {cls_shown} {layer!r}: activation {activation!r} and recurrent_activation {recurrent!r} have no canonical form; "
-                "expected tanh and sigmoid"
-            )
+    try:  # hard_sigmoid as the writer's Keras defines it: x/6+0.5 in Keras 3
+        cell, activations = layout.layer_activations(family, cell_cfg.get("activation", "tanh"), cell_cfg.get("recurrent_activation", "sigmoid"), major)
+    except RNNXError as exc:
+        raise RNNXError(f"Keras {cls_shown} {layer!r}: {exc}") from None
     kernel, rec = cells[0][0], cells[0][1]
     return RNNSpec(
         cell=cell,
@@ -374,21 +380,25 @@ def _spec_from_config(found: _Found, cells: list[list[np.ndarray]], given: RNNSp
         direction=direction,
         bias=cell_cfg.get("use_bias", True) is not False,
         reset_after=cell_cfg.get("reset_after", True) is not False if cell == "gru" else True,
+        activations=activations,
     )
 
 
-def _settle(found: _Found, cells: list[list[np.ndarray]], spec: RNNSpec | None) -> RNNWeights:
+def _settle(found: _Found, cells: list[list[np.ndarray]], spec: RNNSpec | None, major: int = 3) -> RNNWeights:
     """The weights of one found layer, under the file's spec, the user's, or one inferred from shapes."""
     if len(cells) == 2 and len(cells[0]) != len(cells[1]):
         raise RNNXError(f"forward and backward hold {len(cells[0])} and {len(cells[1])} arrays; the file is damaged")
-    stated = _spec_from_config(found, cells, spec)
+    stated = _spec_from_config(found, cells, spec, major)
     if spec is not None and stated is not None and spec != stated:
         raise RNNXError(f"spec={spec} disagrees with the file's own spec {stated}; drop spec=")
     if spec is None and stated is None:
         spec = layout.infer_spec(cells[0], "")
         if len(cells) == 2:
             spec = spec.with_(direction="bidirectional")
-    return layout.from_native([a for cell in cells for a in cell], spec or stated)
+    arrays = [a for cell in cells for a in cell]
+    if stated is not None and stated.activations:  # the config's own functions: the arrays' layout does not depend on them
+        return RNNWeights(stated, layout.from_native(arrays, stated.with_(activations=())).tensors)
+    return layout.from_native(arrays, spec or stated)
 
 
 def _stored_spec(h5: Any) -> str | None:
@@ -458,7 +468,7 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
         assert stored is not None
         return _whole_stack(Path(path), found, stack, stored, spec)
     try:
-        return _settle(one, cells, spec)
+        return _settle(one, cells, spec, _archive_keras_major(Path(path)) if config is not None else 3)
     except RNNXError as exc:
         raise RNNXError(f"{path}: layer {one.name!r}: {exc}") from None
 

@@ -112,6 +112,25 @@ def test_keras3_hard_sigmoid_in_an_h5_is_keras3s(tmp_path: Path) -> None:
     np.testing.assert_allclose(_reference_y(weights, x), _np(model(x)), atol=ATOL)
 
 
+@pytest.mark.parametrize("suffix", [".keras", ".h5"])
+def test_keras3_activations_are_read_from_its_files(suffix: str, tmp_path: Path) -> None:
+    """A Keras 3 file's own activations (here hard_sigmoid as Keras 3 defines it, softsign,
+    linear) are read into the spec and reproduce Keras 3's outputs, .keras archive and .h5 alike."""
+    model = keras.Sequential([keras.Input((None, 3)),
+                              keras.layers.LSTM(4, recurrent_activation="hard_sigmoid", activation="softsign", return_sequences=True, name="l"),
+                              keras.layers.SimpleRNN(3, activation="linear", return_sequences=True, name="s")])
+    model.set_weights([w + np.random.default_rng(9).uniform(-0.8, 0.8, w.shape).astype(w.dtype) for w in model.get_weights()])
+    model.save(tmp_path / f"m{suffix}")
+    x = 3 * np.random.default_rng(10).standard_normal((2, 7, 3)).astype(np.float32)
+    h = x
+    for name, layer in (("l", model.layers[0]), ("s", model.layers[1])):
+        weights = rnnx.load(tmp_path / f"m{suffix}", select=name)
+        want = _np(layer(h))
+        np.testing.assert_allclose(_reference_y(weights, h), want, atol=ATOL, err_msg=name)
+        h = want
+    assert rnnx.load(tmp_path / f"m{suffix}", select="l").spec.activations[0] == rnnx.spec.Activation("HardSigmoid", 1 / 6, 0.5)
+
+
 def test_a_keras2_file_named_weights_h5_is_read_as_keras2s(tmp_path: Path) -> None:
     """Keras 3 names its own weights files .weights.h5; a Keras 2 file so named is handed to the legacy reader."""
     path = tmp_path / "old.weights.h5"
