@@ -41,6 +41,8 @@ def fuse_loops(model: Any) -> PassResult[dict[str, Any]]:
     """Replace every Loop or Scan over one recurrent step, in the main graph and in bodies, in place."""
     result: PassResult[dict[str, Any]] = PassResult()
     for graph, outer in list(graphs(model.graph)):
+        if not any(n.op_type in ("Loop", "Scan") for n in graph.node):
+            continue  # indexing an 18,000-node unrolled graph for nothing would cost as much as fusing it
         g = GraphIndex(graph, outer)
         new_nodes, removed, inits = [], set(), []
         for node in g.nodes:

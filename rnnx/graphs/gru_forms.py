@@ -82,8 +82,29 @@ _OUTPUT_FORMS = {
 }
 
 
+def _may_be_candidate(g: GraphIndex, name: str) -> bool:
+    """A cheap look before any weight is read: a sum of an input part (no product) and a reset
+    product, r * (...) or R (r * h). An LSTM's gate or its c' = f*c + i*g, or a plain RNN's
+    sum, is not one."""
+    leaves, stack = [], [(name, 0)]
+    while stack:
+        t, depth = stack.pop()
+        node = g.producer.get(t)
+        if node is not None and node.op_type == "Add" and depth < 6:
+            stack += [(i, depth + 1) for i in node.input]
+        else:
+            leaves.append(node)
+    if len(leaves) < 2:
+        return False
+    products = [n is not None and (n.op_type == "Mul" or (n.op_type in ("MatMul", "Gemm") and g.prod(n.input[0], "Mul") is not None)) for n in leaves]
+    plain = [n is None or n.op_type != "Mul" for n in leaves]
+    return any(products) and any(p and not q for p, q in zip(plain, products))
+
+
 def match_gru_forms(g: GraphIndex, tanh: Any) -> CellMatch | Declined | None:
     """A GRU cell whose candidate is ``tanh``, in any of the forms above; None when ``tanh`` is no candidate."""
+    if not _may_be_candidate(g, tanh.input[0]):
+        return None
     opened: list[Any] = []
     terms = _terms(g, tanh.input[0], opened)
     plain, reset = [], []
