@@ -203,7 +203,10 @@ def _plan(g: GraphIndex, loop: Any) -> tuple[list[Any], list[Any], dict[str, Any
         return None
     body = GraphIndex(bound.body, {})
     n = _native(body)
-    if n is None or isinstance(n, Declined):
+    if n is None:
+        return Declined(f"{loop.op_type.lower()}.one_step", "its body holds no LSTM, GRU or RNN step (nor a decomposed cell that rnnx recognises; "
+                        "a cell it declined is listed with its own rule)")
+    if isinstance(n, Declined):
         return n
     if loop.op_type == "Scan":
         return _plan_scan(g, loop, bound, body, n)

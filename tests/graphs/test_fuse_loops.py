@@ -125,3 +125,76 @@ def test_loop_whose_carried_value_changes_is_left_alone_with_the_rule(tmp_path) 
     report = fuse_file(src, tmp_path / "fused.onnx")
     assert not report.loops and [d.rule for d in report.left_alone] == ["scan.state"], str(report)
     assert "left alone" in str(report) and "scan.state" in str(report)
+
+
+def _scripted(kind: str):
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class ScriptedRNN(nn.Module):
+        """A cell written by hand in a loop that torch.jit.script keeps a loop: torch.onnx writes a Loop."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.ih, self.hh = nn.Linear(4, 6), nn.Linear(6, 6)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.zeros(x.size(1), 6)
+            for t in range(x.size(0)):
+                h = torch.tanh(self.ih(x[t]) + self.hh(h))
+            return h
+
+    class ScriptedLSTM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ih, self.hh = nn.Linear(4, 24), nn.Linear(6, 24)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.zeros(x.size(1), 6)
+            c = torch.zeros(x.size(1), 6)
+            for t in range(x.size(0)):
+                i, f, g, o = (self.ih(x[t]) + self.hh(h)).chunk(4, 1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                h = torch.sigmoid(o) * torch.tanh(c)
+            return h
+
+    torch.manual_seed(zlib.crc32(kind.encode()))
+    return torch, torch.jit.script((ScriptedRNN if kind == "rnn" else ScriptedLSTM)().eval())
+
+
+def _export_scripted(torch, model, path: Path) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (torch.randn(5, 2, 4),), str(path), dynamo=False, opset_version=17, input_names=["x"], output_names=["h"],
+                          dynamic_axes={"x": {0: "seq", 1: "batch"}})
+
+
+def test_torch_scripted_loop_becomes_native_node_matching_torch(tmp_path) -> None:
+    torch, model = _scripted("rnn")
+    src, out = tmp_path / "loop.onnx", tmp_path / "fused.onnx"
+    _export_scripted(torch, model, src)
+    assert _all_ops(onnx.load(str(src)))["Loop"] == 1
+    report = fuse_file(src, out)
+    assert report.check and len(report.loops) == 1 and not report.left_alone, str(report)
+    ops = _all_ops(onnx.load(str(out)))
+    assert ops["RNN"] == 1 and "Loop" not in ops
+    runner = OnnxRuntimeRunner(out)
+    rng = np.random.default_rng(5)
+    for T, B in ((1, 1), (7, 3), (4, 1)):
+        x = rng.standard_normal((T, B, 4)).astype(np.float32)
+        with torch.no_grad():
+            want = model(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(runner({"x": x})["h"], want, atol=3e-5)
+
+
+def test_loop_over_an_unrecognised_body_is_named_not_silent(tmp_path) -> None:
+    """torch.jit.script's chunk cuts the gates at sizes computed from shapes, which the LSTM rules
+    do not read: the Loop stays, and the report says so with the rule."""
+    torch, model = _scripted("lstm")
+    src = tmp_path / "loop.onnx"
+    _export_scripted(torch, model, src)
+    report = fuse_file(src, tmp_path / "fused.onnx")
+    assert not report.loops and [d.rule for d in report.left_alone] == ["loop.one_step"], str(report)
+    assert "left alone" in str(report) and "loop.one_step" in str(report)
