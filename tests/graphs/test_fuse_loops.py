@@ -198,3 +198,52 @@ def test_loop_over_an_unrecognised_body_is_named_not_silent(tmp_path) -> None:
     report = fuse_file(src, tmp_path / "fused.onnx")
     assert not report.loops and [d.rule for d in report.left_alone] == ["loop.one_step"], str(report)
     assert "left alone" in str(report) and "loop.one_step" in str(report)
+
+
+def _sigmoid(a: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-a))
+
+
+@pytest.mark.parametrize("order", ["ifgo", "zgate-first"])
+def test_scan_over_one_lstm_step_carries_h_and_c(tmp_path, order: str) -> None:
+    """An LSTM step in a Scan body, weights in the outer graph, gates stacked i,f,g,o or o,g,f,i:
+    h and c are both carried, and the final c comes out of the native node's Y_c."""
+    gates = "ifgo" if order == "ifgo" else "ogfi"
+    rng = np.random.default_rng(zlib.crc32(order.encode()))
+    I, H = 3, 4
+    W, R, b = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in ((I, 4 * H), (H, 4 * H), (4 * H,)))
+    vi = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
+    act = {"i": "Sigmoid", "f": "Sigmoid", "o": "Sigmoid", "g": "Tanh"}
+    nodes = [helper.make_node("MatMul", ["x_t", "W"], ["xw"]), helper.make_node("MatMul", ["h", "R"], ["hr"]),
+             helper.make_node("Add", ["xw", "hr"], ["s"]), helper.make_node("Add", ["s", "b"], ["pre"]),
+             helper.make_node("Split", ["pre"], [f"p_{k}" for k in gates], axis=1)]
+    nodes += [helper.make_node(act[k], [f"p_{k}"], [k]) for k in gates]
+    nodes += [helper.make_node("Mul", ["f", "c"], ["fc"]), helper.make_node("Mul", ["i", "g"], ["ig"]),
+              helper.make_node("Add", ["fc", "ig"], ["c_new"]), helper.make_node("Tanh", ["c_new"], ["tc"]),
+              helper.make_node("Mul", ["o", "tc"], ["h_new"]), helper.make_node("Identity", ["h_new"], ["y_t"])]
+    body = helper.make_graph(nodes, "step", [vi("h", ["B", H]), vi("c", ["B", H]), vi("x_t", ["B", I])],
+                             [vi("h_new", ["B", H]), vi("c_new", ["B", H]), vi("y_t", ["B", H])])
+    scan = helper.make_node("Scan", ["h0", "c0", "x"], ["h_last", "c_last", "ys"], body=body, num_scan_inputs=1)
+    graph = helper.make_graph([scan], "scan_lstm", [vi("x", ["T", "B", I]), vi("h0", ["B", H]), vi("c0", ["B", H])],
+                              [vi("h_last", ["B", H]), vi("c_last", ["B", H]), vi("ys", ["T", "B", H])],
+                              [numpy_helper.from_array(a, n) for a, n in ((W, "W"), (R, "R"), (b, "b"))])
+    src, out = tmp_path / "scan.onnx", tmp_path / "fused.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(src))
+    report = fuse_file(src, out)
+    assert report.check and len(report.loops) == 1 and not report.left_alone, str(report)
+    ops = _all_ops(onnx.load(str(out)))
+    assert ops["LSTM"] == 1 and "Scan" not in ops
+    runner = OnnxRuntimeRunner(out)
+    for T, B in ((1, 1), (6, 2), (3, 1)):
+        x = rng.standard_normal((T, B, I)).astype(np.float32)
+        h0, c0 = (rng.standard_normal((B, H)).astype(np.float32) for _ in range(2))
+        h, c, ys = h0.astype(np.float64), c0.astype(np.float64), []
+        for t in range(T):  # the recurrence itself, in float64, gates cut in the file's order
+            parts = dict(zip(gates, np.split(x[t] @ W + h @ R + b, 4, axis=1)))
+            c = _sigmoid(parts["f"]) * c + _sigmoid(parts["i"]) * np.tanh(parts["g"])
+            h = _sigmoid(parts["o"]) * np.tanh(c)
+            ys.append(h)
+        got = runner({"x": x, "h0": h0, "c0": c0})
+        np.testing.assert_allclose(got["h_last"], h, atol=2e-5)
+        np.testing.assert_allclose(got["c_last"], c, atol=2e-5)
+        np.testing.assert_allclose(got["ys"], np.stack(ys), atol=2e-5)
