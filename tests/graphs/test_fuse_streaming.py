@@ -5,7 +5,6 @@ steps, where swapping the input's and the state's matrices would show, against t
 
 from __future__ import annotations
 
-import collections
 import warnings
 import zlib
 
