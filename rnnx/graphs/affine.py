@@ -28,6 +28,7 @@ class Affine:
     terms: dict[str, np.ndarray] = field(default_factory=dict)
     bias: Any = 0.0
     nodes: list[Any] = field(default_factory=list)
+    dtype: Any = None  # the weights' own dtype, where a product was read
 
     @property
     def width(self) -> int | None:
@@ -107,17 +108,17 @@ def affine(g: GraphIndex, name: str, depth: int = 0) -> Affine | None:
             if k in terms and terms[k].shape != W.shape:
                 return None
             terms[k] = terms[k] + W if k in terms else W
-        return Affine(terms, np.asarray(left.bias) + np.asarray(right.bias), left.nodes + right.nodes + [node])
+        return Affine(terms, np.asarray(left.bias) + np.asarray(right.bias), left.nodes + right.nodes + [node], left.dtype or right.dtype)
     if op == "MatMul":
         W = const_value(g, node.input[1])
-        return Affine({node.input[0]: np.asarray(W, np.float64).T}, 0.0, [node]) if W is not None and W.ndim == 2 else None
+        return Affine({node.input[0]: np.asarray(W, np.float64).T}, 0.0, [node], W.dtype) if W is not None and W.ndim == 2 else None
     if op == "Gemm":
         W = const_value(g, node.input[1])
         if W is None or W.ndim != 2 or g.attr(node, "transA", 0) or g.attr(node, "alpha", 1.0) != 1.0 or g.attr(node, "beta", 1.0) != 1.0:
             return None
-        W = np.asarray(W, np.float64)
+        dtype, W = W.dtype, np.asarray(W, np.float64)
         bias = const_value(g, node.input[2]) if len(node.input) > 2 and node.input[2] else 0.0
-        return None if bias is None else Affine({node.input[0]: W if g.attr(node, "transB", 0) else W.T}, np.asarray(bias, np.float64), [node])
+        return None if bias is None else Affine({node.input[0]: W if g.attr(node, "transB", 0) else W.T}, np.asarray(bias, np.float64), [node], dtype)
     if op in ("Split", "Slice"):
         whole = affine(g, node.input[0], depth + 1)
         width = whole.width if whole is not None else None
@@ -128,6 +129,7 @@ def affine(g: GraphIndex, name: str, depth: int = 0) -> Affine | None:
             return None
         part = whole.rows(*cut)
         part.nodes.append(node)
+        part.dtype = whole.dtype
         return part
     return None
 

@@ -202,7 +202,7 @@ def match_gru_forms(g: GraphIndex, tanh: Any) -> CellMatch | Declined | None:
     bWn_v, bRn_v = Affine(bias=bWn).bias_vector(H), Affine(bias=bRn).bias_vector(H)
     if any(v is None for v in (*vectors, bWn_v, bRn_v)):
         return Declined("gru.gates", "a gate's bias varies across the batch")
-    dtype = np.float32
+    dtype = z_in.dtype or r_in.dtype or np.float32  # the file's own weight dtype
     W = np.concatenate([sign * z_in.terms[x], r_in.terms[x], Wn]).astype(dtype)
     R = np.concatenate([sign * z_in.terms[h], r_in.terms[h], Rn]).astype(dtype)
     zeros = np.zeros(H)
