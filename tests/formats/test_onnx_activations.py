@@ -27,7 +27,7 @@ from rnnx.formats import registry
 from rnnx.formats.onnx_build import build_stack_model
 from rnnx.layouts.onnx import node_activations
 from rnnx.pipelines.convert import convert
-from rnnx.spec import Activation
+from rnnx.spec import ACTIVATION_PARAMETERS, DEFAULT_ACTIVATIONS, Activation
 from tests.helpers import SHAPES
 
 ATOL = 2e-5  # ONNX Runtime float32 against the float64 reference
@@ -77,6 +77,26 @@ def _node_dicts(model: Any) -> list[dict[str, Any]]:
 
     (group,) = recurrent_groups(model)
     return group.layer_dicts()
+
+
+def _with_parameters(name: str) -> str:
+    """``name`` with values for the parameters it takes (none of them ONNX's defaults)."""
+    values = {"alpha": "0.7", "beta": "0.3"}
+    return ":".join([name, *(values[p] for p, _ in ACTIVATION_PARAMETERS[name])])
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("name", sorted(ACTIVATION_PARAMETERS))
+def test_onnx_runtime_runs_every_function_in_every_slot(cell: str, name: str) -> None:
+    """ONNX Runtime's CPU kernels implement all eleven of ONNX's functions for LSTM, GRU and
+    RNN alike: each one, in every slot at once, matches the reference. The clip keeps unbounded
+    gates (Softplus, Relu as a GRU's z) from growing the state until ONNX Runtime's float32
+    Softplus, log(1 + exp(x)), overflows to inf past x = 88 where the reference's does not."""
+    slots = len(DEFAULT_ACTIVATIONS[cell])
+    spec = RNNSpec.parse(f"{cell},input=3,hidden=4,bidirectional,clip=4,act=" + "/".join([_with_parameters(name)] * slots))
+    weights = RNNWeights.random(spec, seed=_seed(str(spec)), scale=0.6)
+    report = parity.check("onnxruntime", OnnxRuntimeRunner(build_stack_model(weights)), weights, shapes=[(1, 1), (6, 3)])
+    assert report, str(report)
 
 
 # Each change of a spec that ONNX Runtime must notice: the test of the test.
@@ -398,3 +418,15 @@ def test_the_command_line_shows_the_activations(tmp_path: Path) -> None:
     (node,) = json.loads(inspected.stdout)["nodes"]
     assert node["activations"] == ["HardSigmoid", "Tanh", "Tanh"]
     assert "HardSigmoid" in rnnx_cli("inspect", str(source)).stdout
+
+
+def test_onnx_runtime_softplus_overflows_where_the_reference_does_not() -> None:
+    """A fact to know when a Softplus model fails parity: ONNX Runtime computes log(1 + exp(x))
+    in float32, inf from x = 89 on, while Softplus(x) there is x (the reference's value)."""
+    spec = RNNSpec.parse("rnn_tanh,input=1,hidden=1,act=Softplus")
+    weights = RNNWeights(spec, {k: np.ones_like(v) if ".W." in k else np.zeros_like(v) for k, v in RNNWeights.random(spec, seed=0).tensors.items()})
+    runner = OnnxRuntimeRunner(build_stack_model(weights))
+    x = np.array([50.0, 88.0, 89.0], np.float32).reshape(3, 1, 1)
+    ran = runner({"X": x, "h0": np.zeros((1, 1, 1), np.float32)})["Y"].ravel()
+    assert reference.forward(weights, x).y.ravel() == pytest.approx([50.0, 88.0, 89.0])
+    assert ran[:2] == pytest.approx([50.0, 88.0]) and np.isinf(ran[2])
