@@ -109,17 +109,26 @@ def keras2_group(out: Path, manifest: dict) -> None:
                                  "go_backwards: outputs come last step first, as Keras returns them"),
         "k2_gru_last": (3, lambda: [L.GRU(4, return_sequences=False, name="gru")], "return_sequences=False: y is the last output only"),
     }
+    models["k2_functional"] = (4, lambda: [L.LSTM(4, return_sequences=True, name="lstm"), L.GRU(3, reset_after=False, return_sequences=True, name="gru")],
+                               "a Functional model (model_config class_name Functional, layers wired by inbound_nodes)")
     for name, (input_size, build, note) in models.items():
         tf_keras.utils.set_random_seed(seed_of(name))
-        model = tf_keras.Sequential([tf_keras.Input((None, input_size))] + build(), name=name)
-        randomize(model.layers, name, spread=1.0 if "hard_sigmoid" in name else 0.8)
+        if name == "k2_functional":
+            h = inputs = tf_keras.Input((None, input_size), name="x")
+            for layer in build():
+                h = layer(h)
+            model = tf_keras.Model(inputs, h, name=name)
+        else:
+            model = tf_keras.Sequential([tf_keras.Input((None, input_size))] + build(), name=name)
+        recurrent = [layer for layer in model.layers if type(layer).__name__ != "InputLayer"]
+        randomize(recurrent, name, spread=1.0 if "hard_sigmoid" in name else 0.8)
         scale = 2.5 if "hard_sigmoid" in name else 1.5  # reach hard_sigmoid's clipped ends
         arrays = inputs_for(name, input_size, scale)
         for tag in BATCHES:
             arrays[f"y_{tag}"] = model(arrays[f"x_{tag}"]).numpy()
-            if len(model.layers) > 1:
+            if len(recurrent) > 1:
                 h = arrays[f"x_{tag}"]
-                for layer in model.layers:
+                for layer in recurrent:
                     h = layer(h).numpy()
                     arrays[f"y_{layer.name}_{tag}"] = h
         whole, weights_only = out / f"{name}.model.h5", out / f"{name}_weights.h5"
@@ -131,13 +140,13 @@ def keras2_group(out: Path, manifest: dict) -> None:
             model.save_weights(v3)
             manifest[v3.name] = {**producer, "format": "keras3_weights_h5", "holds": "weights only (save_weights to a "
                                  "name ending .weights.h5: Keras 3's layout, layers/<name>/cell/vars/<i>)",
-                                 "input_size": input_size, "layers": [describe_layer(layer) for layer in model.layers],
+                                 "input_size": input_size, "layers": [describe_layer(layer) for layer in recurrent],
                                  "outputs": f"{name}.npz", "initial_state": None, "note": note, "sha256": sha256(v3)}
         # The producer reads its own files back and must reproduce its outputs.
         again = tf_keras.models.load_model(whole, compile=False)
         np.testing.assert_allclose(again(arrays["x_b3"]).numpy(), arrays["y_b3"], rtol=0, atol=1e-6)
         np.savez(out / f"{name}.npz", **arrays)
-        layers = [describe_layer(layer) for layer in model.layers]
+        layers = [describe_layer(layer) for layer in recurrent]
         for path, kind in ((whole, "whole model (model.save h5)"), (weights_only, "weights only (save_weights h5)")):
             manifest[path.name] = {**producer, "format": "keras2_h5", "holds": kind, "input_size": input_size,
                                    "layers": layers, "outputs": f"{name}.npz", "initial_state": None,
