@@ -138,35 +138,51 @@ def _states(body: GraphIndex, n: Any, pairs: dict[str, str], rule: str) -> dict[
     return found
 
 
-def _length_of(g: GraphIndex, name: str, S: str, depth: int = 0) -> bool:
-    """Whether ``name`` (in graph ``g``) is S's first dimension, however cast and cut."""
+def _length_of(g: GraphIndex, name: str, S: str, depth: int = 0, axis: int | None = None) -> bool:
+    """Whether ``name`` (in graph ``g``) is S's first dimension, however cast and cut: a
+    ``Shape(X)[k]`` where X's axis k is S's axis 0 (:func:`_dim_source`)."""
     node = g.producer.get(name)
     if node is None or depth > 16:
         return False
     if node.op_type in _SHAPE_PATH:
-        return _length_of(g, node.input[0], S, depth + 1)
-    if node.op_type == "Slice" and len(node.input) >= 3 and all(i in g.constants for i in node.input[1:3]):
+        return _length_of(g, node.input[0], S, depth + 1, axis)
+    if node.op_type == "Slice" and len(node.input) >= 3 and all(i in g.constants for i in node.input[1:3]) and axis is None:
         starts, ends = np.atleast_1d(g.constants[node.input[1]]), np.atleast_1d(g.constants[node.input[2]])
         axes = np.atleast_1d(g.constants[node.input[3]]) if len(node.input) > 3 and node.input[3] else np.array([0])
-        return list(starts) == [0] and list(ends) == [1] and list(axes) == [0] and _length_of(g, node.input[0], S, depth + 1)
-    if node.op_type == "Gather" and node.input[1] in g.constants and int(np.asarray(g.constants[node.input[1]]).reshape(-1)[0]) == 0:
-        return _length_of(g, node.input[0], S, depth + 1)
-    if node.op_type == "Shape":
-        return g.attr(node, "start", 0) == 0 and node.input[0] in _same_length(g, S)
+        if len(starts) == 1 and int(ends[0]) == int(starts[0]) + 1 and list(axes) == [0]:
+            return _length_of(g, node.input[0], S, depth + 1, int(starts[0]))
+        return False
+    if node.op_type == "Gather" and node.input[1] in g.constants and axis is None and np.asarray(g.constants[node.input[1]]).size == 1:
+        return _length_of(g, node.input[0], S, depth + 1, int(np.asarray(g.constants[node.input[1]]).reshape(-1)[0]))
+    if node.op_type == "Shape" and axis is not None:
+        start = g.attr(node, "start", 0)
+        return _dim_source(g, node.input[0], axis + start) == _dim_source(g, S, 0)
     return False
 
 
-def _same_length(g: GraphIndex, S: str) -> set[str]:
-    """S and the tensors it is computed from that have its first dimension: tf2onnx's backward
-    loop reads ``ReverseSequence(x)`` and takes its trip count from x."""
-    found = {S}
-    for _ in range(8):
-        node = g.producer.get(S)
-        if node is None or not ((node.op_type == "ReverseSequence" and g.attr(node, "time_axis", 0) == 0) or node.op_type in ("Identity", "Cast")):
+def _dim_source(g: GraphIndex, name: str, axis: int) -> tuple[str, int]:
+    """Where axis ``axis`` of ``name`` comes from: back through ops that keep (or permute) the
+    axes (a transpose, a reversal along time, casts), and through a native node's Y to its X's
+    time axis. Two tensors with the same source have that axis' size in common."""
+    for _ in range(32):
+        node = g.producer.get(name)
+        if node is None:
             break
-        S = node.input[0]
-        found.add(S)
-    return found
+        op = node.op_type
+        if op == "Transpose":
+            perm = list(g.attr(node, "perm", []))
+            if axis >= len(perm):
+                break
+            name, axis = node.input[0], perm[axis]
+        elif op in ("ReverseSequence", "Identity", "Cast", "Relu", "Tanh", "Sigmoid"):
+            name = node.input[0]
+        elif op == "Squeeze" and g.axes(node) == [1] and axis == 0:
+            name = node.input[0]
+        elif op in NATIVE_OPS and name == node.output[0] and axis == 0 and g.attr(node, "layout", 0) == 0:
+            name = node.input[0]
+        else:
+            break
+    return name, axis
 
 
 def _condition_ok(g: GraphIndex, body: GraphIndex, name: str, counters: set[str], outer_of: dict[str, str], S: str, depth: int = 0) -> bool:

@@ -2,7 +2,9 @@
 
 The passes: :func:`~rnnx.graphs.legalize.drop_newer_attributes` (so that the
 input runs at all), :func:`~rnnx.graphs.fuse_cells.fuse_cells`,
-:func:`~rnnx.graphs.fuse_loops.fuse_loops` (Loops and Scans over the steps just made), then
+:func:`~rnnx.graphs.fuse_loops.fuse_loops` (Loops and Scans over the steps just made),
+:func:`~rnnx.graphs.fuse_directions.fuse_directions` (a forward node and one over the reversed
+sequence become one bidirectional node), then
 :func:`~rnnx.graphs.fuse_steps.fuse_steps`. The result is run in ONNX Runtime against
 the input on the same seeded inputs at the input's own shapes; a mismatch is a parity
 failure and nothing is written.
@@ -21,6 +23,7 @@ from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.graphs.fuse_cells import fuse_cells
+from rnnx.graphs.fuse_directions import fuse_directions
 from rnnx.graphs.fuse_loops import fuse_loops
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.graphs.index import all_graphs
@@ -40,6 +43,7 @@ class FuseReport:
     cells: list[str] = field(default_factory=list)
     chains: list[dict[str, Any]] = field(default_factory=list)
     loops: list[dict[str, Any]] = field(default_factory=list)
+    bidirectional: list[dict[str, Any]] = field(default_factory=list)
     native: int = 0  # native recurrent nodes in the result
     left_alone: list[Declined] = field(default_factory=list)
     check: parity.ParityReport | None = None
@@ -48,7 +52,7 @@ class FuseReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "output": self.output, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
-            "cells": self.cells, "chains": self.chains, "loops": self.loops, "native": self.native, "left_alone": [d.to_json() for d in self.left_alone],
+            "cells": self.cells, "chains": self.chains, "loops": self.loops, "bidirectional": self.bidirectional, "native": self.native, "left_alone": [d.to_json() for d in self.left_alone],
             "check": None if self.check is None else {"passed": bool(self.check), "tolerances": self.tolerances, "rows": self.check.to_json()},
         }
 
@@ -57,6 +61,7 @@ class FuseReport:
         lines += [f"cell: {c} became a one-step native node" for c in self.cells]
         lines += [f"chain: {c['steps']} {c['op']} steps over {c['source']} fused into {c['node']}" + (" (sequence length now dynamic)" if c.get("dynamic_seq") else "") for c in self.chains]
         lines += [f"loop: {c['loop']} {c['replaced']} over {c['source']} became the native {c['op']} node {c['node']}" for c in self.loops]
+        lines += [f"bidirectional: {c['forward']} and {c['reverse']} (over the reversed sequence) joined into {c['node']}" for c in self.bidirectional]
         lines += [f"left alone: {d} (rule {d.rule})" for d in self.left_alone]
         if not (self.cells or self.chains or self.loops or self.left_alone):
             lines.append("nothing to fuse: no decomposed LSTM, GRU or RNN cell, chain of steps, or Loop or Scan over one step was found"
@@ -95,12 +100,13 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     cells = fuse_cells(model)
     progress.step("fusing loops over one step")
     loops = fuse_loops(model)
+    directions = fuse_directions(model)
     progress.step("fusing chains of steps")
     chains = fuse_steps(model)
-    report = FuseReport(str(output), before, _count_nodes(model), cells.rewritten, chains.rewritten, loops.rewritten, left_alone=
-                        cells.left_alone + loops.left_alone + chains.left_alone, tolerances=tolerances.to_json() if tolerances else {},
+    report = FuseReport(str(output), before, _count_nodes(model), cells.rewritten, chains.rewritten, loops.rewritten, directions.rewritten,
+                        left_alone=cells.left_alone + loops.left_alone + directions.left_alone + chains.left_alone, tolerances=tolerances.to_json() if tolerances else {},
                         native=sum(n.op_type in NATIVE_OPS for g in all_graphs(model.graph) for n in g.node))
-    if check and (cells or chains or loops):
+    if check and (cells or chains or loops or directions):
         progress.step("checking against the input in ONNX Runtime")
         report.check = compare_models(original, model, seed, str(source), tolerances)
         if not report.check:

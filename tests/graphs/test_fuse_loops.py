@@ -21,9 +21,10 @@ from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.pipelines.fuse import fuse_file
 
 WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
-# Loop fixtures and the native node each must become (a bidirectional layer: two, one per direction).
-LOOPS = {"t2o_simplernn": ("RNN", 1), "t2o_gru_reset_after": ("GRU", 1), "t2o_gru_reset_before": ("GRU", 1),
-         "t2o_gru_last": ("GRU", 1), "t2o_gru_stack": ("GRU", 2), "t2o_bigru": ("GRU", 2)}
+# Loop fixtures: the native op each must become, how many Loops the file holds and how many
+# native nodes replace them (a bidirectional layer's two Loops: one bidirectional node).
+LOOPS = {"t2o_simplernn": ("RNN", 1, 1), "t2o_gru_reset_after": ("GRU", 1, 1), "t2o_gru_reset_before": ("GRU", 1, 1),
+         "t2o_gru_last": ("GRU", 1, 1), "t2o_gru_stack": ("GRU", 2, 2), "t2o_bigru": ("GRU", 2, 1)}
 
 
 def _all_ops(model: onnx.ModelProto) -> collections.Counter:
@@ -43,13 +44,16 @@ def test_tf2onnx_loop_becomes_native_node_matching_keras(tmp_path, name: str) ->
     if not src.exists():
         pytest.skip(f"{src.name} not made yet (tools/wild_fixtures)")
     manifest = json.loads((WILD / "manifest.json").read_text())[src.name]
-    op, count = LOOPS[name]
+    op, count, natives = LOOPS[name]
     assert _all_ops(onnx.load(str(src)))["Loop"] == count
     out = tmp_path / "fused.onnx"
     report = fuse_file(src, out)
     assert report.check and len(report.loops) == count and not report.left_alone, str(report)
-    ops = _all_ops(onnx.load(str(out)))
-    assert ops[op] == count and "Loop" not in ops and not {"Sigmoid", "Tanh", "MatMul"} & set(ops), ops
+    fused_model = onnx.load(str(out))
+    ops = _all_ops(fused_model)
+    assert ops[op] == natives and "Loop" not in ops and not {"Sigmoid", "Tanh", "MatMul"} & set(ops), ops
+    directions = [helper.get_attribute_value(a) for n in fused_model.graph.node if n.op_type == op for a in n.attribute if a.name == "direction"]
+    assert directions == ([b"bidirectional"] if name == "t2o_bigru" else [b"forward"] * natives)
     fused, original = OnnxRuntimeRunner(out), OnnxRuntimeRunner(src)
     recorded = np.load(WILD / manifest["outputs"])
     for batch in ("b1", "b3"):  # what Keras computed
