@@ -25,6 +25,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.spec import ACTIVATION_PARAMETERS, Activation, RNNSpec
+from rnnx.spec import DEFAULT_ACTIVATIONS as CELL_DEFAULT_ACTIVATIONS
 from rnnx.weights import RNNWeights, split_gates, tensor_name
 
 GATE_ORDER: dict[str, tuple[str, ...]] = {
@@ -66,12 +67,9 @@ PROJECTED_LSTM_INPUTS = ("X", "W", "R", "B", "seq_lens", "h0", "c0", "P", "proj"
 DEFAULT_OPSET = 17  # what rnnx writes: read by ONNX Runtime, TensorRT 8.6+ and onnx's checker
 MIN_OPSET = 14  # LSTM/GRU/RNN gained their layout attribute, and torch.onnx's reductions their form, in 14
 DEFAULT_DOMAINS = ("", "ai.onnx")
-DEFAULT_ACTIVATIONS = {
-    "lstm": ["Sigmoid", "Tanh", "Tanh"],
-    "gru": ["Sigmoid", "Tanh"],
-    "rnn_tanh": ["Tanh"],
-    "rnn_relu": ["Relu"],
-}
+# each cell's per-direction list, as a node's activations attribute spells it (ONNX's defaults
+# for LSTM, GRU and RNN; Relu for rnn_relu)
+DEFAULT_ACTIVATIONS = {cell: list(names) for cell, names in CELL_DEFAULT_ACTIVATIONS.items()}
 ACTIVATION_ATTRIBUTES = ("activations", "activation_alpha", "activation_beta", "clip", "input_forget")
 
 
