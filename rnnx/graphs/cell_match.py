@@ -84,7 +84,9 @@ def _used_outside(g: GraphIndex, inner: list[Any], results: set[str]) -> str | N
     """The first tensor computed by ``inner`` (other than ``results``) that something else reads."""
     inner_ids = {id(n) for n in inner}
     for name in {o for n in inner for o in n.output} - results:
-        if name in g.outputs or any(id(u) not in inner_ids for u in g.consumers.get(name, [])):
+        # A Shape reads no value (torch.jit.script's chunk sizes its Slices so); the rewrite
+        # removes only the cell's results, so whatever still reads a shape keeps its producer.
+        if name in g.outputs or any(id(u) not in inner_ids and u.op_type != "Shape" for u in g.consumers.get(name, [])):
             return name
     return None
 
@@ -140,6 +142,31 @@ def pick_state(g: GraphIndex, terms: list[Linear], H: int, cell: str, h_new: str
                     "sliced by Gather or a graph input whose new value is a graph output")
 
 
+def _int_value(g: GraphIndex, name: str, pre: str, width: int, depth: int = 0) -> np.ndarray | None:
+    """An integer computed from constants and ``pre``'s last dimension (``width``), as
+    torch.jit.script's ``chunk`` computes its Slice bounds: ``(Shape(pre)[1] + 3) // 4 * k``."""
+    if name in g.constants:
+        return np.atleast_1d(g.constants[name]).astype(np.int64)
+    node = g.producer.get(name)
+    if node is None or depth > 8:
+        return None
+    op = node.op_type
+    if op == "Gather" and g.prod(node.input[0], "Shape") is not None and g.prod(node.input[0], "Shape").input[0] == pre:
+        k = g.constants.get(node.input[1])
+        return np.array([width], np.int64) if k is not None and int(np.asarray(k).reshape(-1)[0]) in (1, -1) else None
+    args = [_int_value(g, i, pre, width, depth + 1) for i in node.input if i]
+    if not args or any(a is None for a in args):
+        return None
+    if op in ("Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape"):
+        return args[0].reshape(-1)
+    if op in ("Add", "Sub", "Mul", "Div") and len(args) == 2:
+        a, b = args
+        if op == "Div":
+            return None if np.any(b == 0) else a // b
+        return {"Add": a + b, "Sub": a - b, "Mul": a * b}[op]
+    return None
+
+
 def lstm_gate_parts(g: GraphIndex, node: Any) -> tuple[str, list[str], list[Any]] | None:
     """The LSTM pattern at ``node``: (gate pre-activations, its 4 parts in position order, the
     nodes that cut it), or None when ``node`` is no candidate."""
@@ -152,10 +179,21 @@ def lstm_gate_parts(g: GraphIndex, node: Any) -> tuple[str, list[str], list[Any]
     if len(slices) != 4 or node is not slices[0]:  # each tensor is examined once, from its first Slice
         return None
     ranges = []
+    width_of_pre: list[int | None] = []  # read once, only when a bound is computed
     for sl in slices:
-        if len(sl.input) < 4 or any(i not in g.constants for i in sl.input[1:4]):
+        if len(sl.input) < 4:
             return None
-        starts, ends, axes = (np.atleast_1d(g.constants[i]) for i in sl.input[1:4])
+        bounds = [np.atleast_1d(g.constants[i]) if i in g.constants else None for i in sl.input[1:4]]
+        if any(b is None for b in bounds):
+            if not width_of_pre:
+                found = linear_sum(g, pre)
+                width_of_pre.append(int(found.linear[0].W.shape[0]) if found is not None and found.linear else None)
+            if width_of_pre[0] is None:
+                return None
+            bounds = [b if b is not None else _int_value(g, i, pre, width_of_pre[0]) for b, i in zip(bounds, sl.input[1:4])]
+            if any(b is None for b in bounds):
+                return None
+        starts, ends, axes = bounds
         if len(starts) != 1 or int(axes[0]) not in (1, -1) or (len(sl.input) > 4 and sl.input[4] and int(np.atleast_1d(g.constants.get(sl.input[4], [1]))[0]) != 1):
             return None
         ranges.append((int(starts[0]), int(ends[0]), sl))

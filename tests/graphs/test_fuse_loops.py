@@ -18,6 +18,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.graphs.fuse_cells import fuse_cells
+from rnnx.graphs.fuse_loops import fuse_loops
 from rnnx.pipelines.fuse import fuse_file
 
 WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
@@ -149,6 +151,8 @@ def _scripted(kind: str):
             return h
 
     class ScriptedLSTM(nn.Module):
+        """chunk(4) in a scripted loop: the Slices' bounds are computed from the gates' shape."""
+
         def __init__(self) -> None:
             super().__init__()
             self.ih, self.hh = nn.Linear(4, 24), nn.Linear(6, 24)
@@ -162,8 +166,15 @@ def _scripted(kind: str):
                 h = torch.sigmoid(o) * torch.tanh(c)
             return h
 
+    class NotACell(ScriptedRNN):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.zeros(x.size(1), 6)
+            for t in range(x.size(0)):
+                h = torch.tanh(self.ih(x[t]) * self.hh(h))  # a product, not a sum: no RNN computes this
+            return h
+
     torch.manual_seed(zlib.crc32(kind.encode()))
-    return torch, torch.jit.script((ScriptedRNN if kind == "rnn" else ScriptedLSTM)().eval())
+    return torch, torch.jit.script({"rnn": ScriptedRNN, "lstm": ScriptedLSTM, "other": NotACell}[kind]().eval())
 
 
 def _export_scripted(torch, model, path: Path) -> None:
@@ -175,15 +186,16 @@ def _export_scripted(torch, model, path: Path) -> None:
                           dynamic_axes={"x": {0: "seq", 1: "batch"}})
 
 
-def test_torch_scripted_loop_becomes_native_node_matching_torch(tmp_path) -> None:
-    torch, model = _scripted("rnn")
+@pytest.mark.parametrize(("kind", "op"), [("rnn", "RNN"), ("lstm", "LSTM")])
+def test_torch_scripted_loop_becomes_native_node_matching_torch(tmp_path, kind: str, op: str) -> None:
+    torch, model = _scripted(kind)
     src, out = tmp_path / "loop.onnx", tmp_path / "fused.onnx"
     _export_scripted(torch, model, src)
     assert _all_ops(onnx.load(str(src)))["Loop"] == 1
     report = fuse_file(src, out)
     assert report.check and len(report.loops) == 1 and not report.left_alone, str(report)
     ops = _all_ops(onnx.load(str(out)))
-    assert ops["RNN"] == 1 and "Loop" not in ops
+    assert ops[op] == 1 and "Loop" not in ops
     runner = OnnxRuntimeRunner(out)
     rng = np.random.default_rng(5)
     for T, B in ((1, 1), (7, 3), (4, 1)):
@@ -194,14 +206,29 @@ def test_torch_scripted_loop_becomes_native_node_matching_torch(tmp_path) -> Non
 
 
 def test_loop_over_an_unrecognised_body_is_named_not_silent(tmp_path) -> None:
-    """torch.jit.script's chunk cuts the gates at sizes computed from shapes, which the LSTM rules
-    do not read: the Loop stays, and the report says so with the rule."""
-    torch, model = _scripted("lstm")
+    """A loop whose body is no cell stays, and the report says so with the rule."""
+    torch, model = _scripted("other")
     src = tmp_path / "loop.onnx"
     _export_scripted(torch, model, src)
     report = fuse_file(src, tmp_path / "fused.onnx")
     assert not report.loops and [d.rule for d in report.left_alone] == ["loop.one_step"], str(report)
     assert "left alone" in str(report) and "loop.one_step" in str(report)
+
+
+def test_loop_whose_trip_count_is_not_the_length_is_left_alone() -> None:
+    """tf2onnx's SimpleRNN loop with its trip count replaced by a constant: the loop may stop
+    early, so it is no recurrence over the whole sequence, and the rule says why."""
+    src = WILD / "t2o_simplernn.onnx"
+    if not src.exists():
+        pytest.skip(f"{src.name} not made yet (tools/wild_fixtures)")
+    model = onnx.load(str(src))
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    model.graph.initializer.append(numpy_helper.from_array(np.array(2, np.int64), "two_steps"))
+    loop.input[0] = "two_steps"
+    assert fuse_cells(model)  # the body's cell is still one step
+    result = fuse_loops(model)
+    assert not result and [d.rule for d in result.left_alone] == ["loop.trip_count"], result
+    assert _all_ops(model)["Loop"] == 1
 
 
 def _sigmoid(a: np.ndarray) -> np.ndarray:
