@@ -17,7 +17,7 @@ import numpy as np
 
 from rnnx.graphs.cell_match import CellMatch, lstm_gate_parts, match_gru, match_lstm, match_rnn
 from rnnx.graphs.gru_forms import match_gru_forms
-from rnnx.graphs.index import Carried, GraphIndex, carried_state, graphs, rewrite
+from rnnx.graphs.index import Carried, GraphIndex, carried_state, graphs, name_dynamic_axes, rewrite
 from rnnx.pass_result import Declined, PassResult
 
 
@@ -63,6 +63,7 @@ def _fuse_cells_in(g: GraphIndex, result: PassResult[str], names: Iterator[int])
     fused_before = len(result.rewritten)
     shared: dict[tuple[Any, ...], str] = {}  # weights_key -> the prefix of the weights that cell's steps share
     new_nodes, removed, inits = [], set(), []
+    batch_axes: dict[tuple[str, int], str] = {}
     for anchor in g.nodes:
         match = _candidate(g, anchor)
         if match is None:
@@ -96,6 +97,8 @@ def _fuse_cells_in(g: GraphIndex, result: PassResult[str], names: Iterator[int])
             new_nodes.append(helper.make_node("RNN", ins, ["", f"{step}_Y_h"], name=step, hidden_size=match.hidden, **extra))
         new_nodes.append(helper.make_node("Squeeze", [f"{step}_Y_h", ax], [match.h_new]))
         removed |= {id(n) for n in match.remove}
+        batch_axes.update({(name, 0): "batch" for name in (match.x, match.h, match.c) if name})
         result.rewritten.append(step)
     if len(result.rewritten) > fused_before:
         rewrite(g.graph, removed, new_nodes, inits)
+        name_dynamic_axes(g.graph, batch_axes)  # a streaming step's x, h (and c): (batch, features)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.graphs.index import GraphIndex, carried_state, graphs, rewrite
+from rnnx.graphs.index import GraphIndex, carried_state, graphs, name_dynamic_axes, rewrite
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined, PassResult
 
@@ -62,18 +62,18 @@ def fuse_loops(model: Any) -> PassResult[dict[str, Any]]:
         if removed:
             rewrite(graph, removed, new_nodes, inits)
             if graph is model.graph:
-                _name_dynamic_axes(g, model.graph, [info["source"] for info in result.rewritten])
+                _name_dynamic_axes(g, model.graph, result.rewritten)
     return result
 
 
-def _name_dynamic_axes(g: GraphIndex, graph: Any, sources: list[str]) -> None:
-    """Name the graph input's dynamic axes that the fused nodes read as time and batch
-    ``seq`` and ``batch`` (tf2onnx names them ``unk__N``), wherever the graph uses those names."""
-    inputs = {vi.name: vi for vi in graph.input}
-    rename: dict[str, str] = {}
-    for S in sources:
-        axes = [0, 1]  # S's time and batch axes, followed back to a graph input
-        name = S
+def _name_dynamic_axes(g: GraphIndex, graph: Any, fused: list[dict[str, Any]]) -> None:
+    """Name the graph inputs' dynamic axes that the fused nodes read as time and batch ``seq``
+    and ``batch`` (tf2onnx names them ``unk__N``); initial states' first axis is the batch."""
+    inputs = {vi.name for vi in graph.input}
+    axes: dict[tuple[str, int], str] = {}
+    for info in fused:
+        found = [0, 1]  # S's time and batch axes, followed back to a graph input
+        name = info["source"]
         for _ in range(8):
             node = g.producer.get(name)
             if node is None or node.op_type not in ("Transpose", "ReverseSequence", "Identity", "Cast"):
@@ -82,20 +82,15 @@ def _name_dynamic_axes(g: GraphIndex, graph: Any, sources: list[str]) -> None:
                 perm = list(g.attr(node, "perm", []))
                 if len(perm) < 2:
                     break
-                axes = [perm[a] for a in axes]
+                found = [perm[a] for a in found]
             name = node.input[0]
-        if name not in inputs:
-            continue
-        dims = inputs[name].type.tensor_type.shape.dim
-        for axis, label in zip(axes, ("seq", "batch")):
-            if axis < len(dims) and dims[axis].dim_param and not dims[axis].HasField("dim_value"):
-                rename.setdefault(dims[axis].dim_param, label)
-    if not rename:
-        return
-    for vi in [*graph.input, *graph.output, *graph.value_info]:
-        for d in vi.type.tensor_type.shape.dim:
-            if d.dim_param in rename:
-                d.dim_param = rename[d.dim_param]
+        if name in inputs:
+            axes[(name, found[0])] = "seq"
+            axes[(name, found[1])] = "batch"
+        for state in info.get("initial", {}).values():
+            if state in inputs:
+                axes[(state, 0)] = "batch"
+    name_dynamic_axes(graph, axes)
 
 
 def _through(body: GraphIndex, name: str, ops: tuple[str, ...] = ("Identity",)) -> str:
@@ -332,7 +327,8 @@ def _rewrite(loop: Any, body: Any, n: Any, S: str, initial: dict[str, str], fina
         if out_axis == 1:
             nodes.append(helper.make_node("Transpose", [target], [out], perm=[1, 0, 2]))
     weights = [i for i in body.initializer if i.name in n.input[1:4]]
-    info = {"op": n.op_type, "loop": loop.op_type, "node": prefix, "source": S, "direction": direction, "replaced": loop.name or loop.output[0]}
+    info = {"op": n.op_type, "loop": loop.op_type, "node": prefix, "source": S, "direction": direction, "replaced": loop.name or loop.output[0],
+            "initial": dict(initial)}
     return nodes, [_copy(w) for w in weights], info
 
 

@@ -191,6 +191,22 @@ def carried_state(node: Any) -> Carried | None:
     return None
 
 
+def name_dynamic_axes(graph: Any, axes: dict[tuple[str, int], str]) -> None:
+    """Give graph inputs' dynamic axes a name that says what they are, ``(input, axis) -> name``
+    (``batch``, ``seq``: tf2onnx writes ``unk__N``), wherever the graph uses the old name. A
+    fused node reads its input and its states with one batch, so their batch axes are one."""
+    inputs = {vi.name: vi for vi in graph.input}
+    rename: dict[str, str] = {}
+    for (name, axis), label in axes.items():
+        dims = inputs[name].type.tensor_type.shape.dim if name in inputs else []
+        if axis < len(dims) and dims[axis].dim_param and not dims[axis].HasField("dim_value"):
+            rename.setdefault(dims[axis].dim_param, label)
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param in rename:
+                d.dim_param = rename[d.dim_param]
+
+
 def all_graphs(graph: Any) -> Iterator[Any]:
     """The graph and every subgraph, nested, without their constants (cheap: no weight is read)."""
     yield graph

@@ -25,8 +25,9 @@ from rnnx.pipelines.fuse import fuse_file
 WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
 # Loop fixtures: the native op each must become, how many Loops the file holds and how many
 # native nodes replace them (a bidirectional layer's two Loops: one bidirectional node).
-LOOPS = {"t2o_simplernn": ("RNN", 1, 1), "t2o_gru_reset_after": ("GRU", 1, 1), "t2o_gru_reset_before": ("GRU", 1, 1),
-         "t2o_gru_last": ("GRU", 1, 1), "t2o_gru_stack": ("GRU", 2, 2), "t2o_bigru": ("GRU", 2, 1)}
+LOOPS = {"t2o_simplernn": ("RNN", 1, 1), "t2o_simplernn_relu": ("RNN", 1, 1), "t2o_gru_reset_after": ("GRU", 1, 1),
+         "t2o_gru_reset_before": ("GRU", 1, 1), "t2o_gru_last": ("GRU", 1, 1), "t2o_gru_stack": ("GRU", 2, 2), "t2o_bigru": ("GRU", 2, 1),
+         "t2o_gru_go_backwards": ("GRU", 1, 1), "t2o_gru_initial_state": ("GRU", 1, 1)}
 
 
 def _all_ops(model: onnx.ModelProto) -> collections.Counter:
@@ -58,14 +59,49 @@ def test_tf2onnx_loop_becomes_native_node_matching_keras(tmp_path, name: str) ->
     assert directions == ([b"bidirectional"] if name == "t2o_bigru" else [b"forward"] * natives)
     fused, original = OnnxRuntimeRunner(out), OnnxRuntimeRunner(src)
     recorded = np.load(WILD / manifest["outputs"])
+    names = manifest.get("inputs", {manifest["input_name"]: manifest["input_name"]})
     for batch in ("b1", "b3"):  # what Keras computed
-        got = fused({manifest["input_name"]: recorded[f"x_{batch}"]})[manifest["output_name"]]
+        feeds = {graph_name: recorded[f"{key}_{batch}"] for key, graph_name in names.items()}
+        got = fused(feeds)[manifest["output_name"]]
         np.testing.assert_allclose(got, recorded[f"y_{batch}"], atol=2e-5)
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     for B, T in ((1, 1), (2, 9), (1, 4)):  # batch-major, as Keras takes it
-        x = rng.standard_normal((B, T, manifest["input_size"])).astype(np.float32)
-        want = original({manifest["input_name"]: x})[manifest["output_name"]]
-        np.testing.assert_allclose(fused({manifest["input_name"]: x})[manifest["output_name"]], want, atol=2e-5)
+        feeds = {manifest["input_name"]: rng.standard_normal((B, T, manifest["input_size"])).astype(np.float32)}
+        for key, graph_name in names.items():
+            if graph_name not in feeds:  # an initial state, (batch, hidden)
+                feeds[graph_name] = rng.standard_normal((B, recorded[f"{key}_b1"].shape[-1])).astype(np.float32)
+        want = original(feeds)[manifest["output_name"]]
+        np.testing.assert_allclose(fused(feeds)[manifest["output_name"]], want, atol=2e-5)
+
+
+STEPS = {"t2o_lstm_cell_step": "LSTM", "t2o_gru_cell_step": "GRU", "t2o_simplernn_cell_step": "RNN"}
+
+
+@pytest.mark.parametrize("name", sorted(STEPS))
+def test_tf2onnx_single_step_becomes_one_step_node_matching_keras(tmp_path, name: str) -> None:
+    """A streaming model's one cell step, input size equal to hidden size: fused, with the state
+    told from the input by structure (the node's initial_h reads h0, its X reads x)."""
+    src = WILD / f"{name}.onnx"
+    if not src.exists():
+        pytest.skip(f"{src.name} not made yet (tools/wild_fixtures)")
+    manifest = json.loads((WILD / "manifest.json").read_text())[src.name]
+    out = tmp_path / "fused.onnx"
+    report = fuse_file(src, out)
+    assert report.check and len(report.cells) == 1 and not report.left_alone, str(report)
+    before, after = onnx.load(str(src)).graph, onnx.load(str(out)).graph
+    assert [i.name for i in after.input] == [i.name for i in before.input] and [o.name for o in after.output] == [o.name for o in before.output]
+    (node,) = [n for n in after.node if n.op_type in ("LSTM", "GRU", "RNN")]
+    assert node.op_type == STEPS[name] and not {"Sigmoid", "Tanh", "MatMul"} & {n.op_type for n in after.node}
+    producers = {o: n for n in after.node for o in n.output}
+    assert producers[node.input[0]].input[0] == manifest["inputs"]["x"] and producers[node.input[5]].input[0] == manifest["inputs"]["h0"]
+    if node.op_type == "LSTM":
+        assert producers[node.input[6]].input[0] == manifest["inputs"]["c0"]
+    recorded = np.load(WILD / manifest["outputs"])
+    runner = OnnxRuntimeRunner(out)
+    for batch in ("b1", "b3"):
+        got = runner({graph_name: recorded[f"{key}_{batch}"] for key, graph_name in manifest["inputs"].items()})
+        for key, graph_name in manifest["output_names"].items():
+            np.testing.assert_allclose(got[graph_name], recorded[f"{key}_{batch}"], atol=2e-5)
 
 
 def _scan_rnn(direction: int, axis: int, relu: bool = False) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
