@@ -57,6 +57,7 @@ class CellMatch:
     c: str | None = None  # LSTM only
     c_new: str | None = None
     activations: tuple[str, ...] = ()  # ONNX's activations attribute; () for the op's defaults
+    activation_params: tuple[float, float] | None = None  # (alpha, beta) of the first activation, where it takes them
     linear_before_reset: int = 1  # GRU only: 0 when the reset gate multiplies h before R
 
     @property
@@ -167,6 +168,42 @@ def _int_value(g: GraphIndex, name: str, pre: str, width: int, depth: int = 0) -
     return None
 
 
+@dataclass(frozen=True)
+class _Act:
+    """A gate's activation as the LSTM rules read it: its kind and the tensor it gives."""
+
+    op_type: str
+    out: str
+
+    @property
+    def output(self) -> list[str]:
+        return [self.out]
+
+
+def _gate_activation(g: GraphIndex, part: str) -> tuple[str, str, list[Any], tuple[float, float] | None] | None:
+    """(result, function, nodes, (alpha, beta)) of the activation that a gate's part goes
+    through alone: Sigmoid, Tanh, or a hard sigmoid written out as ``clip(x + b, 0, 1/a) * a``
+    (Keras 3's hard_sigmoid is ``relu6(x + 3) / 6``: ONNX HardSigmoid, alpha 1/6, beta 0.5)."""
+    for op in ("Sigmoid", "Tanh"):
+        node = _single_consumer(g, part, op)
+        if node is not None:
+            return node.output[0], op, [node], None
+    add = _single_consumer(g, part, "Add")
+    clip = _single_consumer(g, add.output[0], "Clip") if add is not None else None
+    mul = _single_consumer(g, clip.output[0], "Mul") if clip is not None else None
+    if mul is None:
+        return None
+    shift = next((g.constants.get(i) for i in add.input if i != part), None)
+    scale = next((g.constants.get(i) for i in mul.input if i != clip.output[0]), None)
+    bounds = [g.constants.get(i) if i else None for i in clip.input[1:3]]
+    if shift is None or scale is None or len(bounds) != 2 or any(b is None for b in bounds) or any(np.asarray(v).size != 1 for v in (shift, scale, *bounds)):
+        return None
+    a, b, lo, hi = (float(np.asarray(v).reshape(-1)[0]) for v in (scale, shift, *bounds))
+    if lo != 0.0 or a <= 0 or abs(hi * a - 1.0) > 1e-6:
+        return None
+    return mul.output[0], "HardSigmoid", [add, clip, mul], (a, b * a)
+
+
 def lstm_gate_parts(g: GraphIndex, node: Any) -> tuple[str, list[str], list[Any]] | None:
     """The LSTM pattern at ``node``: (gate pre-activations, its 4 parts in position order, the
     nodes that cut it), or None when ``node`` is no candidate."""
@@ -206,13 +243,18 @@ def lstm_gate_parts(g: GraphIndex, node: Any) -> tuple[str, list[str], list[Any]
 
 def match_lstm(g: GraphIndex, pre: str, parts: list[str], cutters: list[Any]) -> CellMatch | Declined:
     """The checks of an LSTM candidate found by :func:`lstm_gate_parts`."""
-    acts = [_single_consumer(g, p, "Sigmoid") or _single_consumer(g, p, "Tanh") for p in parts]
-    if any(a is None for a in acts):
-        return Declined("lstm.activations", "a gate is not one Sigmoid or Tanh")
+    gate_acts = [_gate_activation(g, p) for p in parts]
+    if any(a is None for a in gate_acts):
+        return Declined("lstm.activations", "a gate is not one Sigmoid, Tanh or hard sigmoid (clip(x + b, 0, 1/a) * a)")
+    acts = [_Act(a[1], a[0]) for a in gate_acts]  # type: ignore[index]
     tanh = [k for k, a in enumerate(acts) if a.op_type == "Tanh"]
     if len(tanh) != 1:
         return Declined("lstm.activations", f"{len(tanh)} gates go through Tanh, expected 1 (the cell candidate)")
     k_g = tanh[0]
+    kinds = {(gate_acts[k][1], gate_acts[k][3]) for k in range(4) if k != k_g}  # type: ignore[index]
+    if len(kinds) != 1:
+        return Declined("lstm.activations", "the i, f and o gates go through different functions; ONNX's LSTM applies one to all three")
+    (f_act, f_params), = kinds
     g_out = acts[k_g].output[0]
     mul_ig = _single_consumer(g, g_out, "Mul")
     if mul_ig is None:
@@ -252,15 +294,17 @@ def match_lstm(g: GraphIndex, pre: str, parts: list[str], cutters: list[Any]) ->
     if isinstance(state, Declined):
         return state
     (inp,) = [t for t in found.linear if t is not state]
-    inner = [*cutters, *acts, mul_ig, add_c, mul_fc, tanh_c, mul_h, *found.nodes]
+    inner = [*cutters, *(n for a in gate_acts for n in a[2]), mul_ig, add_c, mul_fc, tanh_c, mul_h, *found.nodes]  # type: ignore[union-attr]
     leak = _used_outside(g, inner, {c_new, mul_h.output[0]})
     if leak is not None:
         return Declined("lstm.private", f"{leak} is used outside the cell")
     positions = {"i": k_i, "f": k_f, "g": k_g, "o": k_o}
+    activations = () if f_act == "Sigmoid" else (f_act, "Tanh", "Tanh")
     return CellMatch(
         op="LSTM", x=inp.input, h=state.input, c=c_prev, h_new=mul_h.output[0], c_new=c_new, hidden=H,
         W=inp.W, R=state.W, biases=(found.bias(H4), np.zeros(H4)), positions=positions, remove=(mul_h, add_c),
-        weights_key=("LSTM", tuple(sorted(positions.items())), inp.origin, state.origin, tuple(sorted(found.bias_origins))),
+        weights_key=("LSTM", activations, f_params, tuple(sorted(positions.items())), inp.origin, state.origin, tuple(sorted(found.bias_origins))),
+        activations=activations, activation_params=f_params,
     )
 
 

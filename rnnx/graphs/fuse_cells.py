@@ -84,9 +84,12 @@ def _fuse_cells_in(g: GraphIndex, result: PassResult[str], names: Iterator[int])
         ins = [f"{step}_x", f"{prefix}_W", f"{prefix}_R", f"{prefix}_B", "", f"{step}_h"]
         new_nodes += [helper.make_node("Unsqueeze", [match.x, ax], [f"{step}_x"]), helper.make_node("Unsqueeze", [match.h, ax], [f"{step}_h"])]
         if op == "LSTM":
+            extra = {"activations": list(match.activations)} if match.activations else {}
+            if match.activation_params is not None:
+                extra.update(activation_alpha=[match.activation_params[0]], activation_beta=[match.activation_params[1]])
             new_nodes += [
                 helper.make_node("Unsqueeze", [match.c, ax], [f"{step}_c"]),
-                helper.make_node("LSTM", ins + [f"{step}_c"], ["", f"{step}_Y_h", f"{step}_Y_c"], name=step, hidden_size=match.hidden),
+                helper.make_node("LSTM", ins + [f"{step}_c"], ["", f"{step}_Y_h", f"{step}_Y_c"], name=step, hidden_size=match.hidden, **extra),
                 helper.make_node("Squeeze", [f"{step}_Y_c", ax], [match.c_new]),
             ]
         elif op == "GRU":

@@ -150,7 +150,11 @@ def _plan(g: GraphIndex, fwd: Any, back: Any, rev: Any, S: str) -> tuple[list[An
             nodes.append(helper.make_node("Concat", [a, b], [f"{prefix}_init{slot}"], axis=0))
         states.append(f"{prefix}_init{slot}" if a else "")
     outs = [f"{prefix}_Y", f"{prefix}_Y_h"] + ([f"{prefix}_Y_c"] if is_lstm else [])
-    nodes.append(helper.make_node(fwd.op_type, [S, *names, "", *states], outs, name=prefix, direction="bidirectional", **_attrs(g, fwd)))
+    attrs = _attrs(g, fwd)
+    for key in ("activations", "activation_alpha", "activation_beta"):  # ONNX lists them per direction
+        if key in attrs:
+            attrs[key] = list(attrs[key]) * 2
+    nodes.append(helper.make_node(fwd.op_type, [S, *names, "", *states], outs, name=prefix, direction="bidirectional", **attrs))
     if y_f is not None:
         nodes.append(helper.make_node("Gather", [outs[0], idx[0]], [y_f.output[0]], axis=1))
     nodes.append(helper.make_node("Gather", [outs[0], idx[1]], [undo.output[0]], axis=1))

@@ -27,7 +27,7 @@ WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
 # native nodes replace them (a bidirectional layer's two Loops: one bidirectional node).
 LOOPS = {"t2o_simplernn": ("RNN", 1, 1), "t2o_simplernn_relu": ("RNN", 1, 1), "t2o_gru_reset_after": ("GRU", 1, 1),
          "t2o_gru_reset_before": ("GRU", 1, 1), "t2o_gru_last": ("GRU", 1, 1), "t2o_gru_stack": ("GRU", 2, 2), "t2o_bigru": ("GRU", 2, 1),
-         "t2o_gru_go_backwards": ("GRU", 1, 1), "t2o_gru_initial_state": ("GRU", 1, 1)}
+         "t2o_gru_go_backwards": ("GRU", 1, 1), "t2o_gru_initial_state": ("GRU", 1, 1), "t2o_lstm_hard_sigmoid": ("LSTM", 1, 1)}
 
 
 def _all_ops(model: onnx.ModelProto) -> collections.Counter:
@@ -57,6 +57,13 @@ def test_tf2onnx_loop_becomes_native_node_matching_keras(tmp_path, name: str) ->
     assert ops[op] == natives and "Loop" not in ops and not {"Sigmoid", "Tanh", "MatMul"} & set(ops), ops
     directions = [helper.get_attribute_value(a) for n in fused_model.graph.node if n.op_type == op for a in n.attribute if a.name == "direction"]
     assert directions == ([b"bidirectional"] if name == "t2o_bigru" else [b"forward"] * natives)
+    (node, *_) = [n for n in fused_model.graph.node if n.op_type == op]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if name == "t2o_lstm_hard_sigmoid":  # Keras 3's hard_sigmoid, relu6(x + 3) / 6, is ONNX's HardSigmoid(1/6, 0.5)
+        assert attrs["activations"] == [b"HardSigmoid", b"Tanh", b"Tanh"]
+        np.testing.assert_allclose([attrs["activation_alpha"][0], attrs["activation_beta"][0]], [1 / 6, 0.5], rtol=1e-6)
+    else:
+        assert attrs.get("activations") == ([b"Relu"] if name == "t2o_simplernn_relu" else None)
     fused, original = OnnxRuntimeRunner(out), OnnxRuntimeRunner(src)
     recorded = np.load(WILD / manifest["outputs"])
     names = manifest.get("inputs", {manifest["input_name"]: manifest["input_name"]})
