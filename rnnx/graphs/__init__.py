@@ -2,7 +2,11 @@
 
 - :mod:`~rnnx.graphs.inspect`: what each recurrent node is and which backends accept it;
 - :mod:`~rnnx.graphs.fuse_cells` and :mod:`~rnnx.graphs.fuse_steps`: decomposed cells to
-  native steps, chains of steps to one node;
+  native steps, chains of steps to one node; :mod:`~rnnx.graphs.fuse_loops`: Loops and Scans
+  over one step to one node; :mod:`~rnnx.graphs.fuse_directions`: a forward node and one over
+  the reversed sequence to one bidirectional node (the cells' rules: :mod:`~rnnx.graphs.cell_match`,
+  :mod:`~rnnx.graphs.gru_forms`, reading weights through :mod:`~rnnx.graphs.linear_terms` and
+  :mod:`~rnnx.graphs.affine`);
 - :mod:`~rnnx.graphs.lower`: native nodes to hoisted-input Scans (TensorRT's form);
 - :mod:`~rnnx.graphs.legalize`: repairs for other tools' defects, and opsets;
 - :mod:`~rnnx.graphs.index`, :mod:`~rnnx.graphs.walk`, :mod:`~rnnx.graphs.per_step`: shared pieces.

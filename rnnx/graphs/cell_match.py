@@ -5,14 +5,17 @@ fails a check is a :class:`~rnnx.pass_result.Declined` naming the rule, and a no
 no candidate at all is None.
 
 LSTM, anchored at a ``Split`` into 4 equal parts along the last axis (or 4 ``Slice``\\ s
-covering one tensor in equal pieces), rules:
-- ``lstm.activations``: each part goes through one Sigmoid or Tanh, exactly one through Tanh
-  (the cell candidate g);
+covering one tensor in equal pieces, their bounds constants or computed from its width as
+torch.jit.script's ``chunk`` does), rules:
+- ``lstm.activations``: each part goes through one Sigmoid, Tanh or hard sigmoid written out
+  (``clip(x + b, 0, 1/a) * a``), exactly one through Tanh (the cell candidate g), the other
+  three through the same function;
 - ``lstm.cell_update``: ``c' = f*c + i*g``, naming i (multiplied with g) and f (with the old c);
 - ``lstm.output``: ``h' = o*tanh(c')``, naming o;
 - ``lstm.linear_inputs``: the Split's input is a sum of constant linear maps and biases
   (:mod:`rnnx.graphs.linear_terms`) of exactly two tensors, one by a (4H, H) matrix (the
-  state h) and one by a (4H, I) matrix (the input x; when I = H, the one read by ``Gather``);
+  state h) and one by a (4H, I) matrix (the input x; when I = H, rule ``lstm.state``, told
+  apart by structure: :func:`pick_state`);
 - ``lstm.private``: nothing inside the cell is used outside it, except h' and c'.
 
 GRU, anchored at a ``Tanh`` of ``Add(a, Mul(b, r))`` with a and b parts of 3-way Splits, as
@@ -22,6 +25,10 @@ PyTorch's GRUCell decomposes (reset after the recurrent product, ONNX ``linear_b
 - ``gru.linear_inputs``: both Splits read constant linear maps (plus bias) of x and of h, 3H wide;
 - ``gru.output``: ``h' = (h - n) * z + n``;
 - ``gru.private``: nothing else inside the cell is used outside it.
+GRUs in other algebraic forms are :mod:`rnnx.graphs.gru_forms`.
+
+Plain RNN (:func:`match_rnn`), anchored at a ``Tanh`` or ``Relu`` of a sum of two constant
+linear maps, one of which may read a state: ``rnn.linear_inputs``, ``rnn.state``, ``rnn.private``.
 """
 
 from __future__ import annotations
