@@ -384,7 +384,7 @@ def recurrent_groups(model: Any) -> list[RecurrentGroup]:
 def choose_group(groups: list[RecurrentGroup], select: str | None, where: str) -> RecurrentGroup:
     """The stack named ``select`` (or a single node of that name), else the only stack."""
     if not groups:
-        raise RNNXError(f"{where}: expected an LSTM, GRU or RNN node, found none")
+        raise RNNXError(f"{where}: expected an LSTM, GRU or RNN node, found none; if the recurrence is decomposed (a Loop or Scan over a cell step, or unrolled cells), `rnnx fuse` (rnnx.pipelines.fuse.fuse_file) can rewrite it into native nodes first")
     listing = "; ".join(f"{g.name} ({len(g.nodes)} x {g.nodes[0].node.op_type})" for g in groups)
     if select is None:
         if len(groups) > 1:
