@@ -56,6 +56,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, check_archive, library_write, require_file
+from rnnx.formats import keras_legacy_h5
 from rnnx.formats.registry import Format, get, register, settle_spec
 from rnnx.layouts import keras as layout
 from rnnx.spec import RNNSpec
@@ -471,6 +472,32 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
         return _settle(one, cells, spec, _archive_keras_major(Path(path)) if config is not None else 3)
     except RNNXError as exc:
         raise RNNXError(f"{path}: layer {one.name!r}: {exc}") from None
+
+
+def read_notes(path: Path, select: str | None, spec: RNNSpec | None, weights: RNNWeights) -> list[str]:
+    """What a conversion of ``weights``, just read from ``path`` with ``select`` and ``spec``, tells
+    its user: what the file did not record and was assumed (a layer read from its shapes takes
+    Keras's defaults), and that a go_backwards layer's output comes back in another order."""
+    path = Path(path)
+    notes: list[str] = []
+    if _legacy(path) is not None:
+        notes += keras_legacy_h5.read_notes(path, select, spec, weights)
+    elif spec is None:
+        with _opened(path) as (h5py, h5, config, _):
+            try:
+                found = _find(h5, config, h5py)
+                whole = config is None and select is None and _stored_spec(h5) is not None  # rnnx's own file records its spec
+                one = None if whole else _choose(found, select, str(path))
+            except RNNXError as exc:
+                raise RNNXError(f"{path}: {exc}") from None
+            except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
+                raise _damaged(path, exc) from None
+        if one is not None and one.config is None:
+            what = "a .weights.h5 file" if config is None else "a .keras archive whose config.json does not list the layer"
+            notes.append(f"{path.name}: layer {one.name!r}: {layout.unrecorded_note(what)}")
+    if weights.spec.direction == "reverse":
+        notes.append(layout.GO_BACKWARDS_NOTE)
+    return notes
 
 
 # --- files: writing ----------------------------------------------------------------------

@@ -20,7 +20,9 @@ its arrays.
 
 A whole model says each layer's activations. ``hard_sigmoid`` is read as the writer's Keras
 defined it, from the file's ``keras_version``: 0.2x+0.5 in Keras 2 (ONNX HardSigmoid,
-alpha 0.2), x/6+0.5 in Keras 3 (alpha 1/6). A weights-only file records neither the
+alpha 0.2), x/6+0.5 in Keras 3 (alpha 1/6); a file whose ``keras_version`` was removed
+cannot say which, so a layer using hard_sigmoid there is read only with ``spec=`` stating one.
+Every other activation means the same in both. A weights-only file records neither the
 activations (Keras 2's default recurrent activation was hard_sigmoid before Keras 2.3,
 sigmoid after) nor ``go_backwards``, so ``spec=`` must say them; a CuDNN layer's math is
 fixed and its 2*gates*units bias marks it, so it is read without one, taken to run forward
@@ -199,11 +201,14 @@ def is_legacy_file(path: Path) -> bool:
         return False
 
 
-def _keras_major(h5: Any, root: Any, h5py: Any) -> int:
-    """The writer's Keras major version, from ``keras_version`` (Keras's own loader reads a
-    file without one as Keras 1's)."""
+def _keras_major(h5: Any, root: Any, h5py: Any) -> int | None:
+    """The writer's Keras major version, from ``keras_version``; None when the file has none
+    (Keras's own loader then reads it as Keras 1's, but Keras 1 wrote per-gate arrays: a
+    file with kernel/recurrent_kernel arrays is Keras 2's or Keras 3's with the version removed)."""
     text = _text_attr(h5, "keras_version", h5py, "file") or _text_attr(root, "keras_version", h5py, "model_weights")
-    found = re.match(r"\s*(\d+)", text or "1")
+    if text is None:
+        return None
+    found = re.match(r"\s*(\d+)", text)
     return int(found.group(1)) if found else 1
 
 
@@ -339,9 +344,9 @@ def _listing(found: list[_Layer]) -> str:
     return ", ".join(repr(f.name) for f in found)
 
 
-def _choose(found: list[_Layer], layer_names: list[str], select: str | None, major: int) -> _Layer:
+def _choose(found: list[_Layer], layer_names: list[str], select: str | None, major: int | None) -> _Layer:
     if not found:
-        if major < 2:
+        if major is None or major < 2:
             raise RNNXError("expected Keras 2 LSTM/GRU/SimpleRNN layers, found none; the file has no keras_version, so Keras reads it as Keras 1's "
                             "(per-gate arrays), which rnnx does not read: load it in Keras 2 and save it again")
         shown = ", ".join(layer_names[:8]) + (", ..." if len(layer_names) > 8 else "")
@@ -412,18 +417,20 @@ def _cell(family: str, cell_cfg: dict[str, Any], shown: str, major: int) -> tupl
         raise RNNXError(f"{shown}: {exc}") from None
 
 
-class _MergeMode(RNNXError):
-    """A Bidirectional that merges its directions other than by concatenation: read only when
-    spec= states the layer, acknowledging that rnnx gives the directions concatenated."""
+class _NeedsSpec(RNNXError):
+    """A layer the config does not settle alone: a Bidirectional that merges its directions other
+    than by concatenation, or a hard_sigmoid in a file without keras_version. Read only when spec=
+    states one of ``readings``, acknowledging what rnnx takes the layer to be."""
 
-    def __init__(self, spec: RNNSpec, cudnn: bool, message: str) -> None:
+    def __init__(self, readings: tuple[RNNSpec, ...], cudnn: bool, message: str) -> None:
         super().__init__(message)
-        self.spec, self.cudnn = spec, cudnn
+        self.readings, self.cudnn = readings, cudnn
 
 
-def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int) -> tuple[RNNSpec, bool] | None:
+def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int | None) -> tuple[RNNSpec, bool] | None:
     """(the spec model_config states for a layer, whether it is a CuDNN layer); None without a config.
-    Refuses what has no canonical form, and a Bidirectional that does not concatenate its directions."""
+    Refuses what has no canonical form, a Bidirectional that does not concatenate its directions,
+    and a hard_sigmoid whose definition the file's missing keras_version leaves open."""
     cfg = found.config
     if cfg is None:
         return None
@@ -455,20 +462,31 @@ def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int) -> tuple[R
     kernel, recurrent = arrays[0], arrays[1]
     fields: dict[str, Any] = {"input_size": int(kernel.shape[0]), "hidden_size": int(recurrent.shape[0]), "direction": direction}
     if cudnn:
-        spec = RNNSpec(family, **fields)
+        readings = (RNNSpec(family, **fields),)
     else:
-        cell, activations = _cell(family, cell_cfg, shown, major)
         bias = len(arrays) in (3, 6)
         reset_after = cell_cfg.get("reset_after")
-        if cell == "gru" and not isinstance(reset_after, bool):
+        if family == "gru" and not isinstance(reset_after, bool):
             # GRUs before Keras 2.1 had no reset_after and reset before; a (2, 3*units) bias is reset-after's.
             reset_after = bias and arrays[2].ndim == 2
-        spec = RNNSpec(cell, bias=bias, reset_after=reset_after if cell == "gru" else True, activations=activations, **fields)
+        specs = []
+        for version in (major,) if major is not None else (2, 3):
+            cell, activations = _cell(family, cell_cfg, shown, version)
+            specs.append(RNNSpec(cell, bias=bias, reset_after=reset_after if cell == "gru" else True, activations=activations, **fields))
+        readings = tuple(dict.fromkeys(specs))  # one unless hard_sigmoid is used: Keras 2 and 3 define it differently
+    problems = []
+    if len(readings) > 1:
+        keras2, keras3 = readings
+        problems.append(f"{shown} uses hard_sigmoid and the file has no keras_version to say which Keras defined it: Keras 2's is "
+                        f"0.2x+0.5 (spec={keras2}), Keras 3's x/6+0.5 (spec={keras3}); pass spec= saying which")
     if pair and merge not in ("concat", None):
-        raise _MergeMode(spec, cudnn, f"{shown} merges its directions by {merge!r} (merge_mode); rnnx's bidirectional gives them concatenated, "
-                         f"forward then backward features. The weights convert exactly: pass spec={spec} to take them so, "
-                         f"and merge the output's two halves as Keras does ({merge})")
-    return spec, cudnn
+        taken = readings[0] if len(readings) == 1 else "SPEC"
+        problems.append(f"{shown} merges its directions by {merge!r} (merge_mode); rnnx's bidirectional gives them concatenated, "
+                        f"forward then backward features. The weights convert exactly: pass spec={taken} to take them so, "
+                        f"and merge the output's two halves as Keras does ({merge})")
+    if problems:
+        raise _NeedsSpec(readings, cudnn, "; ".join(problems))
+    return readings[0], cudnn
 
 
 def _weights_only_spec(arrays: list[np.ndarray], pair: bool) -> RNNSpec | None:
@@ -485,14 +503,14 @@ def _unpack(arrays: list[np.ndarray], spec: RNNSpec, cudnn: bool) -> RNNWeights:
     return RNNWeights(spec, weights.tensors)
 
 
-def _settle(found: _Layer, arrays: list[np.ndarray], spec: RNNSpec | None, major: int) -> RNNWeights:
+def _settle(found: _Layer, arrays: list[np.ndarray], spec: RNNSpec | None, major: int | None) -> RNNWeights:
     pair = len(arrays) in (4, 6)
     try:
         stated = _config_spec(found, arrays, major)
-    except _MergeMode as merged:
-        if spec != merged.spec:
-            raise RNNXError(str(merged)) from None
-        stated = (merged.spec, merged.cudnn)
+    except _NeedsSpec as unsettled:
+        if spec not in unsettled.readings:
+            raise RNNXError(str(unsettled)) from None
+        stated = (spec, unsettled.cudnn)
     assumed = stated is None  # a weights-only file: only a CuDNN layer's spec is known, and its direction assumed
     if stated is None:
         cudnn_spec = _weights_only_spec(arrays, pair)
@@ -589,6 +607,28 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
         return _settle(one, arrays, spec, major)
     except RNNXError as exc:
         raise RNNXError(f"{path}: layer {one.name!r}: {exc}") from None
+
+
+def read_notes(path: Path, select: str | None, spec: RNNSpec | None, weights: RNNWeights) -> list[str]:
+    """What a conversion of ``weights``, just read from ``path``, tells its user that the file
+    does not say: a weights-only file's CuDNN layer is read without ``spec=``, as running forward."""
+    path = Path(path)
+    if spec is not None or weights.spec.direction == "bidirectional":
+        return []
+    with _opened(path) as (h5py, h5, _):
+        try:
+            root = _weights_root(h5, h5py)
+            if root is None:
+                return []
+            one = _choose(*_find(root, _model_config(h5, h5py), h5py), select, _keras_major(h5, root, h5py))
+        except RNNXError as exc:
+            raise RNNXError(f"{path}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
+            raise _damaged(path, exc) from None
+    if one.config is not None:
+        return []
+    return [f"{path.name}: layer {one.name!r}: a weights-only file (save_weights) records no go_backwards; the CuDNN layer is read "
+            f"as running forward; pass spec={weights.spec.with_(direction='reverse')} if it ran backwards"]
 
 
 register(

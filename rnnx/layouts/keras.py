@@ -37,14 +37,42 @@ GATE_ORDER: dict[str, tuple[str, ...]] = {
 }
 
 
-def refusals(spec: RNNSpec) -> list[str]:
-    """Why Keras's recurrent layers cannot hold ``spec`` (empty when they can)."""
+def layer_refusals(spec: RNNSpec) -> list[str]:
+    """Why no Keras layer computes ``spec`` (empty when one does): what reading Keras's arrays
+    under ``spec`` refuses. Activations Keras names are the layer's to state, not its arrays'."""
     reasons = []
     if spec.proj_size:
         reasons.append(f"Keras LSTMs have no projection (proj={spec.proj_size})")
     if spec.peepholes:
         reasons.append("Keras LSTMs have no peepholes")
-    if not spec.uses_default_activations:
+    if spec.clip:
+        reasons.append(f"Keras layers have no cell clip (clip={spec.clip:g})")
+    if spec.input_forget:
+        reasons.append("Keras LSTMs have no input_forget")
+    if spec.cell == "lstm" and spec.activations and spec.activations[1] != spec.activations[2]:
+        # LSTMCell applies its one ``activation`` to the candidate (ONNX g) and to the cell state (h) alike.
+        g, h = spec.activations[1:]
+        reasons.append(f"a Keras LSTM uses one activation for the candidate and the output (act=f/g/g), found {g} and {h}")
+    return reasons
+
+
+#: What rnnx tells a user whose Keras layer was read with direction reverse (go_backwards=True):
+#: Keras returns the steps in the order it ran them, the canonical reverse direction in input order.
+GO_BACKWARDS_NOTE = ("Keras returns a go_backwards layer's sequence last step first (return_sequences=True); the converted "
+                     "direction reverse gives Y in input time order, as ONNX and torch do: flip the time axis to compare with Keras")
+
+
+def unrecorded_note(what: str) -> str:
+    """The note on a layer read from shapes alone: ``what`` (a .weights.h5 file, ...) does not say
+    how the layer was built, so Keras's own defaults are taken."""
+    return (f"{what} records no activations or go_backwards; read with Keras's defaults (tanh, sigmoid, forward); "
+            "pass spec= if the layer was built otherwise")
+
+
+def refusals(spec: RNNSpec) -> list[str]:
+    """Why Keras's weight arrays cannot hold ``spec`` (empty when they can): what writing refuses."""
+    reasons = layer_refusals(spec)
+    if spec.activations:
         reasons.append(f"Keras weight arrays carry no activations ({spec.activation_text}): the layer that loads them sets its own")
     return reasons
 
@@ -53,6 +81,14 @@ def check_expressible(spec: RNNSpec) -> None:
     reasons = refusals(spec)
     if reasons:
         raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; convert to onnx or rnnx instead")
+
+
+def check_readable(spec: RNNSpec) -> None:
+    """Refuses a spec no Keras layer computes; activations are allowed: ``spec=`` states what the
+    layer that held these arrays was built with."""
+    reasons = layer_refusals(spec)
+    if reasons:
+        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; check spec=")
 
 
 def arrays_per_cell(spec: RNNSpec) -> int:
@@ -126,7 +162,7 @@ def from_native(arrays: Sequence[Any], spec: RNNSpec | None = None) -> RNNWeight
     """Canonical weights from ``get_weights()`` arrays; ``spec`` may be left out for one layer's list."""
     arrays = _as_arrays(arrays)
     spec = spec or infer_spec(arrays)
-    check_expressible(spec)
+    check_readable(spec)
     order = GATE_ORDER[spec.cell]
     per_cell = arrays_per_cell(spec)
     cells = [(layer, d) for layer in range(spec.num_layers) for d in spec.directions]
