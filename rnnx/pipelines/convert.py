@@ -23,7 +23,7 @@ import tempfile
 import numpy as np
 
 from rnnx import formats, parity, progress
-from rnnx.formats import cudnn_raw, files
+from rnnx.formats import cudnn_raw, files, keras as keras_files
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, refuse_overwriting
 from rnnx.spec import RNNSpec
@@ -179,6 +179,8 @@ def convert(
     weights = files.load(source, format=src_fmt.name, select=select, spec=spec, dtype=raw_dtype if raw_in else None)
     notes = [_dequantized_note(source, select)] if src_fmt.name == "onnx" else []
     notes = [n for n in notes if n]
+    if src_fmt.name in ("keras", "keras_h5"):  # what the Keras file did not record, and go_backwards's output order
+        notes += keras_files.read_notes(source, select, weights.spec if spec is not None else None, weights)
     if raw_in:
         notes.append(f"{source.name} read as a headerless blob of {weights.num_parameters()} little-endian {raw_dtype} values"
                      + ("" if dtype else f" ({cudnn_raw.DEFAULT_DTYPE}, as no dtype= was given)"))
