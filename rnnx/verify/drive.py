@@ -175,3 +175,93 @@ def _from_wiring(model: Any, graph: Any, spec: Any) -> Drive:
                 for name in walk.forward(node.output[pos], consumers, _SHAPE_ONLY, outputs):
                     drive.outputs.setdefault(name, role)
     return drive
+
+
+# --- what each dynamic dimension of the graph inputs is, by its wiring -----------------------
+
+# Where a node's inputs hold the batch and the time, by its layout attribute (0: ONNX's
+# time-major; 1: batch-major). States are (dirs, batch, size), or (batch, dirs, size).
+_AXIS_ROLES = {
+    0: {"X": ("length", "batch", None), "h0": (None, "batch", None), "c0": (None, "batch", None), "seq_lens": ("batch",)},
+    1: {"X": ("batch", "length", None), "h0": ("batch", None, None), "c0": ("batch", None, None), "seq_lens": ("batch",)},
+}
+
+
+def axis_roles(model: Any) -> dict[tuple[str, int], str]:
+    """(graph input, axis) -> "batch" or "length", for each axis of a graph input that reaches a
+    recurrence's batch or time axis: the inputs :func:`plan`'s wiring rule maps, each axis
+    followed through the ops whose axes can be told (Identity, Cast, Transpose, Squeeze and
+    Unsqueeze with known axes). tf2onnx names its dynamic axes ``unk__NNN``, so this is what
+    says which is Keras's batch and which its time (behind the Transpose it inserts)."""
+    graph = model.graph
+    producers = walk.producers_of(graph)
+    inits = {i.name: i for i in graph.initializer}
+    graph_inputs = {i.name for i in graph.input if i.name not in inits}
+    found: dict[tuple[str, int], str] = {}
+    clashes: set[tuple[str, int]] = set()
+    for group in recurrent_groups(model):
+        for rn in group.nodes:
+            if rn.graph != "main" or rn.lowered:
+                continue
+            layout = 1 if int(rn.attributes.get("layout", 0) or 0) == 1 else 0
+            for role, pos in STATE_INPUTS.items():
+                if pos >= len(rn.node.input) or not rn.node.input[pos]:
+                    continue
+                traced = _trace_axes(rn.node.input[pos], list(_AXIS_ROLES[layout][role]), producers, inits, graph_inputs)
+                if traced is None:
+                    continue
+                name, roles = traced
+                for axis, axis_role in enumerate(roles):
+                    if axis_role is None:
+                        continue
+                    if found.setdefault((name, axis), axis_role) != axis_role:
+                        clashes.add((name, axis))
+    return {k: v for k, v in found.items() if k not in clashes}
+
+
+def _trace_axes(name: str, roles: list[str | None], producers: dict[str, Any], inits: dict[str, Any],
+                graph_inputs: set[str]) -> tuple[str, list[str | None]] | None:
+    """The graph input ``name`` comes from and the role of each of its axes (None where the
+    path passes an op whose axes cannot be told)."""
+    for _ in range(64):  # as walk.back: a longer chain is not a path worth following
+        node = producers.get(name)
+        if node is None:
+            return (name, roles) if name in graph_inputs else None
+        if node.op_type in ("Identity", "Cast"):
+            pass
+        elif node.op_type == "Transpose":
+            perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), list(range(len(roles)))[::-1])
+            if sorted(perm) != list(range(len(roles))):
+                return None
+            before: list[str | None] = [None] * len(roles)
+            for out_axis, in_axis in enumerate(perm):
+                before[in_axis] = roles[out_axis]
+            roles = before
+        elif node.op_type in ("Unsqueeze", "Squeeze"):
+            axes = _axes_of(node, inits)
+            if axes is None:
+                return None
+            if node.op_type == "Unsqueeze":  # the inserted axes (counted on the output) are dropped
+                inserted = {a % len(roles) for a in axes}
+                roles = [r for k, r in enumerate(roles) if k not in inserted]
+            else:  # the removed axes (size 1, counted on the input) come back with no role
+                rank = len(roles) + len(axes)
+                removed = {a % rank for a in axes}
+                rest = iter(roles)
+                roles = [None if k in removed else next(rest) for k in range(rank)]
+        else:
+            return None
+        name = node.input[0] if node.input else ""
+    return None
+
+
+def _axes_of(node: Any, inits: dict[str, Any]) -> list[int] | None:
+    """A Squeeze's or Unsqueeze's axes: its attribute (opset < 13) or its constant second input."""
+    from onnx import numpy_helper
+
+    for a in node.attribute:
+        if a.name == "axes":
+            return list(a.ints)
+    if len(node.input) > 1 and node.input[1] in inits:
+        return [int(v) for v in numpy_helper.to_array(inits[node.input[1]]).reshape(-1)]
+    return None

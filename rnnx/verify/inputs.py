@@ -2,7 +2,8 @@
 (a batch, a length or something else), the cases (lengths x batches) and seeded values.
 
 Roles come from ``rnnx export``'s record, else from the label's name (``batch``, ``N``;
-``seq``, ``time``, ``frames``, ...). Floats are standard normal; integer inputs that hold
+``seq``, ``time``, ``frames``, ...), else from the graph's wiring: a label whose axis reaches a
+recurrence's batch or time axis (:func:`rnnx.verify.drive.axis_roles`; tf2onnx's ``unk__NNN``). Floats are standard normal; integer inputs that hold
 sequence lengths get sorted lengths whose longest fills the sequence; token ids stay
 below the vocabulary of the embedding table the input indexes (else within the example's
 range).
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
+from rnnx.verify.drive import axis_roles
 
 BATCH, LENGTH, OTHER = "batch", "length", "other"
 _BATCH_NAMES = re.compile(r"^(n|b|bs|bsz|nb)$|batch", re.IGNORECASE)
@@ -75,10 +77,12 @@ def input_specs(proto: Any, export: dict[str, Any] | None) -> tuple[list[InputSp
             else:
                 dims.append(dim.dim_param or f"{vi.name}_dim{d}")
         specs.append(InputSpec(vi.name, dtype, dims, lengths_of=lengths.get(vi.name)))
+    wired = wired_roles(proto, specs)
     for spec in specs:
         for dim in spec.dims:
             if isinstance(dim, str) and dim.isidentifier():
-                roles.setdefault(dim, _role_of(dim))
+                by_name = _role_of(dim)
+                roles.setdefault(dim, wired.get(dim, OTHER) if by_name == OTHER else by_name)
     lengths_labels = [k for k, v in roles.items() if v == LENGTH]
     for spec in specs:
         if spec.dtype.kind in "iu" and len(spec.dims) == 1 and spec.lengths_of is None and re.search(r"len", spec.name, re.IGNORECASE) and lengths_labels:
@@ -86,6 +90,26 @@ def input_specs(proto: Any, export: dict[str, Any] | None) -> tuple[list[InputSp
         if spec.dtype.kind in "iu" and spec.lengths_of is None:
             spec.vocabulary = _vocabulary(proto, spec.name)
     return specs, roles
+
+
+def wired_roles(proto: Any, specs: list[InputSpec]) -> dict[str, str]:
+    """Each label the graph's wiring says is a batch or a length (one that reaches both is neither)."""
+    axes = axis_roles(proto)
+    found: dict[str, set[str]] = {}
+    for spec in specs:
+        for d, dim in enumerate(spec.dims):
+            if isinstance(dim, str) and (spec.name, d) in axes:
+                found.setdefault(dim, set()).add(axes[(spec.name, d)])
+    return {label: next(iter(r)) for label, r in found.items() if len(r) == 1}
+
+
+def wiring_note(proto: Any, specs: list[InputSpec], roles: dict[str, str]) -> str:
+    """Which labels were read as a batch or a length by the wiring, not by their names."""
+    wired = {k: v for k, v in wired_roles(proto, specs).items() if roles.get(k) == v and _role_of(k) == OTHER}
+    if not wired:
+        return ""
+    return ("dimensions read by the graph's wiring to the recurrence (their names do not say): "
+            + ", ".join(f"{k} is a {v}" for k, v in wired.items()))
 
 
 def _vocabulary(proto: Any, name: str) -> int | None:

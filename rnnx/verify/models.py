@@ -5,7 +5,8 @@ file) runs the torch model and the ONNX file in ONNX Runtime on the same seeded 
 
 - shapes come from the ONNX file's dynamic axes: each labelled dimension is a batch, a
   length or something else, as ``rnnx export``'s record says, else as its name says
-  (``batch``, ``N``; ``seq``, ``time``, ``frames``, ...). Batches and lengths are varied
+  (``batch``, ``N``; ``seq``, ``time``, ``frames``, ...), else as the graph's wiring says
+  (an axis that reaches a recurrence's batch or time axis; tf2onnx's ``unk__NNN``). Batches and lengths are varied
   (batch 1 always included); any other dynamic size keeps the example's (the module's
   ``example_inputs``) or ``--dim LABEL=SIZE``;
 - floats are standard normal; integer inputs that hold sequence lengths get sorted
@@ -30,7 +31,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.tolerance import Tolerances, compare_arrays
-from rnnx.verify.inputs import input_specs, make_feed, plan_cases, shape_note
+from rnnx.verify.inputs import input_specs, make_feed, plan_cases, shape_note, wiring_note
 from rnnx.verify.layers import Layer, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_report import OutputRow, WholeModelReport
 from rnnx.verify.quantized import saturation_note
@@ -196,7 +197,7 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
     runner, known = _layer_runner(proto, layers, str(model_path), isolated=True)
     graph_outputs = [o.name for o in proto.graph.output]
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
-    report.notes += [n for n in [shape_note(roles)] if n]
+    report.notes += [n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n]
     try:
         model64 = copy.deepcopy(torch_model).double()
     except Exception as exc:  # noqa: BLE001  a model that cannot be copied or cast: compare in float32 only
@@ -252,14 +253,14 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     proto = load_onnx(model_path)
     export, _ = read_metadata(proto)
     specs, roles = input_specs(proto, export)
-    cases = plan_cases(specs, roles, _recorded_example(export), seq_lens, batches, dims or {})
     layers = find_layers(proto)
-    if not layers:
+    if not layers:  # said before any shape question: with no layer there is nothing to size
         raise RNNXError(f"{model_path}: no LSTM, GRU or RNN layer in its main graph (nor a lowered one rnnx recorded): nothing to check on its own; "
                         "give --against with the source it was made from")
+    cases = plan_cases(specs, roles, _recorded_example(export), seq_lens, batches, dims or {})
     runner, known = _layer_runner(proto, layers, str(model_path), isolated)
     report = WholeModelReport(str(model_path), "its own weights", {s.name: s.dims for s in specs}, roles, cases, self_check=True,
-                              notes=[n for n in [shape_note(roles)] if n])
+                              notes=[n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n])
     runs = []
     for k, case in enumerate(_progress(cases, progress)):
         feed = make_feed(specs, case, {}, seed + k)
