@@ -25,10 +25,11 @@ from rnnx.fileio import refuse_overwriting
 from rnnx.formats import cudnn_raw
 from rnnx.layouts import cudnn
 from rnnx.formats.onnx_read import data_files, load_model as load_onnx
-from rnnx.graphs.inspect import as_json, as_text, fusable_chains, inspect_model
+from rnnx.graphs.inspect import as_json, as_text, file_format, fusable, inspect_model, inspect_weights, weights_as_json, weights_as_text
 from rnnx.pipelines.convert import convert as convert_file
 from rnnx.pipelines.fuse import fuse_file
 from rnnx.pipelines.lower import lower_file
+from rnnx.pipelines.rewrite_check import check_rewrite_size
 from rnnx.spec import RNNSpec
 from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map
@@ -115,9 +116,21 @@ def _export_inputs(target: str) -> list[Path]:
 
 
 def inspect(args: argparse.Namespace) -> int:
+    fmt = args.from_format or file_format(args.model)
+    if fmt != "onnx":  # a weight file: its recurrent groups and the spec each is read with
+        groups = inspect_weights(args.model, fmt, spec=args.spec, dtype=_one_dtype(args.dtype))
+        print(json.dumps(weights_as_json(args.model, fmt, groups), indent=2) if args.json else weights_as_text(args.model, fmt, groups))
+        return 0
+    if args.spec or args.dtype:
+        raise RNNXError(f"{args.model}: an ONNX model says what it holds; drop --spec and --dtype (they read weight files that do not)")
     model = load_onnx(args.model)
-    reports, fusable = inspect_model(model, judge=predict), fusable_chains(model)
-    print(json.dumps(as_json(reports, fusable, model), indent=2, default=str) if args.json else as_text(reports, fusable, model))
+    try:
+        check_rewrite_size(model, args.model)  # the dry run of rnnx fuse copies the graph, as fuse does
+        found = fusable(model)
+    except RNNXError as exc:
+        found = {"not_analysed": str(exc)}
+    reports = inspect_model(model, judge=predict)
+    print(json.dumps(as_json(reports, found, model, args.model), indent=2, default=str) if args.json else as_text(reports, found, model, args.model))
     return 0
 
 

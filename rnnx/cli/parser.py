@@ -84,16 +84,26 @@ def build_parser() -> argparse.ArgumentParser:
     ToleranceArgs("graph output (see --output-names)").add_parser_args(p)
     p.set_defaults(func=commands.export)
 
-    p = verb("inspect", help="list the LSTM/GRU/RNN nodes of an ONNX model and which backends accept them",
-             description="Find every LSTM, GRU and RNN node (subgraphs included), say what it is, where its weights come from, "
-             "and whether ONNX Runtime, TensorRT's ONNX parser and cuDNN accept it as it is.")
-    p.add_argument("model", type=Path, help="ONNX model")
+    p = verb("inspect", help="list the recurrent nodes of an ONNX model (and what rnnx fuse would make native), or the groups of a weight file",
+             description="An ONNX model: find every LSTM, GRU and RNN node (subgraphs included), say what it is (activations with "
+             "their alpha and beta, clip, input_forget), where its weights come from, and whether ONNX Runtime, TensorRT's ONNX parser "
+             "and cuDNN accept it as it is; list the decomposed cells, Loops and Scans over one step, and chains of steps that "
+             "`rnnx fuse` would rewrite into native nodes, with the command to run. Any other file rnnx reads (Keras .h5/.keras, "
+             "PyTorch .pt, Flax .msgpack, JAX .npz, safetensors, cuDNN .bin with --spec): list its recurrent groups and the spec each "
+             "is read with.")
+    p.add_argument("model", type=Path, help="ONNX model or weight file")
+    FROM.add(p)
+    SPEC.add(p, help="spec of weights that do not describe themselves (a headerless cuDNN .bin blob, jax) or cannot tell tanh from relu")
+    DTYPE.add(p, help="element type of a headerless cuDNN .bin blob (with --spec): float32 (default), float16, bfloat16 or float64")
     p.set_defaults(func=commands.inspect)
 
-    p = verb("fuse", help="turn decomposed or unrolled LSTM cells of an ONNX model into native nodes, checked",
-             description="Recognise LSTM and GRU cells that an exporter decomposed (MatMul/Gemm + Split or Slices + Sigmoid/Tanh + Mul/Add), "
-             "make each a native step, join chains of steps over a sequence into one node with a dynamic length, and check the result "
-             "against the input in ONNX Runtime. Say what was left alone and why.")
+    p = verb("fuse", help="turn decomposed LSTM/GRU/RNN cells, Loops and Scans over one step, and unrolled steps of an ONNX model into native nodes, checked",
+             description="Recognise LSTM, GRU and RNN cells that an exporter decomposed (MatMul/Gemm + Split or Slices + "
+             "Sigmoid/Tanh/Relu/HardSigmoid + Mul/Add) and make each a native one-step node (streaming single steps included); "
+             "turn a Loop or Scan over one such step (tf2onnx's while loops, scripted loops) into one native node over the sequence; "
+             "join a forward node and one over the reversed sequence into a bidirectional node; join chains of steps over a "
+             "sequence into one node with a dynamic length. Check the result against the input in ONNX Runtime and say what was "
+             "left alone and why. `rnnx inspect` lists what would be rewritten.")
     _graph_rewrite(p, "fused")
     p.set_defaults(func=commands.fuse)
 

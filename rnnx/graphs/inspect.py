@@ -13,10 +13,20 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pathlib import Path
+
+from rnnx.errors import RNNXError
+from rnnx.formats import files, registry
 from rnnx.formats.onnx_read import constants, recurrent_groups
 from rnnx.formats.onnx_quantized import QuantizedWeight, is_dequantized, is_quantized, quantization
 from rnnx.formats.onnx_metadata import describe, read_metadata
+from rnnx.graphs.fuse_cells import fuse_cells
+from rnnx.graphs.fuse_directions import fuse_directions
+from rnnx.graphs.fuse_loops import fuse_loops
 from rnnx.graphs.fuse_steps import fuse_steps
+from rnnx.graphs.legalize import drop_newer_attributes
+from rnnx.graphs.linear_terms import products_over_concat
+from rnnx.layouts.onnx import node_activations
 
 
 @dataclass
@@ -36,6 +46,9 @@ class NodeReport:
     peepholes: bool
     sequence_lens: bool
     weight_sources: dict[str, str]
+    activation_alpha: list[float] = field(default_factory=list)  # as the node lists them (ONNX hands them out in order)
+    activation_beta: list[float] = field(default_factory=list)
+    activation_text: str = ""  # each function with its alpha and beta, as a spec writes them (HardSigmoid:0.2:0.5/Tanh/Tanh)
     lowered: bool = False  # rnnx lowered it into Scans (a projection, or `rnnx lower`); read back through its record
     quantization: dict[str, Any] | None = None  # a quantized node (com.microsoft.DynamicQuantizeLSTM): what is quantized, and how
     backends: dict[str, list[str]] = field(default_factory=dict)  # backend -> reasons it refuses; [] = accepts
@@ -65,6 +78,9 @@ def inspect_model(model: Any, judge: Judge | None = None) -> list[NodeReport]:
                 direction=direction,
                 activations=list(a.get("activations") or []),
                 clip=a.get("clip"),
+                activation_alpha=[float(v) for v in a.get("activation_alpha") or []],
+                activation_beta=[float(v) for v in a.get("activation_beta") or []],
+                activation_text=_activation_text(a, rnode.node.op_type, direction),
                 layout=int(a.get("layout", 0)),
                 linear_before_reset=int(a.get("linear_before_reset", 0)) if rnode.node.op_type == "GRU" else None,
                 input_forget=int(a.get("input_forget", 0)),
@@ -80,6 +96,24 @@ def inspect_model(model: Any, judge: Judge | None = None) -> list[NodeReport]:
                 r.backend_basis = {backend: basis for backend, (_, basis) in verdicts.items()}
             reports.append(r)
     return reports
+
+
+_SLOTS = {"LSTM": 3, "GRU": 2, "RNN": 1}
+
+
+def _activation_text(attributes: dict[str, Any], op_type: str, direction: str) -> str:
+    """The node's functions with the alpha and beta ONNX Runtime hands each (empty when it names
+    none); the names as written where the attributes do not read as one valid list."""
+    names = [str(n) for n in attributes.get("activations") or []]
+    if not names:
+        return ""
+    # read as one list, so that directions with different functions are shown too (rnnx's spec holds one)
+    slots = _SLOTS.get(op_type, 1) * (2 if direction == "bidirectional" else 1)
+    try:
+        acts, _, _ = node_activations(attributes, slots, 1, "node")
+    except (RNNXError, KeyError):  # a damaged or per-direction list: show what is written
+        return "/".join(names)
+    return "/".join(map(str, acts))
 
 
 def _quantized_verdicts(r: NodeReport, judge: Judge) -> dict[str, tuple[list[str], str]]:
@@ -118,16 +152,114 @@ def _graphs(graph: Any) -> Any:
                 yield from _graphs(g)
 
 
+def fusable(model: Any) -> dict[str, Any]:
+    """What ``rnnx fuse`` would rewrite, found by running its passes on a copy (``model`` is left
+    as it is): decomposed cells, Loops and Scans over one step, forward/reverse pairs, chains of
+    steps, each candidate a rule left alone and why, and the native nodes the result would hold."""
+    import onnx
+
+    work = copy.deepcopy(model)
+    drop_newer_attributes(work, strict=False)
+    if products_over_concat(work):  # as rnnx fuse: the passes size such products' parts by inferred shapes
+        try:
+            work = onnx.shape_inference.infer_shapes(work)
+        except Exception:  # noqa: BLE001  shape inference is a help, not a requirement
+            pass
+    cells, loops, directions, chains = fuse_cells(work), fuse_loops(work), fuse_directions(work), fuse_steps(work)
+    found: dict[str, Any] = {"cells": cells.rewritten, "loops": loops.rewritten, "bidirectional": directions.rewritten,
+                             "chains": chains.rewritten,
+                             "left_alone": [d.to_json() for r in (cells, loops, directions, chains) for d in r.left_alone]}
+    found["native_after"] = [_brief(r) for r in inspect_model(work)] if (cells or loops or directions or chains) else []
+    return found
+
+
 def fusable_chains(model: Any) -> list[dict[str, Any]]:
     """The chains of one-step nodes that ``rnnx fuse`` would join into one recurrence; ``model``
     is left as it is."""
-    return fuse_steps(copy.deepcopy(model)).rewritten
+    return fusable(model)["chains"]
 
 
-def as_json(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any = None) -> dict[str, Any]:
+def _brief(r: NodeReport) -> dict[str, Any]:
+    return {"name": r.name, "op_type": r.op_type, "input_size": r.input_size, "hidden_size": r.hidden_size,
+            "direction": r.direction, "attributes": _attribute_text(r)}
+
+
+def _rewrites(found: dict[str, Any]) -> bool:
+    return any(found.get(k) for k in ("cells", "loops", "bidirectional", "chains"))
+
+
+@dataclass
+class GroupReport:
+    """One recurrent group of a weight file in a format other than ONNX, as ``rnnx.load`` reads it."""
+
+    name: str  # the name select= takes ("" where the file holds one group only)
+    spec: str
+    cell: str
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    direction: str
+    activations: str  # each function with its alpha and beta; "" for the cell's defaults
+    clip: float
+    input_forget: bool
+
+
+def file_format(path: str | Path) -> str:
+    """The registered format that reads ``path`` (by extension, then content); ``onnx`` where no
+    format claims the extension, so that a model with an odd name is still read as ONNX."""
+    path = Path(path)
+    suffix = "".join(path.suffixes[-2:]) if path.name.endswith(".weights.h5") else path.suffix
+    if not any(suffix.lower() in registry.get(n).extensions for n in registry.names()):
+        return "onnx"
+    return registry.detect(path).name
+
+
+def inspect_weights(path: str | Path, format: str, spec: str | None = None, dtype: str | None = None) -> list[GroupReport]:
+    """Each recurrent group of a weight file in ``format`` with the spec ``rnnx.load`` reads for it;
+    ``spec`` and ``dtype`` as ``rnnx.load`` takes them (a headerless cuDNN blob needs ``spec``)."""
+    path = Path(path)
+    reports = []
+    for name in files.groups(path, format):
+        weights = files.load(path, format, select=name or None, spec=spec, dtype=dtype)
+        s = weights.spec
+        reports.append(GroupReport(name, str(s), s.cell, s.input_size, s.hidden_size, s.num_layers, s.direction,
+                                   "/".join(map(str, s.activations)), s.clip, s.input_forget))
+    return reports
+
+
+def weights_as_json(path: str | Path, format: str, groups: list[GroupReport]) -> dict[str, Any]:
+    return {"file": str(path), "format": format, "groups": [asdict(g) for g in groups]}
+
+
+def weights_as_text(path: str | Path, format: str, groups: list[GroupReport]) -> str:
+    if not groups:
+        return f"{path}: a {format} file with no LSTM, GRU or RNN layer"
+    lines = [f"{path}: {format} file, {len(groups)} recurrent group(s)"]
+    for g in groups:
+        extras = [f"layers={g.num_layers}"] if g.num_layers != 1 else []
+        extras += [f"activations={g.activations}"] if g.activations else []
+        extras += [f"clip={g.clip}"] if g.clip else []
+        extras += ["input_forget=1"] if g.input_forget else []
+        label = g.name or "(the only group)"
+        lines.append(f"{label} [{g.cell}]: input {g.input_size}, hidden {g.hidden_size}, {g.direction}"
+                     + "".join(f", {e}" for e in extras))
+        lines.append(f"  spec: {g.spec}" + (f"  (--select {g.name})" if g.name and len(groups) > 1 else ""))
+    return "\n".join(lines)
+
+
+def fuse_command(source: str | Path) -> str:
+    """The command that rewrites ``source``'s decomposed recurrences (the output beside it)."""
+    source = Path(source)
+    return f"rnnx fuse {source} -o {source.with_name(source.stem + '.fused.onnx')}"
+
+
+def as_json(reports: list[NodeReport], found: dict[str, Any], model: Any = None, source: str | Path | None = None) -> dict[str, Any]:
+    """``found`` is :func:`fusable`'s; ``fusable_chains`` keeps its earlier meaning, ``fusable`` holds every rewrite."""
     # "quantization" only where a node is quantized: a float node's JSON is as it was
     nodes = [{k: v for k, v in asdict(r).items() if k != "quantization" or v is not None} for r in reports]
-    out: dict[str, Any] = {"nodes": nodes, "fusable_chains": fusable}
+    out: dict[str, Any] = {"nodes": nodes, "fusable_chains": found.get("chains", []), "fusable": dict(found)}
+    if _rewrites(found) and source is not None:
+        out["fusable"]["command"] = fuse_command(source)
     if model is not None:
         export, recurrences = read_metadata(model)
         if export is not None:
@@ -135,23 +267,54 @@ def as_json(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any
     return out
 
 
-def as_text(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any = None) -> str:
+def _fusable_lines(found: dict[str, Any], source: str | Path | None) -> list[str]:
+    if "not_analysed" in found:
+        return [f"fusable: not analysed: {found['not_analysed']}"]
+    lines = [f"fusable: cell {c} (decomposed) would become a one-step native node" for c in found.get("cells", [])]
+    lines += [f"fusable: {c['loop']} {c['replaced']} over {c['source']} would become one native {c['op']} node ({c.get('direction', 'forward')})"
+              for c in found.get("loops", [])]
+    lines += [f"fusable: {c['forward']} and {c['reverse']} (over the reversed sequence) would join into one bidirectional node"
+              for c in found.get("bidirectional", [])]
+    lines += [f"fusable: {c['steps']} one-step {c['op']} nodes over {c['source']} would join into one node" for c in found.get("chains", [])]
+    if not _rewrites(found):
+        return lines
+    for n in found.get("native_after", []):
+        lines.append(f"  after fusing: {n['name']} [{n['op_type']}]: input {n['input_size']}, hidden {n['hidden_size']}, {n['direction']}"
+                     + "".join(f", {a}" for a in n["attributes"]))
+    lines.append(f"  run: {fuse_command(source)}" if source is not None else "  run: rnnx fuse MODEL -o FUSED.onnx")
+    return lines
+
+
+def _attribute_text(r: NodeReport) -> list[str]:
+    extras = []
+    if r.linear_before_reset is not None:
+        extras.append(f"linear_before_reset={r.linear_before_reset}")
+    if r.clip is not None:
+        extras.append(f"clip={r.clip}")
+    if r.input_forget:
+        extras.append(f"input_forget={r.input_forget}")
+    if r.peepholes:
+        extras.append("peepholes")
+    if r.sequence_lens:
+        extras.append("sequence_lens")
+    if r.activations:
+        extras.append("activations=" + (r.activation_text or "/".join(r.activations)))
+        if ":" not in r.activation_text:  # not paired with the functions (rnnx cannot read them): as the node lists them
+            extras += [f"{key}=" + "/".join(f"{v:g}" for v in values)
+                       for key, values in (("activation_alpha", r.activation_alpha), ("activation_beta", r.activation_beta)) if values]
+    return extras
+
+
+def as_text(reports: list[NodeReport], found: dict[str, Any], model: Any = None, source: str | Path | None = None) -> str:
+    """``found`` is :func:`fusable`'s; ``source`` the file, named in the ``rnnx fuse`` command offered."""
     recorded = describe(*read_metadata(model)) if model is not None else []
-    if not reports and not fusable:
-        return "\n".join(recorded + ["no LSTM, GRU or RNN node found"])
+    fuse_lines = _fusable_lines(found, source)
+    if not reports and not fuse_lines:
+        left = [f"  left alone by rnnx fuse: {d['node']}: {d['reason']} (rule {d['rule']})" for d in found.get("left_alone", [])]
+        return "\n".join(recorded + ["no LSTM, GRU or RNN node found, and no decomposed cell, Loop, Scan or chain of steps that rnnx fuse would rewrite"] + left)
     lines = list(recorded)
     for r in reports:
-        extras = [f"layout={r.layout}"]
-        if r.linear_before_reset is not None:
-            extras.append(f"linear_before_reset={r.linear_before_reset}")
-        if r.clip is not None:
-            extras.append(f"clip={r.clip}")
-        if r.peepholes:
-            extras.append("peepholes")
-        if r.sequence_lens:
-            extras.append("sequence_lens")
-        if r.activations:
-            extras.append("activations=" + "/".join(r.activations))
+        extras = [f"layout={r.layout}", *_attribute_text(r)]
         kind = f"{r.op_type}, lowered to Scans by rnnx" if r.lowered else r.op_type
         if r.quantization is not None:
             kind = f"{r.quantization['op']}, an LSTM with 8-bit weights"
@@ -165,6 +328,4 @@ def as_text(reports: list[NodeReport], fusable: list[dict[str, Any]], model: Any
             verdict = "accepts" if not reasons else "refuses: " + "; ".join(reasons)
             basis = r.backend_basis.get(backend)
             lines.append(f"  {backend:<12} {verdict}" + (f" ({basis})" if basis else ""))
-    for chain in fusable:
-        lines.append(f"fusable: {chain['steps']} one-step {chain['op']} nodes over {chain['source']} (rnnx fuse)")
-    return "\n".join(lines)
+    return "\n".join(lines + fuse_lines)

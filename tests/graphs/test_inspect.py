@@ -121,7 +121,8 @@ def test_inspect_json_field_by_field(tmp_path) -> None:
     (node,) = json.loads(out.stdout)["nodes"]
     assert node == {
         "name": "n", "graph": "main", "op_type": "GRU", "stack": "n", "input_size": 3, "hidden_size": 4,
-        "direction": "bidirectional", "activations": [], "clip": 5.0, "layout": 0, "linear_before_reset": 0,
+        "direction": "bidirectional", "activations": [], "clip": 5.0, "activation_alpha": [], "activation_beta": [], "activation_text": "",
+        "layout": 0, "linear_before_reset": 0,
         "input_forget": 0, "peepholes": False, "sequence_lens": False,
         "weight_sources": {"W": "initializer", "R": "initializer", "B": "initializer"}, "lowered": False,
         "backends": {
