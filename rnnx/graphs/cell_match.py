@@ -415,6 +415,8 @@ def match_rnn(g: GraphIndex, act: Any) -> CellMatch | Declined | None:
     if act.op_type not in _RNN_ACTIVATIONS:
         return None
     found = linear_sum(g, act.input[0])
+    if found is not None and len(found.linear) == 1:
+        return _first_rnn_step(g, act, found)
     if found is None or len(found.linear) != 2 or not any(_state_like(g, t.input, act.op_type) for t in found.linear):
         return None
     H = found.linear[0].W.shape[0]
@@ -430,8 +432,54 @@ def match_rnn(g: GraphIndex, act: Any) -> CellMatch | Declined | None:
     if leak is not None:
         return Declined("rnn.private", f"{leak} is used outside the cell")
     activations = _RNN_ACTIVATIONS[act.op_type]
+    bias = _rows_equal(_bias_sum(found, H), H)
+    if bias is None:
+        return Declined("rnn.linear_inputs", "the bias varies across the batch")
     return CellMatch(
         op="RNN", x=inp.input, h=state.input, h_new=h_new, hidden=H, W=inp.W, R=state.W,
-        biases=(found.bias(H).reshape(-1), np.zeros(H)), positions={"h": 0}, remove=(act,), activations=activations,
-        weights_key=("RNN", activations, inp.origin, state.origin, tuple(sorted(found.bias_origins))),
+        biases=(bias, np.zeros(H)), positions={"h": 0}, remove=(act,), activations=activations,
+        weights_key=("RNN", activations, inp.origin, state.origin, bias.tobytes()),
     )
+
+
+def _bias_sum(found: LinearSum, H: int) -> np.ndarray:
+    """The biases added up in float64, broadcast as ONNX's Add does ((H,) with (batch, H))."""
+    return sum((np.asarray(b, dtype=np.float64) for b in found.biases), np.zeros(H))
+
+
+def _rows_equal(value: np.ndarray, H: int) -> np.ndarray | None:
+    """A bias as one (H,) row; None when its rows differ (it varies across the batch)."""
+    value = np.asarray(value, dtype=np.float64).reshape(-1, H) if np.asarray(value).size % H == 0 else None  # type: ignore[assignment]
+    return value[0] if value is not None and bool(np.all(value == value[0])) else None
+
+
+def _first_rnn_step(g: GraphIndex, act: Any, found: LinearSum) -> CellMatch | None:
+    """An unrolled loop's first step, whose zero initial state the exporter folded away:
+    ``act(W x + b)``, its result read as the state of a next step ``act(W x' + R h + b)`` with the
+    same W. It becomes a step with no initial state (zeros) and the next step's R, so that the
+    steps chain; the bias may have been broadcast to the batch (``0 @ R + b`` folded)."""
+    (inp,) = found.linear
+    H = inp.W.shape[0]
+    h_new = act.output[0]
+    bias = _rows_equal(_bias_sum(found, H), H) if all(np.asarray(b).shape[-1] == H for b in found.biases) else None
+    if bias is None or g.prod(inp.input, "Gather") is None:
+        return None
+    for user in g.consumers.get(h_new, []):
+        node = user
+        for _ in range(6):  # from the next step's product with h to its activation
+            nxt = [u for o in node.output for u in g.consumers.get(o, []) if u.op_type in ("Add", act.op_type)]
+            if len(nxt) != 1:
+                break
+            node = nxt[0]
+            if node.op_type == act.op_type:
+                after = linear_sum(g, node.input[0])
+                terms = {t.input: t for t in after.linear} if after is not None and len(after.linear) == 2 else {}
+                state = terms.get(h_new)
+                if state is not None and any(t.origin == inp.origin for t in terms.values() if t is not state) and state.W.shape == (H, H):
+                    activations = _RNN_ACTIVATIONS[act.op_type]
+                    return CellMatch(
+                        op="RNN", x=inp.input, h="", h_new=h_new, hidden=H, W=inp.W, R=state.W, biases=(bias, np.zeros(H)), positions={"h": 0},
+                        remove=(act,), activations=activations, weights_key=("RNN", activations, inp.origin, state.origin, bias.tobytes()),
+                    )
+                break
+    return None

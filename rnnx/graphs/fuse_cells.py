@@ -81,8 +81,10 @@ def _fuse_cells_in(g: GraphIndex, result: PassResult[str], names: Iterator[int])
             inits.append(numpy_helper.from_array(np.array([0], np.int64), f"{prefix}_axis0"))
         step = f"{anchor.name or anchor.output[0]}_step"
         ax = f"{prefix}_axis0"
-        ins = [f"{step}_x", f"{prefix}_W", f"{prefix}_R", f"{prefix}_B", "", f"{step}_h"]
-        new_nodes += [helper.make_node("Unsqueeze", [match.x, ax], [f"{step}_x"]), helper.make_node("Unsqueeze", [match.h, ax], [f"{step}_h"])]
+        ins = [f"{step}_x", f"{prefix}_W", f"{prefix}_R", f"{prefix}_B", "", f"{step}_h" if match.h else ""]
+        new_nodes.append(helper.make_node("Unsqueeze", [match.x, ax], [f"{step}_x"]))
+        if match.h:  # none: a first step whose zero state the exporter folded away
+            new_nodes.append(helper.make_node("Unsqueeze", [match.h, ax], [f"{step}_h"]))
         if op == "LSTM":
             extra = {"activations": list(match.activations)} if match.activations else {}
             if match.activation_params is not None:
