@@ -7,11 +7,14 @@ Files, read with h5py alone (Keras is never imported and no model code runs):
 
 * ``.keras`` (a zip holding ``config.json`` and ``model.weights.h5``): config.json says each
   layer's class, activation, reset mode, direction and bias, so the spec is the file's.
-* ``.weights.h5`` (``model.save_weights``): weights only. The spec comes from the shapes and
-  ``--spec`` completes it; a plain layer is taken to run forward (the file cannot say
-  ``go_backwards``: pass ``--spec ...,reverse``), SimpleRNN needs ``--spec`` for tanh or relu
-  and a bias-free GRU for its reset mode. Layers that config.json does not list (those held
-  as attributes of subclassed models) are read the same way from a ``.keras`` archive.
+* ``.weights.h5`` (``model.save_weights``): weights only. Keras 3 writes no config into it
+  (only ``.keras`` has config.json), so nothing in the file says the layer's activations or
+  ``go_backwards``. ``--spec`` states them (``act=Sigmoid/Relu/Relu`` for ``LSTM(activation=
+  "relu")``, ``reverse`` for ``go_backwards=True``); without it the spec comes from the shapes
+  with Keras's defaults (tanh, sigmoid, forward), and :func:`read_notes` gives the note
+  ``rnnx convert`` prints saying so. SimpleRNN needs ``--spec`` for tanh or relu and a
+  bias-free GRU for its reset mode. Layers that config.json does not list (those held as
+  attributes of subclassed models) are read the same way from a ``.keras`` archive.
 
 Each recurrent layer is a group named by its path in the file with Keras's ``layers``
 containers left out (``lstm``, ``bidirectional``, ``lstm_1``, ``sequential/gru``: Keras
@@ -21,7 +24,9 @@ names Keras also writes as HDF5 string attributes are never read: a damaged stri
 can hang HDF5.) ``keras.layers.RNN`` around an LSTMCell,
 GRUCell or SimpleRNNCell is read too; StackedRNNCells are not. Keras 2's ``.h5`` files (also
 when named ``.weights.h5``) are handed to :mod:`rnnx.formats.keras_legacy_h5`. Activations come
-from config.json, ``hard_sigmoid`` as the writer's Keras (metadata.json) defines it.
+from config.json, ``hard_sigmoid`` as the writer's Keras (metadata.json) defines it. A
+go_backwards layer is read as direction ``reverse``; Keras returns its sequence last step
+first, the converted layer in input order, and the conversion notes it.
 bfloat16 weights are widened to float32, exactly.
 
 Writing gives a ``.weights.h5`` for a model made of exactly the spec's layers, in order::

@@ -14,8 +14,10 @@ sequence in the order it ran, last step first). Keras has no projection and no p
 The natural object is the flat list of arrays, layer after layer, each layer's forward
 then backward weights: ``model.get_weights()`` of a model made of exactly these layers,
 and what ``model.set_weights`` takes. A list of one layer's 2 or 3 arrays describes itself
-(except SimpleRNN's tanh or relu, and a bias-free GRU's reset mode); a longer list needs
-its spec.
+(except SimpleRNN's tanh or relu, and a bias-free GRU's reset mode), as a layer built with
+Keras's default activations running forward; a longer list needs its spec. The arrays carry
+no activations: a spec read with them may state the layer's (any Keras names, an LSTM's
+candidate and output alike), but weights written as Keras arrays must use the defaults.
 """
 
 from __future__ import annotations
