@@ -25,6 +25,10 @@ from rnnx.engines.torch import TorchRunner
 from rnnx.engines.cudnn import CudnnRunner
 from rnnx.engines.tensorrt import TensorRTRunner
 from rnnx.formats import files
+from rnnx.formats import cudnn_raw
+from rnnx.formats import registry as formats
+from rnnx.layouts.cudnn import blob_size
+from rnnx.spec import RNNSpec
 from rnnx import limits
 
 BACKENDS = ("ort", "trt", "cudnn", "torch", "reference")
@@ -204,7 +208,7 @@ def verify(
         if dtype_name not in DTYPES:
             raise RNNXError(f"dtypes: expected one of {', '.join(DTYPES)}, found {dtype_name!r}")
     source, model = Path(source), (Path(model) if model is not None else None)
-    weights = files.load(source, select=select, spec=spec)
+    weights = files.load(source, select=select, spec=spec, dtype=_blob_dtype(source, spec))
     seq_lens, batches, scaled = _default_shapes(weights, seq_lens, batches)
     _check_run_sizes(weights, source, model, seq_lens, batches)
     report = VerifyReport(str(model) if model else "-", str(source), str(weights.spec))
@@ -420,3 +424,23 @@ def _check_run_sizes(weights: RNNWeights, source: Path, model: Path | None, seq_
 
 def _model_takes(name: str, runner: Any) -> bool:
     return runner is not None and name in getattr(runner, "input_names", [])
+
+
+def _blob_dtype(source: Path, spec: str | None) -> str | None:
+    """The element type of a headerless cuDNN blob given as the source, told by its size (verify's
+    dtypes= are the dtypes to compute in, not this): float32 or float64 where the size fits one;
+    2-byte values are refused, since float16 and bfloat16 have the same size. None: not such a
+    blob, or a size that fits nothing (the reader's refusal says so)."""
+    if spec is None or not source.is_file() or formats.detect(source).name != "cudnn":
+        return None
+    parsed = RNNSpec.parse(spec) if isinstance(spec, str) else spec
+    count, found = blob_size(parsed), source.stat().st_size
+    fits = [name for name in cudnn_raw.STORED if found == count * cudnn_raw.itemsize(name)]
+    wide = [name for name in fits if name in ("float32", "float64")]
+    if len(wide) == 1:
+        return wide[0]
+    if fits:
+        raise RNNXError(f"{source}: its {found} bytes are {count} 2-byte values for spec {parsed}, and a headerless {cudnn_raw.SUFFIX} blob cannot say "
+                        f"whether they are float16 or bfloat16; convert it first, naming which (rnnx convert {source} --from cudnn --dtype float16 "
+                        f"--spec {parsed} -o w.safetensors, or --dtype bfloat16), and verify against that file")
+    return None

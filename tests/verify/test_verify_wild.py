@@ -129,3 +129,39 @@ def test_a_dimension_whose_role_cannot_be_traced_is_refused(tmp_path: Path) -> N
     done = cli(tmp_path / "reshaped.onnx")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "neither a batch nor a length by its name; give its size with --dim unk__" in done.stderr
+
+
+def test_a_cudnn_blob_given_to_against_is_read_at_the_dtype_its_size_fits(tmp_path: Path) -> None:
+    """verify's --dtype is what to compute in, so a headerless .bin's element type comes from
+    its size: float32 and float64 blobs load; a 2-byte one (float16 or bfloat16, which no size
+    tells apart) is refused with the conversion that settles it, and that conversion works."""
+    import rnnx
+    from rnnx import RNNSpec, RNNWeights
+
+    spec = "lstm,input=3,hidden=5,bidirectional"
+    weights = RNNWeights.random(RNNSpec.parse(spec), seed=zlib_seed("wild blob"))
+    rnnx.save(weights, tmp_path / "w.safetensors")
+    assert subprocess.run([sys.executable, "-m", "rnnx", "convert", tmp_path / "w.safetensors", "-o", tmp_path / "m.onnx"],
+                          capture_output=True, text=True, timeout=600).returncode == 0
+    for dtype in ("float32", "float64"):
+        rnnx.save(weights, tmp_path / f"w_{dtype}.bin", dtype=dtype)
+        done = cli(tmp_path / "m.onnx", "--against", tmp_path / f"w_{dtype}.bin", "--spec", spec, "--seq-lens", "1,6", "--batch", "1,3")
+        assert done.returncode == 0, (dtype, done.stdout[-1500:], done.stderr)
+    rnnx.save(weights, tmp_path / "w_f16.bin", dtype="float16")
+    refused = cli(tmp_path / "m.onnx", "--against", tmp_path / "w_f16.bin", "--spec", spec, "--dtype", "fp16")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "cannot say whether they are float16 or bfloat16" in refused.stderr
+    told = refused.stderr.split("(rnnx convert ", 1)[1].split(", or --dtype", 1)[0].split()
+    told[told.index("-o") + 1] = str(tmp_path / "w16.safetensors")
+    converted = subprocess.run([sys.executable, "-m", "rnnx", "convert", *told], capture_output=True, text=True, timeout=600)
+    assert converted.returncode == 0, converted.stderr
+    back = rnnx.load(tmp_path / "w16.safetensors")  # the blob's values, read as the float16 they are
+    assert back.spec == weights.spec
+    for name, value in weights.tensors.items():
+        np.testing.assert_array_equal(np.asarray(back.tensors[name], np.float32), np.asarray(value, np.float16).astype(np.float32), err_msg=name)
+
+
+def zlib_seed(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode())
