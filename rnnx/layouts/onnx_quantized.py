@@ -46,9 +46,13 @@ def dequantize(name: str, q: np.ndarray, scale: np.ndarray, zero_point: np.ndarr
     if scale.shape not in ((dirs,), (dirs, rows)) or zero_point.shape != scale.shape:
         raise RNNXError(f"{where}: {name}_scale and {name}_zero_point must both be [{dirs}] (per tensor) or [{dirs}, {rows}] (per channel), "
                         f"found {list(scale.shape)} and {list(zero_point.shape)}; the file is damaged")
-    if zero_point.dtype != q.dtype or scale.dtype.kind != "f" or not np.all(np.isfinite(scale)):
-        raise RNNXError(f"{where}: {name}_zero_point must have {name}'s type {q.dtype} and {name}_scale finite floats, "
+    if zero_point.dtype != q.dtype or scale.dtype.kind != "f":
+        raise RNNXError(f"{where}: {name}_zero_point must have {name}'s type {q.dtype} and {name}_scale must be float, "
                         f"found {zero_point.dtype} and {scale.dtype}; the file is damaged")
+    if not np.all(np.isfinite(scale)):
+        bad = scale[~np.isfinite(scale)]
+        kind = "NaN" if np.isnan(bad).any() else "infinity"
+        raise RNNXError(f"{where}: {name}_scale must be finite, found {kind} in {bad.size} of its {scale.size} value(s); the file is damaged")
     per_row = scale.reshape(dirs, 1, -1).astype(np.float64)
     offset = zero_point.reshape(dirs, 1, -1).astype(np.int32)
     real = (q.astype(np.int32) - offset) * per_row  # [dirs, columns, 4*hidden]
