@@ -118,11 +118,13 @@ def _export_inputs(target: str) -> list[Path]:
 def inspect(args: argparse.Namespace) -> int:
     fmt = args.from_format or file_format(args.model)
     if fmt != "onnx":  # a weight file: its recurrent groups and the spec each is read with
-        groups = inspect_weights(args.model, fmt, spec=args.spec, dtype=_one_dtype(args.dtype))
+        groups = inspect_weights(args.model, fmt, spec=args.spec, dtype=_one_dtype(args.dtype), select=args.select)
+        for g in groups:  # a group's refusal names the library's parameters; the user reads inspect's flags
+            g.unread = flagged(g.unread, "inspect") if g.unread is not None else None
         print(json.dumps(weights_as_json(args.model, fmt, groups), indent=2) if args.json else weights_as_text(args.model, fmt, groups))
         return 0
-    if args.spec or args.dtype:
-        raise RNNXError(f"{args.model}: an ONNX model says what it holds; drop --spec and --dtype (they read weight files that do not)")
+    if args.spec or args.dtype or args.select:
+        raise RNNXError(f"{args.model}: an ONNX model says what it holds and inspect lists all of it; drop --spec, --dtype and --select (they read weight files)")
     model = load_onnx(args.model)
     try:
         check_rewrite_size(model, args.model)  # the dry run of rnnx fuse copies the graph, as fuse does

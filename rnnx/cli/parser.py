@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
              "is read with.")
     p.add_argument("model", type=Path, help="ONNX model or weight file")
     FROM.add(p)
+    SELECT.add(p, help="a weight file's recurrent group to read (with --spec where that group does not say its own)")
     SPEC.add(p, help="spec of weights that do not describe themselves (a headerless cuDNN .bin blob, jax) or cannot tell tanh from relu")
     DTYPE.add(p, help="element type of a headerless cuDNN .bin blob (with --spec): float32 (default), float16, bfloat16 or float64")
     p.set_defaults(func=commands.inspect)

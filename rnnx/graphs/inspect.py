@@ -190,18 +190,20 @@ def _rewrites(found: dict[str, Any]) -> bool:
 
 @dataclass
 class GroupReport:
-    """One recurrent group of a weight file in a format other than ONNX, as ``rnnx.load`` reads it."""
+    """One recurrent group of a weight file in a format other than ONNX, as ``rnnx.load`` reads it;
+    where it cannot read the group as it is, ``unread`` says why (the fields that follow the name stay None)."""
 
     name: str  # the name select= takes ("" where the file holds one group only)
-    spec: str
-    cell: str
-    input_size: int
-    hidden_size: int
-    num_layers: int
-    direction: str
-    activations: str  # each function with its alpha and beta; "" for the cell's defaults
-    clip: float
-    input_forget: bool
+    spec: str | None = None
+    cell: str | None = None
+    input_size: int | None = None
+    hidden_size: int | None = None
+    num_layers: int | None = None
+    direction: str | None = None
+    activations: str | None = None  # each function with its alpha and beta; "" for the cell's defaults
+    clip: float | None = None
+    input_forget: bool | None = None
+    unread: str | None = None
 
 
 def file_format(path: str | Path) -> str:
@@ -214,13 +216,23 @@ def file_format(path: str | Path) -> str:
     return registry.detect(path).name
 
 
-def inspect_weights(path: str | Path, format: str, spec: str | None = None, dtype: str | None = None) -> list[GroupReport]:
+def inspect_weights(path: str | Path, format: str, spec: str | None = None, dtype: str | None = None,
+                    select: str | None = None) -> list[GroupReport]:
     """Each recurrent group of a weight file in ``format`` with the spec ``rnnx.load`` reads for it;
-    ``spec`` and ``dtype`` as ``rnnx.load`` takes them (a headerless cuDNN blob needs ``spec``)."""
+    ``spec``, ``dtype`` and ``select`` (that group only) as ``rnnx.load`` takes them (a headerless
+    cuDNN blob needs ``spec``). A group rnnx cannot read as it is (a weights-only Keras file that does not say its activations)
+    is listed with the reason; a file whose only group cannot be read is refused with it."""
     path = Path(path)
+    names = [select] if select is not None else files.groups(path, format)
     reports = []
-    for name in files.groups(path, format):
-        weights = files.load(path, format, select=name or None, spec=spec, dtype=dtype)
+    for name in names:
+        try:
+            weights = files.load(path, format, select=name or None, spec=spec, dtype=dtype)
+        except RNNXError as exc:
+            if len(names) == 1:
+                raise
+            reports.append(GroupReport(name, unread=str(exc).removeprefix(f"{path}: ")))
+            continue
         s = weights.spec
         reports.append(GroupReport(name, str(s), s.cell, s.input_size, s.hidden_size, s.num_layers, s.direction,
                                    "/".join(map(str, s.activations)), s.clip, s.input_forget))
@@ -241,6 +253,9 @@ def weights_as_text(path: str | Path, format: str, groups: list[GroupReport]) ->
         extras += [f"clip={g.clip}"] if g.clip else []
         extras += ["input_forget=1"] if g.input_forget else []
         label = g.name or "(the only group)"
+        if g.unread is not None:
+            lines.append(f"{label}: not read: {g.unread}")
+            continue
         lines.append(f"{label} [{g.cell}]: input {g.input_size}, hidden {g.hidden_size}, {g.direction}"
                      + "".join(f", {e}" for e in extras))
         lines.append(f"  spec: {g.spec}" + (f"  (--select {g.name})" if g.name and len(groups) > 1 else ""))

@@ -149,3 +149,18 @@ def test_fuse_help_names_what_it_fuses(capsys) -> None:
     text = " ".join(capsys.readouterr().out.split())
     for word in ("RNN", "Loop", "Scan", "single steps"):
         assert word in text, word
+
+
+def test_a_weights_only_h5_lists_each_group_with_what_it_needs_and_reads_one_given_its_spec(capsys) -> None:
+    path = WILD / "k2_lstm_stack_weights.h5"
+    code, text, err = _cli(capsys, "inspect", str(path))
+    assert code == 0, err
+    for layer in MANIFEST["k2_lstm_stack.model.h5"]["layers"]:  # the same network, saved with save_weights
+        line = next(line for line in text.splitlines() if line.startswith(f"{layer['name']}: not read: "))
+        assert "--spec" in line and "spec=" not in line, line
+    code, out, err = _cli(capsys, "inspect", str(path), "--select", "lstm_2", "--spec", "lstm,input=5,hidden=5", "--json")
+    assert code == 0, err
+    (group,) = json.loads(out)["groups"]
+    assert (group["name"], group["spec"], group["unread"]) == ("lstm_2", "lstm,input=5,hidden=5", None)
+    code, _, err = _cli(capsys, "inspect", str(path), "--select", "lstm_2", "--spec", "lstm,input=3,hidden=5")  # lstm_2 reads lstm_1's 5 outputs
+    assert code == 2 and "expected shape" in err, err
