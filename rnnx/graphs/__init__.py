@@ -9,7 +9,8 @@
   :mod:`~rnnx.graphs.affine`);
 - :mod:`~rnnx.graphs.lower`: native nodes to hoisted-input Scans (TensorRT's form);
 - :mod:`~rnnx.graphs.legalize`: repairs for other tools' defects, and opsets;
-- :mod:`~rnnx.graphs.index`, :mod:`~rnnx.graphs.walk`, :mod:`~rnnx.graphs.per_step`: shared pieces.
+- :mod:`~rnnx.graphs.index`, :mod:`~rnnx.graphs.walk`, :mod:`~rnnx.graphs.per_step`,
+  :mod:`~rnnx.graphs.time_slice` (one step of a sequence, as exporters slice it): shared pieces.
 
 Reading and writing ONNX files, and building stacks and Scans from canonical weights, are
 :mod:`rnnx.formats` (``onnx_read``, ``onnx_build``, ``onnx_scan``).

@@ -41,6 +41,7 @@ import numpy as np
 from rnnx.graphs import walk
 from rnnx.graphs.index import GraphIndex
 from rnnx.graphs.linear_terms import Linear, LinearSum, linear_sum
+from rnnx.graphs.time_slice import time_slice
 from rnnx.layouts.onnx import GATE_ORDER
 from rnnx.pass_result import Declined
 
@@ -108,11 +109,15 @@ def _reaches(g: GraphIndex, name: str, ends: set[str]) -> set[str]:
 
 
 def pick_state(g: GraphIndex, terms: list[Linear], H: int, cell: str, h_new: str,
-               c_pair: tuple[str, str] | None = None) -> Linear | Declined:
+               c_pair: tuple[str, str] | None = None, anchor_op: str | None = None) -> Linear | Declined:
     """Which of a cell's two linear terms reads the state h. By shape when only one matrix is
     (H, H); otherwise by structure, not shape (rule ``<cell>.state``):
     - in a Loop or Scan body, h is the carried input whose next value is h';
-    - in an unrolled loop, the input is the one sliced by Gather from the sequence;
+    - in an unrolled loop, the input is the one sliced from the sequence (Gather, Slice or Split
+      along time, :mod:`rnnx.graphs.time_slice`);
+    - in an unrolled chain, the state is the operand that an earlier step of the same cell
+      computed (a step's h' read as the next step's state), or, for the chain's first step, the
+      operand whose weight the next step applies to this step's h';
     - a constant (an initial zero state) is the state;
     - in a streaming step (state in, state out as graph inputs and outputs), h sits beside c among
       the graph's inputs, (h, c) as every framework passes them (LSTM); otherwise h is the graph
@@ -127,9 +132,12 @@ def pick_state(g: GraphIndex, terms: list[Linear], H: int, cell: str, h_new: str
     carried = [t for t in square if t.input in g.carried and _reaches(g, h_new, {g.carried[t.input]})]
     if len(carried) == 1:
         return carried[0]
-    free = [t for t in square if g.prod(t.input, "Gather") is None]
+    free = [t for t in square if time_slice(g, t.input) is None]
     if len(free) == 1:
         return free[0]
+    chained = _chained_state(g, square, h_new, anchor_op)
+    if chained is not None:
+        return chained
     consts = [t for t in square if t.input in g.constants or g.prod(t.input, "ConstantOfShape") is not None]
     if len(consts) == 1:
         return consts[0]
@@ -147,7 +155,61 @@ def pick_state(g: GraphIndex, terms: list[Linear], H: int, cell: str, h_new: str
     if h_out and len(inputs) == 2:
         return max(inputs, key=lambda t: g.input_order.index(t.input))
     return Declined(rule, "cannot tell the input from the state: both are (hidden, hidden) maps, neither is carried by a Loop or Scan, "
-                    "sliced by Gather or a graph input whose new value is a graph output")
+                    "sliced from a sequence, computed by an earlier step of the same cell, nor a graph input whose new value is a graph output")
+
+
+def _through_pass(g: GraphIndex, name: str) -> str:
+    """``name`` followed back through shape-only ops (to at most walk's hop limit)."""
+    for _ in range(16):
+        node = g.producer.get(name)
+        if node is None or node.op_type not in _PASS:
+            break
+        name = node.input[0]
+    return name
+
+
+def _step_terms(g: GraphIndex, act: Any) -> dict[tuple[Any, ...], str] | None:
+    """The weight origins of a plain RNN step anchored at ``act``, each with its operand."""
+    found = linear_sum(g, act.input[0]) if act.op_type in _RNN_ACTIVATIONS else None
+    return {t.origin: _through_pass(g, t.input) for t in found.linear} if found is not None and len(found.linear) == 2 else None
+
+
+def _chained_state(g: GraphIndex, square: list[Linear], h_new: str, anchor_op: str | None) -> Linear | None:
+    """The state by the chain's structure, for a plain RNN step (``anchor_op`` its activation):
+    an operand computed by an earlier step with the same two weights is that step's h'; for a
+    first step, the weight that a next step with the same two weights applies to this step's h'
+    marks the state. Each step looks at its neighbours only, so a chain costs linear time."""
+    if anchor_op not in _RNN_ACTIVATIONS:
+        return None
+    origins = {t.origin for t in square}
+    if len(origins) != 2:
+        return None
+    earlier = []
+    for t in square:
+        node = g.producer.get(_through_pass(g, t.input))
+        terms = _step_terms(g, node) if node is not None and node.op_type == anchor_op else None
+        if terms is not None and set(terms) == origins:
+            earlier.append(t)
+    if len(earlier) == 1:
+        return earlier[0]
+    if earlier:
+        return None
+    reads = set()
+    frontier, seen = [h_new], 0
+    while frontier and seen < 64:  # h' reaches the next step's product through shape-only ops and one or two Adds
+        name = frontier.pop()
+        seen += 1
+        for user in g.consumers.get(name, []):
+            if user.op_type == anchor_op:
+                terms = _step_terms(g, user)
+                if terms is not None and set(terms) == origins:
+                    reads |= {o for o, operand in terms.items() if operand == h_new}
+            elif user.op_type in _PASS or user.op_type in ("MatMul", "Gemm", "Add"):
+                frontier.extend(o for o in user.output if o)
+    if len(reads) == 1:
+        (origin,) = reads
+        return next(t for t in square if t.origin == origin)
+    return None
 
 
 def _int_value(g: GraphIndex, name: str, pre: str, width: int, depth: int = 0) -> np.ndarray | None:
@@ -424,7 +486,7 @@ def match_rnn(g: GraphIndex, act: Any) -> CellMatch | Declined | None:
             or any(np.asarray(b).ndim > 1 and np.asarray(b).shape[0] != 1 for b in found.biases):
         return Declined("rnn.linear_inputs", "the linear terms disagree on hidden (or a bias varies across the batch)")
     h_new = act.output[0]
-    state = pick_state(g, found.linear, H, "rnn", h_new)
+    state = pick_state(g, found.linear, H, "rnn", h_new, anchor_op=act.op_type)
     if isinstance(state, Declined):
         return state
     (inp,) = [t for t in found.linear if t is not state]
@@ -462,7 +524,7 @@ def _first_rnn_step(g: GraphIndex, act: Any, found: LinearSum) -> CellMatch | No
     H = inp.W.shape[0]
     h_new = act.output[0]
     bias = _rows_equal(_bias_sum(found, H), H) if all(np.asarray(b).shape[-1] == H for b in found.biases) else None
-    if bias is None or g.prod(inp.input, "Gather") is None:
+    if bias is None or time_slice(g, inp.input) is None:
         return None
     for user in g.consumers.get(h_new, []):
         node = user

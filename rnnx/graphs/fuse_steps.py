@@ -1,8 +1,9 @@
 """Fuse chains of one-step native nodes (a cell stepped in a Python loop) into one node.
 
 Rules, for LSTM / GRU / RNN nodes in the main graph:
-- a *step* is a forward node without sequence_lens whose X is ``Unsqueeze(Gather(S, t, axis=0), [0])``
-  with a constant scalar ``t``;
+- a *step* is a forward node without sequence_lens whose X is ``Unsqueeze(x_t, [0])``, x_t step
+  ``t`` of a sequence S as :mod:`rnnx.graphs.time_slice` reads it (Gather, Slice or Split along
+  time, as ``x[t]`` and ``x.unbind(0)`` export);
 - step B follows step A when B's initial_h (and initial_c) is ``Unsqueeze(Squeeze(A.Y_h))``
   (and the same for Y_c) and both use the same W, R, B and attributes;
 - a chain fuses when ``steps.sliced_input``: every step's X is sliced from one input, and
@@ -26,6 +27,7 @@ from typing import Any
 
 from rnnx.graphs.index import GraphIndex, graphs, rewrite
 from rnnx.graphs.per_step import find_per_step, hoist
+from rnnx.graphs.time_slice import describe_source, time_slice
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined, PassResult
 
@@ -35,14 +37,14 @@ def _is_one_step(g: GraphIndex, node: Any) -> bool:
     return unsq is not None and g.axes(unsq) == [0]
 
 
+def _step_input(g: GraphIndex, node: Any) -> str:
+    return g.prod(node.input[0], "Unsqueeze").input[0]
+
+
 def _step_source(g: GraphIndex, node: Any) -> tuple[str, int, int] | None:
-    """(S, t, axis) when the step's X is ``Unsqueeze(Gather(S, t, axis), [0])``: ``x[t]``
-    time-major, ``x[:, t]`` batch-first."""
-    gather = g.prod(g.prod(node.input[0], "Unsqueeze").input[0], "Gather")
-    if gather is None or g.attr(gather, "axis", 0) not in (0, 1) or gather.input[1] not in g.constants:
-        return None
-    t = g.constants[gather.input[1]]
-    return (gather.input[0], int(t), int(g.attr(gather, "axis", 0))) if t.ndim == 0 else None
+    """(S, t, axis) when the step's X is ``Unsqueeze(x_t, [0])`` with x_t step t of S: ``x[t]``
+    or ``x.unbind(0)`` time-major, ``x[:, t]`` batch-first."""
+    return time_slice(g, _step_input(g, node))
 
 
 def _state_from(g: GraphIndex, name: str) -> str | None:
@@ -125,8 +127,8 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> Declined | 
     T = len(chain)
     if any(src is None for src in sources):
         k = next(i for i, src in enumerate(sources) if src is None)
-        return Declined("steps.sliced_input", f"step {k}'s input is computed inside the loop, not sliced from one input (an autoregressive "
-                        "loop, each step fed from the last one's output): its steps cannot run as one node")
+        return Declined("steps.sliced_input", f"step {k}'s input is {describe_source(g, _step_input(g, chain[k]))}, not step {k} of one "
+                        "sequence (Gather, Slice or Split along time): its steps cannot run as one node")
     S, axis = sources[0][0], sources[0][2]
     if any(s != S or a != axis for s, _, a in sources) or [t for _, t, _ in sources] != list(range(T)):
         return Declined("steps.in_order", f"steps read {[t for _, t, _ in sources]} of {sorted({s for s, _, _ in sources})}, not 0..{T - 1} of one tensor")
