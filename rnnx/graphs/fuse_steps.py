@@ -7,7 +7,8 @@ Rules, for LSTM / GRU / RNN nodes in the main graph:
 - step B follows step A when B's initial_h (and initial_c) is ``Unsqueeze(Squeeze(A.Y_h))``
   (and the same for Y_c) and both use the same W, R, B and attributes;
 - a chain fuses when ``steps.sliced_input``: every step's X is sliced from one input, and
-  ``steps.in_order``: its steps read t = 0, 1, ..., T-1 of one S whose first dimension is T;
+  ``steps.in_order``: its steps read t = 0, 1, ..., T-1 of one S that holds T steps (where its declared
+  shape or a Split of it says how many);
   ``steps.states``: every state is read through ``Squeeze`` only, and no step's Y is read;
   ``steps.h_private`` / ``steps.c_private``: no intermediate state is used outside the chain
   except by a ``Concat`` (axis 0, or 1 batch-first) that stacks every step's
@@ -27,7 +28,7 @@ from typing import Any
 
 from rnnx.graphs.index import GraphIndex, graphs, rewrite
 from rnnx.graphs.per_step import find_per_step, hoist
-from rnnx.graphs.time_slice import describe_source, time_slice
+from rnnx.graphs.time_slice import describe_source, time_slice, time_steps
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined, PassResult
 
@@ -172,6 +173,9 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> Declined | 
         stacked = [g.prod(i, "Unsqueeze") for i in stack.input]
         if [u.input[0] if u is not None else None for u in stacked] != [s.output[0] for s in squeezes_h]:
             return Declined("steps.stack_order", "the steps' outputs are concatenated in another order or with other tensors")
+    held = time_steps(g, S, axis)
+    if held is not None and held != T:
+        return Declined("steps.in_order", f"the steps read {T} of the {held} steps of {S!r}: one node over all of it would run {held}")
     first = chain[0]
     prefix = f"{first.name or first.op_type}_fused"
     nodes = []

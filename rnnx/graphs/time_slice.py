@@ -101,3 +101,20 @@ def describe_source(g: GraphIndex, name: str) -> str:
         return f"{name!r}, a graph input" if name in g.input_order else f"{name!r}"
     inputs = ", ".join(repr(i) for i in node.input if i and i not in g.constants)
     return f"{node.op_type} {node.name or node.output[0]!r} of {inputs or 'constants'}"
+
+
+def time_steps(g: GraphIndex, S: str, axis: int) -> int | None:
+    """How many steps S holds along ``axis`` where the graph says so: its declared shape, or a
+    Split of it into parts along that axis; None when only the run will tell."""
+    for vi in (*g.graph.input, *g.graph.value_info, *g.graph.output):
+        if vi.name == S:
+            dims = vi.type.tensor_type.shape.dim
+            if len(dims) > axis and dims[axis].HasField("dim_value"):
+                return int(dims[axis].dim_value)
+    if S in g.constants:
+        shape = np.shape(g.constants[S])
+        return int(shape[axis]) if len(shape) > axis else None
+    for user in g.consumers.get(S, []):
+        if user.op_type == "Split" and user.input[0] == S and g.attr(user, "axis", 0) == axis:
+            return len(user.output)
+    return None

@@ -119,20 +119,32 @@ class _RNNReluUnrolled(torch.nn.Module):
         return torch.stack(outs), h
 
 
-def _hand_unrolled(T: int, split: bool, sliced: bool = True):
+def _hand_unrolled(T: int, form: str = "split", sliced: bool = True, extra: int = 0):
     """A relu RNN, input size = hidden size, unrolled by hand as ONNX nodes: steps read Squeeze(Split(X))
-    or separate graph inputs x0..x{T-1} (not sliced from one input)."""
+    (``form`` split: num_outputs; split_sizes: sizes as an input), SequenceAt(SplitToSequence(X)) (sequence),
+    or separate graph inputs x0..x{T-1} (``sliced`` False); ``extra`` more parts of X that no step reads."""
     from onnx import TensorProto, helper, numpy_helper
 
-    rng = _rng(f"hand-{T}-{split}-{sliced}")
+    rng = _rng(f"hand-{T}-{form}-{sliced}")
     Wx, Wh = (rng.standard_normal((H, H)) * 0.5).astype(np.float32), (rng.standard_normal((H, H)) * 0.5).astype(np.float32)
     b = (rng.standard_normal(H) * 0.1).astype(np.float32)
     inits = [numpy_helper.from_array(v, k) for k, v in (("Wx", Wx), ("Wh", Wh), ("b", b), ("ax0", np.array([0], np.int64)))]
     nodes, inputs = [], [helper.make_tensor_value_info("h0", TensorProto.FLOAT, ["batch", H])]
     if sliced:
-        nodes.append(helper.make_node("Split", ["X"], [f"xs{t}" for t in range(T)], axis=0, num_outputs=T))
-        nodes += [helper.make_node("Squeeze", [f"xs{t}", "ax0"], [f"x{t}"]) for t in range(T)]
-        inputs.insert(0, helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, "batch", H]))
+        parts = T + extra
+        if form == "sequence":
+            nodes.append(helper.make_node("SplitToSequence", ["X"], ["xseq"], axis=0, keepdims=0))
+            for t in range(T):
+                inits.append(numpy_helper.from_array(np.array(t, np.int64), f"t{t}"))
+                nodes.append(helper.make_node("SequenceAt", ["xseq", f"t{t}"], [f"x{t}"]))
+        else:
+            if form == "split_sizes":
+                inits.append(numpy_helper.from_array(np.ones(parts, np.int64), "sizes"))
+                nodes.append(helper.make_node("Split", ["X", "sizes"], [f"xs{t}" for t in range(parts)], axis=0))
+            else:
+                nodes.append(helper.make_node("Split", ["X"], [f"xs{t}" for t in range(parts)], axis=0, num_outputs=parts))
+            nodes += [helper.make_node("Squeeze", [f"xs{t}", "ax0"], [f"x{t}"]) for t in range(T)]
+        inputs.insert(0, helper.make_tensor_value_info("X", TensorProto.FLOAT, [parts if form != "sequence" else "seq", "batch", H]))
     else:
         inputs = [helper.make_tensor_value_info(f"x{t}", TensorProto.FLOAT, ["batch", H]) for t in range(T)] + inputs
     prev, outs = "h0", []
@@ -161,9 +173,10 @@ def _relu_rnn(x: np.ndarray, h: np.ndarray, Wx: np.ndarray, Wh: np.ndarray, b: n
     return np.stack(ys), h
 
 
+@pytest.mark.parametrize("form", ["split", "split_sizes", "sequence"])
 @pytest.mark.parametrize("T", [2, 5])
-def test_hand_unrolled_relu_rnn_input_equal_hidden_fuses(T):
-    original, (Wx, Wh, b) = _hand_unrolled(T, split=True)
+def test_hand_unrolled_relu_rnn_input_equal_hidden_fuses(T, form):
+    original, (Wx, Wh, b) = _hand_unrolled(T, form)
     fused = onnx.load_from_string(original.SerializeToString())
     cells = fuse_cells(fused)
     assert len(cells.rewritten) == T and not cells.left_alone, cells.left_alone
@@ -208,7 +221,7 @@ def test_torch_unrolled_relu_rnn_input_equal_hidden_fuses(tmp_path):
 
 def test_steps_fed_separate_inputs_tell_state_by_the_chain_and_say_why_they_stay_apart():
     T = 3
-    original, (Wx, Wh, b) = _hand_unrolled(T, split=False, sliced=False)
+    original, (Wx, Wh, b) = _hand_unrolled(T, sliced=False)
     fused = onnx.load_from_string(original.SerializeToString())
     cells = fuse_cells(fused)
     assert len(cells.rewritten) == T and not cells.left_alone, cells.left_alone
@@ -225,3 +238,16 @@ def test_steps_fed_separate_inputs_tell_state_by_the_chain_and_say_why_they_stay
         got = _run(model, feeds)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
+
+
+def test_steps_over_part_of_a_split_stay_apart():
+    original, (Wx, Wh, b) = _hand_unrolled(3, extra=2)  # X holds 5 steps; the chain reads the first 3
+    fused = onnx.load_from_string(original.SerializeToString())
+    assert len(fuse_cells(fused).rewritten) == 3
+    steps = fuse_steps(fused)
+    assert not steps.rewritten and [d.rule for d in steps.left_alone] == ["steps.in_order"]
+    rng = _rng("part-of-split")
+    x, h0 = rng.standard_normal((5, 2, H)).astype(np.float32), rng.standard_normal((2, H)).astype(np.float32)
+    want = _relu_rnn(x[:3], h0, Wx, Wh, b)
+    for w, g in zip(want, _run(fused, {"X": x, "h0": h0})):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
