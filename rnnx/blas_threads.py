@@ -26,7 +26,6 @@ try:
 except ImportError:  # pragma: no cover - exercised by monkeypatching in the tests
     ThreadpoolController = None
 
-_controller: Any = None
 # BLAS thread counts are process-wide: a second thread running the reference at the same time
 # must not save our temporary count as "the caller's" and restore it after we are done.
 _lock = threading.Lock()
@@ -82,13 +81,14 @@ def load_average() -> float:
 
 
 def _blas() -> Any:
-    """A controller for the BLAS libraries loaded so far (numpy's is, once numpy is imported), or None."""
-    global _controller
+    """A controller for the BLAS libraries loaded so far (numpy's is, once numpy is imported), or None.
+
+    Made anew for each run (about 1.5 ms): a library that brings its own BLAS (scipy,
+    OpenCV, a framework) may be loaded after the first run, and a controller made before it
+    would leave that BLAS on all its threads inside the per-step loop."""
     if ThreadpoolController is None:
         return None
-    if _controller is None:
-        _controller = ThreadpoolController().select(user_api="blas")
-    return _controller
+    return ThreadpoolController().select(user_api="blas")
 
 
 class ReferenceThreads:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
+import textwrap
 import sys
 
 import numpy as np
@@ -141,3 +143,35 @@ def test_the_reference_runs_without_threadpoolctl(monkeypatch: pytest.MonkeyPatc
         monkeypatch.undo()
         importlib.reload(blas_threads)
     assert blas_threads.ThreadpoolController is not None
+
+
+def test_a_blas_loaded_after_the_first_run_is_held_to_one_thread_per_step() -> None:
+    """scipy (or OpenCV, or a framework) may bring its own BLAS after rnnx ran once; the per-step
+    loop must hold that one to one thread too. Run in a fresh process, so that the order in
+    which the libraries load is this test's."""
+    pytest.importorskip("scipy")
+    script = textwrap.dedent("""
+        import numpy as np
+        from threadpoolctl import threadpool_info
+        from rnnx import RNNSpec, RNNWeights, parity, reference
+        weights = RNNWeights.random(RNNSpec.parse("gru,input=4,hidden=6"), seed=1)
+        inputs = parity.random_inputs(weights, 4, 2, seed=2)
+        reference.forward(weights, inputs["X"], inputs["h0"])
+        before = len([i for i in threadpool_info() if i["user_api"] == "blas"])
+        import scipy.linalg  # noqa: F401  its own OpenBLAS
+        seen = []
+        step = reference._Cell.step
+        def spy(self, xp, h, c):
+            seen.extend(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+            return step(self, xp, h, c)
+        reference._Cell.step = spy
+        reference.forward(weights, inputs["X"], inputs["h0"])
+        after = len([i for i in threadpool_info() if i["user_api"] == "blas"])
+        print(before, after, sorted(set(seen)))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OPENBLAS_NUM_THREADS": "2"}).stdout.split()
+    before, after, seen = int(out[0]), int(out[1]), " ".join(out[2:])
+    if after == before:
+        pytest.skip("scipy shares numpy's BLAS here")
+    assert seen == "[1]", seen
