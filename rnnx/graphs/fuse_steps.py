@@ -55,6 +55,27 @@ def _state_from(g: GraphIndex, name: str) -> str | None:
     return sq.input[0] if sq is not None and g.axes(sq) == [0] else None
 
 
+_FED_BY_HOPS = 256  # how far back from a step's input to look for the last step's output; bounds a refusal's cost
+
+
+def _fed_by(g: GraphIndex, name: str, step: Any) -> bool:
+    """Whether ``name`` is computed from ``step``'s outputs, looking back at most _FED_BY_HOPS nodes."""
+    targets = {o for o in step.output if o}
+    seen: set[str] = set()
+    frontier = [name]
+    while frontier and len(seen) < _FED_BY_HOPS:
+        t = frontier.pop()
+        if t in targets:
+            return True
+        if t in seen:
+            continue
+        seen.add(t)
+        node = g.producer.get(t)
+        if node is not None and node is not step:
+            frontier.extend(i for i in node.input if i and i not in g.constants)
+    return False
+
+
 def _key(node: Any) -> tuple[Any, ...]:
     attrs = tuple(sorted((a.name, str(a)) for a in node.attribute))
     return (node.op_type, tuple(node.input[1:4]), attrs)
@@ -128,8 +149,10 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> Declined | 
     T = len(chain)
     if any(src is None for src in sources):
         k = next(i for i, src in enumerate(sources) if src is None)
+        fed = next((j for j in range(max(k, 1), min(k + 2, T)) if _fed_by(g, _step_input(g, chain[j]), chain[j - 1])), None)
+        why = f" (an autoregressive loop: step {fed}'s input is computed from step {fed - 1}'s output)" if fed is not None else ""
         return Declined("steps.sliced_input", f"step {k}'s input is {describe_source(g, _step_input(g, chain[k]))}, not step {k} of one "
-                        "sequence (Gather, Slice or Split along time): its steps cannot run as one node")
+                        f"sequence (Gather, Slice or Split along time){why}: its steps cannot run as one node")
     S, axis = sources[0][0], sources[0][2]
     if any(s != S or a != axis for s, _, a in sources) or [t for _, t, _ in sources] != list(range(T)):
         return Declined("steps.in_order", f"steps read {[t for _, t, _ in sources]} of {sorted({s for s, _, _ in sources})}, not 0..{T - 1} of one tensor")
