@@ -20,12 +20,8 @@ from rnnx.formats import files, registry
 from rnnx.formats.onnx_read import constants, recurrent_groups
 from rnnx.formats.onnx_quantized import QuantizedWeight, is_dequantized, is_quantized, quantization
 from rnnx.formats.onnx_metadata import describe, read_metadata
-from rnnx.graphs.fuse_cells import fuse_cells
-from rnnx.graphs.fuse_directions import fuse_directions
-from rnnx.graphs.fuse_loops import fuse_loops
-from rnnx.graphs.fuse_steps import fuse_steps
+from rnnx.graphs.fuse_passes import run_fuse_passes
 from rnnx.graphs.legalize import drop_newer_attributes
-from rnnx.graphs.linear_terms import products_over_concat
 from rnnx.layouts.onnx import node_activations
 
 
@@ -156,16 +152,10 @@ def fusable(model: Any) -> dict[str, Any]:
     """What ``rnnx fuse`` would rewrite, found by running its passes on a copy (``model`` is left
     as it is): decomposed cells, Loops and Scans over one step, forward/reverse pairs, chains of
     steps, each candidate a rule left alone and why, and the native nodes the result would hold."""
-    import onnx
-
     work = copy.deepcopy(model)
     drop_newer_attributes(work, strict=False)
-    if products_over_concat(work):  # as rnnx fuse: the passes size such products' parts by inferred shapes
-        try:
-            work = onnx.shape_inference.infer_shapes(work)
-        except Exception:  # noqa: BLE001  shape inference is a help, not a requirement
-            pass
-    cells, loops, directions, chains = fuse_cells(work), fuse_loops(work), fuse_directions(work), fuse_steps(work)
+    work, passes = run_fuse_passes(work)
+    cells, loops, directions, chains = passes.cells, passes.loops, passes.directions, passes.chains
     found: dict[str, Any] = {"cells": cells.rewritten, "loops": loops.rewritten, "bidirectional": directions.rewritten,
                              "chains": chains.rewritten,
                              "left_alone": [d.to_json() for r in (cells, loops, directions, chains) for d in r.left_alone]}

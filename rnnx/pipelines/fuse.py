@@ -1,6 +1,7 @@
 """``rnnx fuse``: decomposed cells to native one-step nodes, step chains to one node, checked.
 
-The passes: :func:`~rnnx.graphs.legalize.drop_newer_attributes` (so that the
+The passes, in the order :func:`~rnnx.graphs.fuse_passes.run_fuse_passes` holds (``rnnx
+inspect`` runs the same on a copy): :func:`~rnnx.graphs.legalize.drop_newer_attributes` (so that the
 input runs at all), :func:`~rnnx.graphs.fuse_cells.fuse_cells`,
 :func:`~rnnx.graphs.fuse_loops.fuse_loops` (Loops and Scans over the steps just made),
 :func:`~rnnx.graphs.fuse_directions.fuse_directions` (a forward node and one over the reversed
@@ -22,13 +23,9 @@ from rnnx.errors import ParityError
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
-from rnnx.graphs.fuse_cells import fuse_cells
-from rnnx.graphs.fuse_directions import fuse_directions
-from rnnx.graphs.fuse_loops import fuse_loops
-from rnnx.graphs.fuse_steps import fuse_steps
+from rnnx.graphs.fuse_passes import run_fuse_passes
 from rnnx.graphs.index import all_graphs
 from rnnx.graphs.legalize import drop_newer_attributes
-from rnnx.graphs.linear_terms import products_over_concat
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
 from rnnx.pipelines.rewrite_check import check_rewrite_size, compare_models
@@ -81,32 +78,19 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     """Fuse ``source`` into ``output``; the result is checked against the input in ONNX Runtime,
     each graph output held to ``tolerances`` (by output name; default: its dtype's), and
     nothing is written if it differs (:class:`~rnnx.errors.ParityError`)."""
-    import onnx
-
     source, output = Path(source), Path(output)
     refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
     progress.step(f"reading {source.name}")
     original = load_model(source)
     check_rewrite_size(original, source)
     drop_newer_attributes(original, strict=False)  # a graph from another tool: repair what the converter left, refuse nothing
-    model = copy.deepcopy(original)
-    before = _count_nodes(model)
-    if products_over_concat(model):  # the passes split such products' weights by the parts' inferred sizes
-        try:
-            model = onnx.shape_inference.infer_shapes(model)
-        except Exception:  # noqa: BLE001  shape inference is a help, not a requirement
-            pass
-    progress.step("fusing decomposed cells")
-    cells = fuse_cells(model)
-    progress.step("fusing loops over one step")
-    loops = fuse_loops(model)
-    directions = fuse_directions(model)
-    progress.step("fusing chains of steps")
-    chains = fuse_steps(model)
+    before = _count_nodes(original)
+    model, passes = run_fuse_passes(copy.deepcopy(original))
+    cells, loops, directions, chains = passes.cells, passes.loops, passes.directions, passes.chains
     report = FuseReport(str(output), before, _count_nodes(model), cells.rewritten, chains.rewritten, loops.rewritten, directions.rewritten,
-                        left_alone=cells.left_alone + loops.left_alone + directions.left_alone + chains.left_alone, tolerances=tolerances.to_json() if tolerances else {},
+                        left_alone=passes.left_alone, tolerances=tolerances.to_json() if tolerances else {},
                         native=sum(n.op_type in NATIVE_OPS for g in all_graphs(model.graph) for n in g.node))
-    if check and (cells or chains or loops or directions):
+    if check and passes.changed:
         progress.step("checking against the input in ONNX Runtime")
         report.check = compare_models(original, model, seed, str(source), tolerances)
         if not report.check:
