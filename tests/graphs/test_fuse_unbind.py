@@ -251,3 +251,48 @@ def test_steps_over_part_of_a_split_stay_apart():
     want = _relu_rnn(x[:3], h0, Wx, Wh, b)
     for w, g in zip(want, _run(fused, {"X": x, "h0": h0})):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+class _ZeroStart(torch.nn.Module):
+    """A cell over ``x.unbind(dim)`` from a zero state made inside forward (which the dynamo
+    exporter folds into the first step); dim 1 is batch-first."""
+
+    def __init__(self, cell: torch.nn.Module, dim: int) -> None:
+        super().__init__()
+        self.cell, self.dim = cell, dim
+
+    def forward(self, x):
+        h = x.new_zeros(x.shape[1 - self.dim], H)
+        ys = []
+        for xt in x.unbind(self.dim):
+            h = self.cell(xt, h)
+            ys.append(h)
+        return torch.stack(ys, self.dim), h
+
+
+@pytest.mark.parametrize("kind", ["rnn_eq", "gru"])
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_unbind_from_a_zero_state_time_major_or_batch_first(tmp_path, kind, dim, dynamo):
+    torch.manual_seed(zlib.crc32(f"zero-{kind}".encode()))
+    cell = torch.nn.RNNCell(H, H) if kind == "rnn_eq" else torch.nn.GRUCell(I, H)  # rnn_eq: input size = hidden size
+    module = _ZeroStart(cell, dim).eval()
+    width = H if kind == "rnn_eq" else I
+    path = str(tmp_path / "m.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (torch.randn(5, 2, width).transpose(0, dim).contiguous(),), path, dynamo=dynamo, opset_version=18,
+                          input_names=["x"], dynamic_axes={"x": {1 - dim: "batch"}})
+    fused = onnx.load(path)
+    assert len(fuse_cells(fused).rewritten) == 5
+    steps = fuse_steps(fused)
+    assert len(steps.rewritten) == 1 and not steps.left_alone, steps.left_alone
+    ops = [n.op_type for n in fused.graph.node]
+    assert ops.count("GRU" if kind == "gru" else "RNN") == 1 and "Tanh" not in ops
+    for T, B in [(5, 1), (2, 3), (8, 2)]:
+        rng = _rng(f"zero-{kind}-{dim}-{dynamo}-{T}-{B}")
+        x = rng.standard_normal((T, B, width)).astype(np.float32).transpose(dim, 1 - dim, 2).copy()
+        with torch.no_grad():
+            want = [t.numpy() for t in module(torch.from_numpy(x))]
+        for w, g in zip(want, _run(fused, {"x": x})):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
