@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
+from rnnx.formats.hdf5 import import_h5py, one_line
 from rnnx.fileio import atomic_output, check_archive, library_write, require_file
 from rnnx.formats import keras_legacy_h5
 from rnnx.formats.registry import Format, get, register, settle_spec
@@ -86,26 +87,14 @@ SPEC_ATTR = "rnnx_spec"
 # --- files: reading ----------------------------------------------------------------------
 
 
-def _import_h5py(why: str) -> Any:
-    try:
-        import h5py
-    except ImportError:
-        raise RNNXError(f"{why} needs h5py, which is not installed; pip install 'rnnx[keras]'") from None
-    return h5py
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:160] or type(exc).__name__
-
-
 def _damaged(path: Path, exc: BaseException) -> RNNXError:
-    return RNNXError(f"{path}: cannot read the weights as HDF5 ({_one_line(exc)}); the file is damaged or not Keras 3's")
+    return RNNXError(f"{path}: cannot read the weights as HDF5 ({one_line(exc)}); the file is damaged or not Keras 3's")
 
 
 @contextlib.contextmanager
 def _opened(path: Path) -> Iterator[tuple[Any, Any, dict[str, Any] | None, int]]:
     """h5py, the weights as an open h5py.File, the parsed config.json (.keras only), and the data's size in bytes."""
-    h5py = _import_h5py(f"reading {path.name}")
+    h5py = import_h5py(f"reading {path.name}")
     path = require_file(path)
     config: dict[str, Any] | None = None
     if path.name.lower().endswith(".keras"):
@@ -126,7 +115,7 @@ def _opened(path: Path) -> Iterator[tuple[Any, Any, dict[str, Any] | None, int]]
         except RNNXError:
             raise
         except Exception as exc:  # noqa: BLE001  zipfile/json parsing only: any failure means a damaged archive
-            raise RNNXError(f"{path}: not a readable .keras archive ({_one_line(exc)}); expected a zip with config.json and model.weights.h5") from None
+            raise RNNXError(f"{path}: not a readable .keras archive ({one_line(exc)}); expected a zip with config.json and model.weights.h5") from None
         if not isinstance(loaded, dict):
             raise RNNXError(f"{path}: config.json holds {type(loaded).__name__}, expected a Keras model config (an object)")
         config, source, size = loaded, io.BytesIO(raw), len(raw)
@@ -518,7 +507,7 @@ def write(weights: RNNWeights, path: Path) -> None:
         )
     spec = weights.spec
     arrays = layout.to_native(weights)
-    h5py = _import_h5py("writing .weights.h5")
+    h5py = import_h5py("writing .weights.h5")
     per_cell = layout.arrays_per_cell(spec)
     kind = "bidirectional" if spec.direction == "bidirectional" else LAYER_GROUP[spec.cell]
     with atomic_output(path) as tmp, library_write(path), h5py.File(tmp, "w") as f:

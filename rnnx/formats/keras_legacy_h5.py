@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
+from rnnx.formats.hdf5 import import_h5py, one_line
 from rnnx.fileio import require_file
 from rnnx.formats.registry import Format, get, register
 from rnnx.layouts import keras as layout
@@ -72,26 +73,14 @@ _MODEL_CLASSES = ("Sequential", "Functional", "Model")
 _INDEX = re.compile(r":\d+$")
 
 
-def _import_h5py(why: str) -> Any:
-    try:
-        import h5py
-    except ImportError:
-        raise RNNXError(f"{why} needs h5py, which is not installed; pip install 'rnnx[keras]'") from None
-    return h5py
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:160] or type(exc).__name__
-
-
 def _damaged(path: Path, exc: BaseException) -> RNNXError:
-    return RNNXError(f"{path}: cannot read it as HDF5 ({_one_line(exc)}); the file is damaged or not a Keras .h5 file")
+    return RNNXError(f"{path}: cannot read it as HDF5 ({one_line(exc)}); the file is damaged or not a Keras .h5 file")
 
 
 @contextlib.contextmanager
 def _opened(path: Path) -> Iterator[tuple[Any, Any, int]]:
     """h5py, the file open for reading, and its size in bytes."""
-    h5py = _import_h5py(f"reading {path.name}")
+    h5py = import_h5py(f"reading {path.name}")
     path = require_file(path)
     try:
         h5 = h5py.File(str(path), "r")
@@ -221,7 +210,7 @@ def _model_config(h5: Any, h5py: Any) -> dict[str, Any] | None:
     except RecursionError:
         raise RNNXError("attribute model_config: JSON nested too deeply to read; the file is damaged") from None
     except ValueError as exc:
-        raise RNNXError(f"attribute model_config: expected Keras's JSON model config, found text that is not JSON ({_one_line(exc)}); the file is damaged") from None
+        raise RNNXError(f"attribute model_config: expected Keras's JSON model config, found text that is not JSON ({one_line(exc)}); the file is damaged") from None
     if not isinstance(config, dict):
         raise RNNXError(f"attribute model_config: expected a JSON object (Keras's model config), found {type(config).__name__}; the file is damaged")
     return config
