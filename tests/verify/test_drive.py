@@ -29,7 +29,10 @@ def _rnnx(*args: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rnnx", *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
-CASES = [("lstm,input=3,hidden=4,layers=2,bidirectional", *flags) for flags in FLAGS] + [
+# Each flag is on in one default case and off in another; the other combinations run with --slow.
+_DEFAULT_FLAGS = {(False, False, False), (True, True, True), (True, False, False), (False, True, True)}
+CASES = [pytest.param("lstm,input=3,hidden=4,layers=2,bidirectional", *flags,
+                      marks=() if flags in _DEFAULT_FLAGS else pytest.mark.slow) for flags in FLAGS] + [
     ("gru,input=2,hidden=5", False, False, False), ("gru,input=2,hidden=5", True, True, True)]
 
 
