@@ -1,5 +1,6 @@
 """What both Keras HDF5 readers (Keras 3's ``.weights.h5`` and the legacy ``.h5``) need from
-h5py: importing it on first use, and an h5py error in one line."""
+h5py: importing it on first use, an h5py error in one line, and the budget the arrays read
+from one file share."""
 
 from __future__ import annotations
 
@@ -19,3 +20,20 @@ def import_h5py(why: str) -> Any:
 def one_line(exc: BaseException) -> str:
     """An h5py or JSON error as one short line (h5py's span several)."""
     return " ".join(str(exc).split())[:160] or type(exc).__name__
+
+
+# What HDF5's own small objects (a scalar's fill value, say) may add beyond the file's arrays.
+_SLACK = 1 << 16
+
+
+class Budget:
+    """What the arrays read so far may claim together: Keras stores them uncompressed, so all
+    of them fit inside the file; a claim beyond it is a damaged or hostile file."""
+
+    def __init__(self, file_size: int) -> None:
+        self.left = file_size + _SLACK
+
+    def take(self, nbytes: int, where: str, shape: tuple[int, ...]) -> None:
+        if nbytes > self.left:
+            raise RNNXError(f"{where}: shape {shape} claims more data than the file holds; the file is damaged")
+        self.left -= nbytes

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.formats.hdf5 import import_h5py, one_line
+from rnnx.formats.hdf5 import Budget, import_h5py, one_line
 from rnnx.fileio import atomic_output, check_archive, library_write, require_file
 from rnnx.formats import keras_legacy_h5
 from rnnx.formats.registry import Format, get, register, settle_spec
@@ -74,12 +74,10 @@ LAYER_GROUP = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "simple_rnn", "rnn_relu
 _LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
 _CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
 # Limits for untrusted files: how deep the HDF5 tree is walked, how many groups, how big a
-# JSON config, and how far the datasets together may claim to exceed their file: Keras stores
-# raw data, so only HDF5's own small objects (a scalar's fill value, say) may be left out.
+# JSON config (what the datasets may claim together is hdf5.Budget's).
 _MAX_DEPTH = 32
 _MAX_GROUPS = 100_000
 _MAX_CONFIG = 64 * 1024 * 1024
-_SLACK = 1 << 16
 #: Root attribute of the .weights.h5 files rnnx writes: the spec, a fixed-length string (no HDF5 string heap).
 SPEC_ATTR = "rnnx_spec"
 
@@ -266,20 +264,7 @@ def _choose(found: list[_Found], select: str | None, where: str) -> _Found:
     return found[0]
 
 
-class _Budget:
-    """What the datasets read so far may claim together: Keras stores arrays uncompressed, so
-    all of them fit inside the file; a claim beyond it is a damaged or hostile file."""
-
-    def __init__(self, file_size: int) -> None:
-        self.left = file_size + _SLACK
-
-    def take(self, nbytes: int, where: str, shape: tuple[int, ...]) -> None:
-        if nbytes > self.left:
-            raise RNNXError(f"{where}: shape {shape} claims more data than the file holds; the file is damaged")
-        self.left -= nbytes
-
-
-def _read_dataset(ds: Any, where: str, budget: _Budget, h5py: Any) -> np.ndarray:
+def _read_dataset(ds: Any, where: str, budget: Budget, h5py: Any) -> np.ndarray:
     if not isinstance(ds, h5py.Dataset):
         raise RNNXError(f"{where}: expected an array, found {type(ds).__name__}; the file is damaged or not Keras 3's")
     if ds.is_virtual or ds.external:
@@ -298,7 +283,7 @@ def _read_dataset(ds: Any, where: str, budget: _Budget, h5py: Any) -> np.ndarray
     return data
 
 
-def _load_cells(h5: Any, found: _Found, budget: _Budget, h5py: Any) -> list[list[np.ndarray]]:
+def _load_cells(h5: Any, found: _Found, budget: Budget, h5py: Any) -> list[list[np.ndarray]]:
     cells = []
     for vars_path in found.cells:
         group = h5[vars_path]
@@ -444,7 +429,7 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
     if legacy is not None and legacy.read is not None:
         return legacy.read(path, select, spec)
     with _opened(Path(path)) as (h5py, h5, config, size):
-        budget = _Budget(size)
+        budget = Budget(size)
         try:
             found = _find(h5, config, h5py)
             stored = _stored_spec(h5) if config is None and select is None else None

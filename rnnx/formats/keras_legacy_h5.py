@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.formats.hdf5 import import_h5py, one_line
+from rnnx.formats.hdf5 import Budget, import_h5py, one_line
 from rnnx.fileio import require_file
 from rnnx.formats.registry import Format, get, register
 from rnnx.layouts import keras as layout
@@ -64,7 +64,6 @@ _MAX_NAME = 4096
 _MAX_PATH_PARTS = 64
 _MAX_CONFIG = 64 * 1024 * 1024
 _MAX_MODEL_DEPTH = 32
-_SLACK = 1 << 16
 # Keras 2 classes whose math rnnx knows: the layers, the cells inside keras.layers.RNN.
 _LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
 _CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
@@ -351,20 +350,7 @@ def _choose(found: list[_Layer], layer_names: list[str], select: str | None, maj
     return found[0]
 
 
-class _Budget:
-    """What the arrays read so far may claim together: Keras stores them uncompressed, so all
-    of them fit inside the file; a claim beyond it is a damaged or hostile file."""
-
-    def __init__(self, file_size: int) -> None:
-        self.left = file_size + _SLACK
-
-    def take(self, nbytes: int, where: str, shape: tuple[int, ...]) -> None:
-        if nbytes > self.left:
-            raise RNNXError(f"{where}: shape {shape} claims more data than the file holds; the file is damaged")
-        self.left -= nbytes
-
-
-def _read_array(h5: Any, path: str, budget: _Budget, h5py: Any) -> np.ndarray:
+def _read_array(h5: Any, path: str, budget: Budget, h5py: Any) -> np.ndarray:
     ds = h5[path]
     if ds.is_virtual or ds.external:
         raise RNNXError(f"{path}: the array's data lives in another file; rnnx reads only data stored inside the file itself")
@@ -579,7 +565,7 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
             if root is not None:
                 major = _keras_major(h5, root, h5py)
                 one = _choose(*_find(root, _model_config(h5, h5py), h5py), select, major)
-                budget = _Budget(size)
+                budget = Budget(size)
                 arrays = [_read_array(h5, p, budget, h5py) for p in one.arrays]
             else:
                 _refuse_unknown(h5, h5py)
