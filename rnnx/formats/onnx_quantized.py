@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
+from rnnx.formats.onnx_lazy import to_array
 from rnnx.layouts.onnx import WEIGHT_INPUTS, to_native
 from rnnx.layouts.onnx_quantized import (DOMAIN, DYNAMIC_INPUTS, FLOAT_INPUTS, INPUTS, QUANTIZED_OPS, QUANTIZED_WEIGHTS, dequantize,
                                          granularity, row_scales)
@@ -145,11 +146,9 @@ def quantization(node: Any, known: dict[str, tuple[np.ndarray, str]]) -> Quantiz
 
 def main_graph_quantizations(model: Any) -> list[Quantization]:
     """The quantization of each quantized recurrent node of the main graph, in graph order."""
-    from onnx import numpy_helper
-
     nodes = [n for n in model.graph.node if is_quantized(n)]
     wanted = {name for n in nodes for name in n.input}
-    known = {i.name: (numpy_helper.to_array(i), "initializer") for i in model.graph.initializer if i.name in wanted}
+    known = {i.name: (to_array(i), "initializer") for i in model.graph.initializer if i.name in wanted}
     return [quantization(n, known) for n in nodes]
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import require_file
+from rnnx.formats.onnx_lazy import identity, is_lazy, mappable, mark, read_skeleton, supported, to_array
 from rnnx.formats.onnx_quantized import is_quantized, stand_in
 from rnnx.layouts.onnx import (ACTIVATION_ATTRIBUTES, DEFAULT_DOMAINS, GATE_ORDER, LOWERED_KEY, NATIVE_OPS, OP_TYPES, PEEPHOLE_ORDER,
                                SCAN_GATE_ORDER, WEIGHT_INPUTS, activation_attributes, scan_constant)
@@ -43,7 +44,7 @@ def _tensors(graph: Any) -> Iterator[Any]:
                 yield from _tensors(g)
 
 
-def _check_external_data(model: Any, path: Path) -> None:
+def _check_external_data(model: Any, path: Path, token: str = "") -> None:
     """External data must be a plain file inside the model's folder, and hold the bytes claimed.
 
     As onnx's own loader does, a symbolic link or a file with other hard links is refused:
@@ -53,7 +54,7 @@ def _check_external_data(model: Any, path: Path) -> None:
 
     base = path.parent.resolve()
     for tensor in _tensors(model.graph):
-        if tensor.data_location != TensorProto.EXTERNAL:
+        if tensor.data_location != TensorProto.EXTERNAL or is_lazy(tensor, token):  # this load's skeleton's own refs, made by rnnx
             continue
         info = {e.key: e.value for e in tensor.external_data}
         location = info.get("location", "")
@@ -113,22 +114,58 @@ def data_files(path: Path) -> list[Path]:
     return sorted(set(found))
 
 
-def load_model(path: Path) -> Any:
+def load_model(path: Path, lazy: bool = False) -> Any:
+    """The model at ``path``, its external data checked (see :func:`_check_external_data`).
+
+    ``lazy=False``: every tensor in memory, a model to edit and save. ``lazy=True``: a read-only
+    skeleton (:mod:`rnnx.formats.onnx_lazy`) whose large tensors, inline or external, stay in
+    their files; :func:`to_array` reads them as views of a memory map. Never save a skeleton:
+    its tensors point at absolute paths, which onnx and rnnx refuse to load.
+    """
     import onnx
     from onnx import external_data_helper
 
     path = require_file(Path(path))
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf's DecodeError and friends: the file is not a model
-        raise RNNXError(f"{path}: cannot parse as an ONNX model ({type(exc).__name__}); the file is damaged or not ONNX") from None
-    _check_external_data(model, path)
+    found = read_skeleton(path) if lazy and supported() else None
+    model, token = found if found is not None else (None, "")
+    lazy = model is not None
+    if model is None:
+        try:
+            model = onnx.load(str(path), load_external_data=False)
+        except Exception as exc:  # protobuf's DecodeError and friends: the file is not a model
+            raise RNNXError(f"{path}: cannot parse as an ONNX model ({type(exc).__name__}); the file is damaged or not ONNX") from None
+    _check_external_data(model, path, token)
     _check_opsets(model, path)
     try:
-        external_data_helper.load_external_data_for_model(model, str(path.parent))
+        if lazy:
+            _map_external_data(model, path, token)
+        else:
+            external_data_helper.load_external_data_for_model(model, str(path.parent))
     except Exception as exc:  # noqa: BLE001  OSError, ValueError, onnx's ValidationError: the data is not readable as claimed
         raise RNNXError(f"{path}: cannot read its external data ({' '.join(str(exc).split())[:200]})") from None
     return model
+
+
+def _map_external_data(model: Any, path: Path, token: str) -> None:
+    """Point each checked external tensor of a skeleton at its file's absolute path and identity,
+    for :func:`to_array` to map; the few data types a map cannot hold are left for onnx to load."""
+    from onnx import TensorProto, external_data_helper
+
+    base = path.parent.resolve()
+    for tensor in _tensors(model.graph):
+        if tensor.data_location != TensorProto.EXTERNAL or is_lazy(tensor, token):
+            continue
+        if not mappable(tensor.data_type):  # packed or string data: loaded as the eager reader does
+            external_data_helper.load_external_data_for_tensor(tensor, str(path.parent))
+            tensor.data_location = TensorProto.DEFAULT
+            del tensor.external_data[:]
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        target = (base / info["location"]).resolve()
+        status = target.lstat()
+        offset = int(info.get("offset", 0))
+        length = int(info.get("length", status.st_size - offset))
+        mark(tensor, str(target), offset, length, identity(status), token)
 
 
 @dataclass
@@ -197,16 +234,6 @@ def node_attributes(node: Any) -> dict[str, Any]:
     if "activations" in attrs:
         attrs["activations"] = [a.decode(errors="replace") if isinstance(a, bytes) else a for a in attrs["activations"]]
     return attrs
-
-
-def to_array(tensor: Any) -> np.ndarray:
-    """A TensorProto's data, refused in one line when its stored bytes do not fit its shape."""
-    from onnx import numpy_helper
-
-    try:
-        return numpy_helper.to_array(tensor)
-    except (ValueError, TypeError, KeyError) as exc:  # KeyError: an unknown data type
-        raise RNNXError(f"tensor {tensor.name!r}: its stored data does not fit its shape {list(tensor.dims)} ({exc}); the file is damaged") from None
 
 
 def constants(graph: Any, outer: dict[str, tuple[np.ndarray, str]]) -> dict[str, tuple[np.ndarray, str]]:
