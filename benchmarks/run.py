@@ -14,6 +14,10 @@ between the markers in README.md). Not part of the test run. Sections:
 7. fuse_scaling: `rnnx fuse` of an unrolled LSTMCell exported by torch.onnx at T = 100, 300 and
    1,000 steps, without and with its ONNX Runtime check, vs a plain onnx.load + onnx.save of
    the same file: seconds, ratio and cost per step, so that growth in T shows
+8. large_convert: `rnnx convert` of a 370 MB and a 1.5 GB checkpoint (4-layer bidirectional
+   LSTMs), every source format to every target, each in its own process with --no-check: its
+   time against `cp` of the same file and its peak memory against the file's size (see
+   benchmarks/large_convert.py, which also runs alone)
 Run one section with --only, e.g. `python benchmarks/run.py --only verify_large`.
 """
 
@@ -46,6 +50,9 @@ from rnnx import RNNSpec, RNNWeights  # noqa: E402
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner  # noqa: E402
 from rnnx.exporters.writing import quiet as _quiet  # noqa: E402
 from rnnx.layouts import cudnn  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import large_convert  # noqa: E402
 
 BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
 
@@ -427,13 +434,15 @@ def markdown(results: dict) -> str:
                          f"{r['fuse ms per step']} ms per step) | {goal} |")
         lines.append(f"| rnnx fuse, cost per step at T=1000 / at T=100 (1.0: linear) | {f['per-step cost, T=1000 / T=100']}x | <= 1.5x "
                      f"{'(met)' if f['per-step cost, T=1000 / T=100'] <= 1.5 else '(MISSED)'} |")
+    for result in results.get("large_convert", {}).values():
+        lines += large_convert.summary(result)
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--only", nargs="*", default=None, help="sections to run: stepped_cell stacks pack_unpack export gpu verify_large fuse_scaling (the others keep their last figures)")
+    parser.add_argument("--only", nargs="*", default=None, help="sections to run: stepped_cell stacks pack_unpack export gpu verify_large fuse_scaling large_convert (the others keep their last figures)")
     args = parser.parse_args()
     import platform
 
@@ -450,6 +459,7 @@ def main() -> None:
             "gpu": lambda: gpu(args.repeats),
             "verify_large": lambda: verify_large(Path(tmp), max(args.repeats // 5, 3)),
             "fuse_scaling": lambda: fuse_scaling(Path(tmp), max(args.repeats // 5, 3)),
+            "large_convert": lambda: {size: large_convert.measure(size) for size in ("370M", "1.5G")},
         }
         for name, fn in sections.items():
             if args.only is None or name in args.only:
@@ -460,7 +470,8 @@ def main() -> None:
         return  # not enough figures for the table
     (here / "results.json").write_text(json.dumps(results, indent=2))
     table = markdown(results)
-    (here / "results.md").write_text(table + "\n")
+    details = [f"\n### large_convert, {size}\n\n" + "\n".join(large_convert.detail(r)) for size, r in results.get("large_convert", {}).items()]
+    (here / "results.md").write_text(table + "\n" + "\n".join(details) + ("\n" if details else ""))
     readme = ROOT / "README.md"
     text = readme.read_text()
     if BEGIN in text and END in text:

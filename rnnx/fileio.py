@@ -11,13 +11,15 @@ import stat
 import struct
 import tempfile
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
-from rnnx import limits
+from rnnx import limits, progress
 from rnnx.errors import RNNXError
+from rnnx.tensor_pieces import CHUNK_BYTES, Pieces, as_pieces
 
 # safetensors' own limit on the JSON header; anything larger is not a safetensors file.
 _MAX_HEADER = 100 * 1024 * 1024
@@ -253,48 +255,111 @@ def _metadata_of(header: dict) -> dict[str, str]:
     return {k: v for k, v in meta.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(meta, dict) else {}
 
 
-def read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def read_safetensors(path: Path, mapped: bool = True) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """All tensors (as numpy) and the metadata of a safetensors file.
 
     Read by rnnx itself, as safetensors specifies the format: each tensor's offsets must lie
-    inside the data and match its shape and dtype before any byte is read. BF16 (common in
+    inside the data and match its shape and dtype before any byte is read. The arrays are
+    read-only views of a memory map of the file (``mapped``; else writable copies), so a
+    large checkpoint is paged in as it is used and never held twice. BF16 (common in
     checkpoints) is widened to float32 exactly; float8 is refused in one line.
     """
     header, start, size = _safetensors_header(path)
     tensors: dict[str, np.ndarray] = {}
+    data = np.memmap(path, dtype=np.uint8, mode="r") if mapped and size > start else None
     with open(path, "rb") as f:
         for name, info in header.items():
             if name == "__metadata__":
                 continue
+            np_dtype, shape, begin, end = _tensor_entry(path, name, info, size - start)
             where = f"{path}: tensor {name!r}"
-            if not isinstance(info, dict) or not isinstance(info.get("shape"), list) or not isinstance(info.get("data_offsets"), list):
-                raise RNNXError(f"{where}: expected dtype, shape and data_offsets; the file is damaged")
-            dtype, shape, offsets = info.get("dtype"), info["shape"], info["data_offsets"]
-            if isinstance(dtype, str) and dtype.startswith("F8"):
-                raise RNNXError(f"{where} is {dtype}; rnnx reads float32/16/64 and bfloat16 weights: dequantize the checkpoint first")
-            if not isinstance(dtype, str) or dtype not in _SAFETENSORS_DTYPES:
-                raise RNNXError(f"{where}: unknown dtype {dtype!r}; expected one of {', '.join(_SAFETENSORS_DTYPES)}")
-            if len(shape) > _MAX_RANK or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 48 for d in shape) or len(offsets) != 2 \
-                    or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
-                raise RNNXError(f"{where}: shape {str(shape)[:80]} or offsets {str(offsets)[:80]} are not {_MAX_RANK} or fewer sizes and two offsets; the file is damaged")
-            np_dtype = np.dtype(_SAFETENSORS_DTYPES[dtype])
-            begin, end = offsets
-            count = int(np.prod(shape, dtype=object))
-            if not 0 <= begin <= end <= size - start or end - begin != count * np_dtype.itemsize:
-                raise RNNXError(f"{where}: its bytes ({begin}..{end}) do not fit its shape {shape} and dtype {dtype} inside the file; the file is damaged")
-            f.seek(start + begin)
             try:
-                array = np.frombuffer(bytearray(f.read(end - begin)), dtype=np_dtype).reshape(shape)  # writable, not copied again
+                if data is not None:
+                    raw = data[start + begin:start + end].view(np_dtype) if end > begin else np.empty(0, np_dtype)
+                else:
+                    f.seek(start + begin)
+                    raw = np.frombuffer(bytearray(f.read(end - begin)), dtype=np_dtype)  # writable, not copied again
+                array = raw.reshape(shape)
             except ValueError:  # numpy refuses the shape itself (an empty tensor with absurd other sizes)
                 raise RNNXError(f"{where}: shape {str(shape)[:80]} is not one numpy can hold; the file is damaged") from None
-            if dtype == "BF16":  # the top half of a float32
+            if info["dtype"] == "BF16":  # the top half of a float32
                 array = (array.astype(np.uint32) << 16).view(np.float32)
             tensors[name] = array
     return tensors, _metadata_of(header)
 
 
-def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
-    from safetensors.numpy import save_file
+def _tensor_entry(path: Path, name: str, info: object, data_bytes: int) -> tuple[np.dtype, list[int], int, int]:
+    """One header entry checked: (dtype, shape, first byte, end) inside the file's data."""
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(info, dict) or not isinstance(info.get("shape"), list) or not isinstance(info.get("data_offsets"), list):
+        raise RNNXError(f"{where}: expected dtype, shape and data_offsets; the file is damaged")
+    dtype, shape, offsets = info.get("dtype"), info["shape"], info["data_offsets"]
+    if isinstance(dtype, str) and dtype.startswith("F8"):
+        raise RNNXError(f"{where} is {dtype}; rnnx reads float32/16/64 and bfloat16 weights: dequantize the checkpoint first")
+    if not isinstance(dtype, str) or dtype not in _SAFETENSORS_DTYPES:
+        raise RNNXError(f"{where}: unknown dtype {dtype!r}; expected one of {', '.join(_SAFETENSORS_DTYPES)}")
+    if len(shape) > _MAX_RANK or not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 48 for d in shape) or len(offsets) != 2 \
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets):
+        raise RNNXError(f"{where}: shape {str(shape)[:80]} or offsets {str(offsets)[:80]} are not {_MAX_RANK} or fewer sizes and two offsets; the file is damaged")
+    np_dtype = np.dtype(_SAFETENSORS_DTYPES[dtype])
+    begin, end = offsets
+    count = int(np.prod(shape, dtype=object))
+    if not 0 <= begin <= end <= data_bytes or end - begin != count * np_dtype.itemsize:
+        raise RNNXError(f"{where}: its bytes ({begin}..{end}) do not fit its shape {shape} and dtype {dtype} inside the file; the file is damaged")
+    return np_dtype, shape, begin, end
 
-    with atomic_output(path) as tmp, library_write(path):
-        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, str(tmp), metadata=metadata)
+
+#: The safetensors dtype code of each numpy dtype rnnx writes.
+_WRITTEN_DTYPES = {np.dtype(v).newbyteorder("<"): k for k, v in _SAFETENSORS_DTYPES.items() if k != "BF16"}
+
+
+def write_safetensors(path: Path, tensors: Mapping[str, np.ndarray | Pieces], metadata: dict[str, str]) -> None:
+    """A safetensors file written tensor by tensor: the header first (every offset is known
+    from the shapes), then each tensor's bytes streamed from its parts (:class:`Pieces`), so
+    nothing is assembled in memory. Readable by the safetensors library and torch."""
+    pieces = {name: as_pieces(value) for name, value in tensors.items()}
+    header: dict[str, object] = {"__metadata__": dict(metadata)} if metadata else {}
+    offset = 0
+    # As the safetensors library does: wider dtypes first, so that every tensor stays aligned to its element size.
+    order = sorted(pieces, key=lambda n: -pieces[n].dtype.itemsize)
+    for name in order:
+        p = pieces[name]
+        code = _WRITTEN_DTYPES.get(p.dtype.newbyteorder("<"))
+        if code is None:
+            raise RNNXError(f"tensor {name!r}: safetensors has no dtype for {p.dtype}")
+        header[name] = {"dtype": code, "shape": list(p.shape), "data_offsets": [offset, offset + p.nbytes]}
+        offset += p.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as the library pads it
+    shown = progress.Bytes(f"writing {path.name}", offset)
+    with atomic_output(path) as tmp, library_write(path), open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for name in order:
+            stream(f, pieces[name], shown=shown)
+
+
+def stream(f: BinaryIO, pieces: Pieces, convert: Callable[[np.ndarray], np.ndarray] | None = None,
+           shown: progress.Bytes | None = None) -> int:
+    """Write ``pieces``' elements to ``f`` as little-endian values, chunk by chunk, each chunk
+    first passed through ``convert`` when given (a change of dtype); returns the bytes written.
+
+    Each chunk is copied into one staging buffer before it is written: the kernel writes from
+    a memory map far more slowly than a copy pages it in (measured: 3 s against 0.1 s for
+    369 MB from torch's mapped checkpoint), and the buffer is reused, so memory stays one chunk."""
+    written = 0
+    staging: np.ndarray | None = None
+    for chunk in pieces.chunks():
+        if convert is not None:
+            out = np.ascontiguousarray(convert(chunk))
+        else:
+            if staging is None:
+                staging = np.empty(min(pieces.size, max(CHUNK_BYTES // chunk.dtype.itemsize, 1)), dtype=chunk.dtype.newbyteorder("<"))
+            out = staging[:chunk.size]
+            np.copyto(out, chunk)
+        out = out.astype(out.dtype.newbyteorder("<"), copy=False)
+        f.write(memoryview(out).cast("B"))
+        written += out.nbytes
+        if shown is not None:
+            shown.add(out.nbytes)
+    return written

@@ -40,3 +40,18 @@ def step(what: str) -> None:
         bar, label = current
         bar.set_description_str(f"{label}: {what}")
         bar.update(1)
+
+
+class Bytes:
+    """Progress through a write of ``total`` bytes, shown as "writing NAME: 120 of 3,100 MB"
+    (updated each whole percent; a no-op when no display is open)."""
+
+    def __init__(self, what: str, total: int) -> None:
+        self.what, self.total, self.done, self._shown = what, max(int(total), 1), 0, -1
+
+    def add(self, n: int) -> None:
+        self.done += int(n)
+        percent = self.done * 100 // self.total
+        if percent != self._shown and _display.get() is not None:
+            self._shown = percent
+            step(f"{self.what}: {self.done / 1e6:,.0f} of {self.total / 1e6:,.0f} MB")

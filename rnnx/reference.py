@@ -188,6 +188,7 @@ def forward(
                 if c_n is not None:
                     c_n[k] = c
                 outs.append(y)
+                del cell, xp  # one cell's float64 weights at a time, however large the stack
             layer_in = np.concatenate(outs, axis=2)
     y = layer_in.transpose(1, 0, 2) if batch_first else layer_in
     return ReferenceOutput(y=y, h_n=h_n, c_n=c_n)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import struct
 import subprocess
 import sys
@@ -61,3 +62,14 @@ def test_steps_cost_nothing_without_a_display(capsys) -> None:  # type: ignore[n
     with progress.shown("rnnx test", enabled=False):
         progress.step("writing")
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_large_write_shows_how_many_megabytes_are_written(tmp_path: Path) -> None:
+    """A streamed write counts its megabytes on the terminal, for ONNX and for a raw blob."""
+    source = tmp_path / "big.safetensors"
+    rnnx.save(RNNWeights.random(RNNSpec.parse("lstm,input=256,hidden=512,layers=2,bidirectional"), seed=2), source)
+    for target in ("m.onnx", "m.bin"):
+        status, drawn = _on_a_terminal(["convert", str(source), "-o", target, "--no-check"], tmp_path)
+        assert status == 0
+        counts = [int(n) for n in re.findall(rf"writing {re.escape(target)}: (\d+) of 38 MB", drawn)]
+        assert len(set(counts)) >= 5 and counts == sorted(counts) and counts[-1] == 38, drawn

@@ -65,6 +65,8 @@ def convert(args: argparse.Namespace) -> int:
             print(result.report)
         if result.quantization_line():
             print(result.quantization_line())
+        if result.seconds:
+            print(result.timing_line())
         for note in result.notes:
             print(f"note: {flagged(note, 'convert')}")
     if result.report is not None and not result.report:

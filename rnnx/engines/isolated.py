@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from rnnx import limits
+from rnnx.engines.onnxruntime import EXTERNAL_DATA_FOLDER
 from rnnx.errors import RNNXError
 
 _LENGTH = struct.Struct("<Q")
@@ -49,11 +50,14 @@ class IsolatedOnnxRuntime:
     precision = "as the model's tensors"
     device = "cpu"
 
-    def __init__(self, model_bytes: bytes, label: str = "the model", time_budget: TimeBudget | None = None) -> None:
-        """``time_budget`` lets several sessions share one limit (default: :func:`rnnx.limits.time_limit`)."""
+    def __init__(self, model_bytes: bytes, label: str = "the model", time_budget: TimeBudget | None = None,
+                 data_folder: str | Path | None = None, data_bytes: int = 0) -> None:
+        """``time_budget`` lets several sessions share one limit (default: :func:`rnnx.limits.time_limit`).
+        ``data_folder`` is where the model's external data lies, and ``data_bytes`` its size:
+        the model and its data together set the budgets."""
         self.label = label
-        self.budget = limits.memory_budget(len(model_bytes))
-        self.time = time_budget or TimeBudget(limits.time_limit(len(model_bytes)))
+        self.budget = limits.memory_budget(len(model_bytes) + data_bytes)
+        self.time = time_budget or TimeBudget(limits.time_limit(len(model_bytes) + data_bytes))
         self._child = subprocess.Popen(
             [sys.executable, "-c", "from rnnx.engines.isolated import serve; serve()", str(self.budget)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -64,7 +68,8 @@ class IsolatedOnnxRuntime:
         )
         try:
             try:
-                _send(self._child.stdin, {"model": len(model_bytes)}, [np.frombuffer(model_bytes, np.uint8)])  # type: ignore[arg-type]
+                _send(self._child.stdin, {"model": len(model_bytes), "folder": None if data_folder is None else str(data_folder)},  # type: ignore[arg-type]
+                      [np.frombuffer(model_bytes, np.uint8)])
             except BrokenPipeError:
                 self._died()
             answer, _ = self._receive()
@@ -177,11 +182,13 @@ def serve() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames may reach the parent
     try:
-        _, (model,) = _recv(stdin)
+        header, (model,) = _recv(stdin)
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.log_severity_level = 4
+        if header.get("folder"):
+            options.add_session_config_entry(EXTERNAL_DATA_FOLDER, header["folder"])
         session = ort.InferenceSession(model.tobytes(), options, providers=["CPUExecutionProvider"])
         del model
         names = [o.name for o in session.get_outputs()]

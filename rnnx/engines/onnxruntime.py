@@ -25,16 +25,24 @@ KERNEL_RULES = BackendRules(
 )
 
 
+#: ONNX Runtime's session option: the folder a model loaded from bytes reads its external data from.
+EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
+
+
 class OnnxRuntimeRunner:
     """Runs an ONNX model (path or ModelProto) in ONNX Runtime, on the CPU unless told otherwise."""
 
-    def __init__(self, model: str | Path | Any, providers: list[str] | None = None, threads: int = 0) -> None:
+    def __init__(self, model: str | Path | Any, providers: list[str] | None = None, threads: int = 0, data_folder: str | Path | None = None) -> None:
+        """``data_folder``: where a ModelProto's external data lies (its file's folder), for a
+        model given as a proto whose large tensors stay in their files."""
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.log_severity_level = 4  # fatal only: its errors reach the user as one-line exceptions instead
         if threads:
             options.intra_op_num_threads = threads
+        if data_folder is not None:
+            options.add_session_config_entry(EXTERNAL_DATA_FOLDER, str(data_folder))
         source = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
         self.providers = providers or ["CPUExecutionProvider"]
         try:

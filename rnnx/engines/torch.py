@@ -24,14 +24,17 @@ def build_module(weights: RNNWeights, batch_first: bool = False) -> Any:
         batch_first=batch_first,
         bidirectional=spec.direction == "bidirectional",
     )
+    # Made on the meta device and given the weights' own tensors (assign=True): a large model
+    # is held once, not initialised at random and then copied over.
+    common["device"] = "meta"
+    common["dtype"] = torch.float64 if weights.dtype == np.float64 else torch.float32
     if spec.cell == "lstm":
         module = torch.nn.LSTM(proj_size=spec.proj_size, **common)
     elif spec.cell == "gru":
         module = torch.nn.GRU(**common)
     else:
         module = torch.nn.RNN(nonlinearity=spec.cell.removeprefix("rnn_"), **common)
-    module = module.to(torch.float64 if weights.dtype == np.float64 else torch.float32)
-    module.load_state_dict(torch_format.to_native(weights), strict=True)
+    module.load_state_dict(torch_format.to_native(weights), strict=True, assign=True)
     return module.eval()
 
 
@@ -62,7 +65,8 @@ class TorchRunner:
         self.batch_first = batch_first
         self.input_names, self.output_names = stack_input_names(self.spec), stack_output_names(self.spec)
         torch = torch_format._import_torch("building a torch module")
-        self.module = build_module(weights.astype(np.float64 if dtype == "float64" else np.float32), batch_first).to(getattr(torch, dtype))
+        held = np.dtype(np.float64 if dtype == "float64" else np.float32)
+        self.module = build_module(weights if weights.dtype == held else weights.astype(held), batch_first).to(getattr(torch, dtype))
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch

@@ -98,7 +98,7 @@ def load_checkpoint(module: Any, path: Path) -> None:
 
     path = require_file(Path(path))
     if path.suffix.lower() == ".safetensors":  # rnnx's own bounded reader, then torch tensors
-        state: Any = {k: torch.from_numpy(v) for k, v in read_safetensors(path)[0].items()}
+        state: Any = {k: torch.from_numpy(v) for k, v in read_safetensors(path, mapped=False)[0].items()}
     else:
         check_archive(path)
         try:

@@ -19,7 +19,7 @@ from rnnx.errors import RNNXError
 from rnnx.fileio import read_safetensors, safetensors_metadata, write_safetensors
 from rnnx.formats import cudnn_raw
 from rnnx.formats.registry import Format, register, settle_spec
-from rnnx.layouts.cudnn import from_native, refusals, stored_table, to_native
+from rnnx.layouts.cudnn import blob_pieces, from_native, refusals, stored_table, to_native
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
@@ -60,7 +60,7 @@ def write(weights: RNNWeights, path: Path, dtype: str | None = None) -> None:
         raise RNNXError(f"{path}: dtype= applies to headerless {cudnn_raw.SUFFIX} blobs; a .safetensors blob keeps the weights' own dtype; drop dtype=")
     write_safetensors(
         path,
-        {BLOB_KEY: to_native(weights)},
+        {BLOB_KEY: blob_pieces(weights)},
         {"format": MARKER, "spec": str(weights.spec), "table": json.dumps(stored_table(weights.spec), separators=(",", ":"))},
     )
 

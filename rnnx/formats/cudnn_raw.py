@@ -15,10 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnx import progress
 from rnnx.errors import RNNXError
-from rnnx.fileio import atomic_output, library_write
-from rnnx.layouts.cudnn import blob_size, from_native, offset_table, to_native
+from rnnx.fileio import atomic_output, library_write, stream
+from rnnx.layouts.cudnn import BlobEntry, blob_size, from_native, offset_table
 from rnnx.spec import RNNSpec
+from rnnx.tensor_pieces import Pieces
 from rnnx.tolerance import Tolerance
 from rnnx.weights import RNNWeights
 
@@ -73,28 +75,35 @@ def read(path: Path, spec: RNNSpec | None, dtype: str | None = None) -> RNNWeigh
     found = os.stat(path).st_size
     if found != count * itemsize(name):
         raise RNNXError(_size_refusal(path, spec, name, count, found))
-    stored = np.fromfile(path, dtype=STORED[name], count=count)
-    if stored.size != count:  # it shrank since it was measured
-        raise RNNXError(f"{path}: expected {count * itemsize(name)} bytes, read {stored.size * itemsize(name)}: "
-                        "the file changed while it was read; read it again once it is complete")
+    # Memory-mapped, read-only: a float32/16/64 blob's canonical tensors are views of the file.
+    stored = np.memmap(path, dtype=STORED[name], mode="r", shape=(count,)) if count else np.empty(0, STORED[name])
     return from_native(widen(stored, name), spec)
 
 
 def write(weights: RNNWeights, path: Path, dtype: str | None = None) -> None:
-    """The packed blob as raw little-endian ``dtype`` values, atomically."""
+    """The packed blob as raw little-endian ``dtype`` values, atomically, streamed tensor by
+    tensor in the table's order (nothing packed in memory). A finite weight that would
+    overflow ``dtype`` is refused before the file is renamed into place."""
     name = dtype_name(dtype)
-    blob = to_native(weights)
-    stored = narrow(blob, name)
-    _refuse_overflow(weights.spec, blob, widen(stored, name), name, path)
+    table = offset_table(weights.spec)
+    shown = progress.Bytes(f"writing {path.name}", blob_size(weights.spec) * itemsize(name))
     with atomic_output(path) as tmp, library_write(path), open(tmp, "wb") as f:
-        stored.tofile(f)
+        for entry in table:
+            values = weights[entry.canonical_name].reshape(-1)
+
+            def stored(chunk: np.ndarray, entry: BlobEntry = entry) -> np.ndarray:
+                out = narrow(chunk, name)
+                _refuse_overflow(entry, chunk, out, name, path)
+                return out
+
+            stream(f, Pieces((values.size,), (values,)), stored, shown)
 
 
 def narrow(blob: np.ndarray, name: str) -> np.ndarray:
     """``blob``'s values as the file stores them at ``name``: little-endian, rounded to nearest even."""
     if name != "bfloat16":
         with np.errstate(over="ignore"):
-            return blob.astype(STORED[name])
+            return blob.astype(STORED[name], copy=False)
     with np.errstate(over="ignore"):
         bits = np.ascontiguousarray(blob, dtype=np.float32).view(np.uint32).astype(np.uint64)
     # Round to nearest even on the 16 bits dropped; a carry may reach the exponent (and infinity), as it should.
@@ -112,15 +121,16 @@ def widen(stored: np.ndarray, name: str) -> np.ndarray:
     return stored.astype(WIDENED[name], copy=False)
 
 
-def _refuse_overflow(spec: RNNSpec, blob: np.ndarray, back: np.ndarray, name: str, path: Path) -> None:
+def _refuse_overflow(entry: BlobEntry, values: np.ndarray, stored: np.ndarray, name: str, path: Path) -> None:
     """A finite weight that became infinite is beyond the dtype's range: nothing is written."""
-    lost = np.isfinite(blob) & ~np.isfinite(back)
+    if name in ("float32", "float64") and values.dtype.itemsize <= np.dtype(STORED[name]).itemsize:
+        return  # widening (or keeping) the dtype loses nothing
+    lost = np.isfinite(values) & ~np.isfinite(widen(stored, name))
     if not lost.any():
         return
     at = int(np.argmax(lost))
-    entry = next(e for e in offset_table(spec) if e.offset <= at < e.offset + e.size)
     largest = (2 - 2.0**-7) * 2.0**127 if name == "bfloat16" else float(np.finfo(WIDENED[name]).max)
-    raise RNNXError(f"{path}: {entry.canonical_name} holds {float(blob[at]):g}, beyond {name}'s largest value {largest:g} "
+    raise RNNXError(f"{path}: {entry.canonical_name} holds {float(values[at]):g}, beyond {name}'s largest value {largest:g} "
                     f"({int(lost.sum())} value(s)); write a wider dtype= (float32)")
 
 

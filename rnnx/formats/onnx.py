@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rnnx.formats.onnx_build import build_stack_model, save_model
+from rnnx.formats.onnx_build import plan_stack_model, save_planned
 from rnnx.formats.onnx_read import choose_group, load_model, recurrent_groups
 from rnnx.formats.registry import Format, register
 from rnnx.layouts.onnx import from_native, to_native
@@ -14,17 +14,17 @@ from rnnx.weights import RNNWeights
 
 
 def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
-    model = load_model(path)
+    model = load_model(path, lazy=True)
     group = choose_group(recurrent_groups(model), select, str(path))
     return from_native(group.layer_dicts(), spec)
 
 
 def groups(path: Path) -> list[str]:
-    return [g.name for g in recurrent_groups(load_model(path))]
+    return [g.name for g in recurrent_groups(load_model(path, lazy=True))]
 
 
 def write(weights: RNNWeights, path: Path) -> None:
-    save_model(build_stack_model(weights), path)
+    save_planned(plan_stack_model(weights), path)  # streamed from the canonical arrays
 
 
 register(

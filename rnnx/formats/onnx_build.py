@@ -18,7 +18,9 @@ from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, library_write
 from rnnx.formats.onnx_metadata import set_metadata
 from rnnx.formats.onnx_scan import lower_layer, record_lowered
-from rnnx.layouts.onnx import DEFAULT_OPSET, MIN_OPSET, OP_TYPES, activation_attributes, layer_arrays
+from rnnx.formats.onnx_stream import PlannedModel, check_planned, materialise, planned_tensor, write_planned
+from rnnx.layouts.onnx import DEFAULT_OPSET, MIN_OPSET, OP_TYPES, activation_attributes, layer_pieces
+from rnnx.tensor_pieces import Pieces
 from rnnx.weights import RNNWeights
 
 def check_opset(opset: int) -> None:
@@ -37,20 +39,39 @@ def build_stack_model(
     initial_states: bool = True,
     sequence_lens: bool = False,
 ) -> Any:
-    import onnx
+    """The stack as one ModelProto with its weights in it (see :func:`plan_stack_model` to
+    write a large one without holding it)."""
+    return materialise(plan_stack_model(weights, opset, batch_first, initial_states, sequence_lens))
+
+
+def plan_stack_model(
+    weights: RNNWeights,
+    opset: int = DEFAULT_OPSET,
+    batch_first: bool = False,
+    initial_states: bool = True,
+    sequence_lens: bool = False,
+) -> PlannedModel:
+    """The stack's model, checked by onnx's checker, with its recurrent weights planned from
+    the canonical arrays (nothing stacked in memory): write it with :func:`save_planned`."""
     from onnx import TensorProto, helper, numpy_helper
 
     check_opset(opset)
     spec = weights.spec
-    layers = [layer_arrays(weights, k) for k in range(spec.num_layers)]
     elem = helper.np_dtype_to_tensor_dtype(weights.dtype)
     D, L, H = spec.num_directions, spec.num_layers, spec.hidden_size
     is_lstm = spec.cell == "lstm"
     nodes, inits = [], []
     seq_ax, batch_ax = ("batch", "seq") if batch_first else ("seq", "batch")
 
+    planned: dict[str, Pieces] = {}
+
     def const(name: str, value: np.ndarray) -> str:
         inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def weight(name: str, value: Pieces) -> str:
+        inits.append(planned_tensor(name, value))
+        planned[name] = value
         return name
 
     inputs = [helper.make_tensor_value_info("X", elem, [seq_ax, batch_ax, spec.input_size])]
@@ -68,7 +89,7 @@ def build_stack_model(
         seq = "seq_lens"
     h_outs, c_outs = [], []
     records = []
-    for k, layer in enumerate(layers):
+    for k in range(L):
         h0 = c0 = ""
         if initial_states:
             starts, ends, axes = const(f"l{k}_start", [k * D]), const(f"l{k}_end", [(k + 1) * D]), const(f"l{k}_axis", [0])
@@ -89,14 +110,14 @@ def build_stack_model(
                             "spec": str(spec.with_(num_layers=1, input_size=spec.layer_input_size(k))),
                             "inputs": {r: t for r, t in ins.items() if t}, "outputs": dict(zip(("Y", "Y_h", "Y_c"), outs)), "node_metadata": {}})
         else:
-            names = {key: const(f"l{k}_{key}", layer[key]) for key in ("W", "R", "B", "P") if key in layer}
+            names = {key: weight(f"l{k}_{key}", value) for key, value in layer_pieces(weights, k).items()}
             node_inputs = [layer_x, names["W"], names["R"], names.get("B", ""), seq, h0] + ([c0, names.get("P", "")] if is_lstm else [])
             while node_inputs and not node_inputs[-1]:
                 node_inputs.pop()
             attrs: dict[str, Any] = {"hidden_size": H, "direction": spec.direction}
             attrs.update(activation_attributes(spec))  # none for ONNX's defaults; every alpha and beta otherwise
             if spec.cell == "gru":
-                attrs["linear_before_reset"] = layer["linear_before_reset"]
+                attrs["linear_before_reset"] = int(spec.reset_after)
             op_type = OP_TYPES[spec.cell]
             outputs = [f"l{k}_Y", f"l{k}_Y_h"] + ([f"l{k}_Y_c"] if is_lstm else [])
             nodes.append(helper.make_node(op_type, node_inputs, outputs, name=f"{op_type}_l{k}", **attrs))
@@ -124,11 +145,9 @@ def build_stack_model(
     set_metadata(model, {"rnnx.spec": str(spec), "rnnx.batch_first": str(int(batch_first))})  # beside lowering's record
     # The lowest IR version for the opset, so that older consumers (TensorRT 8.6) accept the file.
     model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
-    try:
-        onnx.checker.check_model(model, full_check=True)
-    except Exception as exc:  # the checker's ValidationError: a bug in rnnx, but say what failed
-        raise RNNXError(f"the ONNX model rnnx built does not pass onnx.checker ({exc}); please report this") from exc
-    return model
+    plan = PlannedModel(model, planned)
+    check_planned(plan)
+    return plan
 
 
 EXTERNAL_DATA_BYTES = 1_800_000_000  # below protobuf's 2 GiB limit, with room for the graph
@@ -148,6 +167,16 @@ def stored_bytes(graph: Any) -> int:
                 total += stored_bytes(attr.g)
             total += sum(stored_bytes(g) for g in attr.graphs)
     return total
+
+
+def save_planned(plan: PlannedModel, path: Path) -> bool:
+    """Write a planned model atomically, its weights streamed from their parts; past
+    protobuf's limit they go to ``<name>.data`` beside it. Says whether they did."""
+    path = Path(path)
+    external = plan.planned_bytes + stored_bytes(plan.model.graph) > EXTERNAL_DATA_BYTES
+    with atomic_output(path) as tmp, library_write(path):
+        write_planned(plan, tmp, path.name, external)
+    return external
 
 
 def save_model(model: Any, path: Path) -> bool:

@@ -8,6 +8,7 @@ made and read, and files written and loaded.
 from __future__ import annotations
 
 from collections.abc import Mapping
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, check_archive, library_write, read_safetensors, require_file, safetensors_metadata, write_safetensors
 from rnnx.formats.registry import Format, register
 from rnnx.layouts import torch as layout
+from rnnx.tensor_pieces import Pieces
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
@@ -91,7 +93,7 @@ def load_state(path: Path) -> dict[str, Any]:
     torch = _import_torch(f"reading {path.suffix}")
     check_archive(path)
     try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        obj = _load_weights_only(torch, path)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RNNXError(
@@ -104,6 +106,19 @@ def load_state(path: Path) -> dict[str, Any]:
     claimed = sum(_dense_bytes(v) for v in flat.values()) * limits.WORKING_COPIES
     limits.check_claim(f"{path}: converting its tensors (made dense: expanded views take their full size)", claimed, path.stat().st_size)
     return flat
+
+
+def _load_weights_only(torch: Any, path: Path) -> Any:
+    """torch.load with weights only, memory-mapped where the file allows it (a zip checkpoint
+    with its tensors stored, as torch.save writes them): tensors are then paged in from the
+    file as they are used, and a large checkpoint is never held twice. An older (non-zip)
+    checkpoint cannot be mapped and is read whole."""
+    try:
+        return torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as exc:
+        if "mmap" not in str(exc) and "zip" not in str(exc).lower():
+            raise
+    return torch.load(str(path), map_location="cpu", weights_only=True)
 
 
 def _dense_bytes(value: Any) -> int:
@@ -122,19 +137,30 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
 
 
 def write(weights: RNNWeights, path: Path) -> None:
-    arrays = layout.to_native(weights)
-    if path.suffix.lower() == ".safetensors":
-        write_safetensors(path, arrays, {"format": "torch", "spec": str(weights.spec)})
+    pieces = layout.native_pieces(weights)
+    if path.suffix.lower() == ".safetensors":  # streamed: nothing assembled
+        write_safetensors(path, pieces, {"format": "torch", "spec": str(weights.spec)})
         return
     torch = _import_torch(f"writing {path.suffix}")
+    # torch.save takes whole tensors: a parameter whose gates lie back to back in the source
+    # (a torch or cuDNN file, mapped) is a view of it; any other is assembled once.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")  # torch.save only reads them
+        state = {k: torch.from_numpy(_joined(v)) for k, v in pieces.items()}
     with atomic_output(path) as tmp, library_write(path):
-        torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}, str(tmp))
+        torch.save(state, str(tmp))
+
+
+def _joined(pieces: Pieces) -> np.ndarray:
+    view = pieces.joined()
+    return view if view is not None else pieces.array()
 
 
 def sniff(path: Path) -> bool:
     if path.suffix.lower() != ".safetensors":
         return True
-    return safetensors_metadata(path).get("format", "torch") == "torch"
+    # "pt" is what Hugging Face's save_pretrained records (metadata={"format": "pt"}).
+    return safetensors_metadata(path).get("format", "torch") in ("torch", "pt")
 
 
 register(

@@ -23,6 +23,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.spec import RNNSpec
+from rnnx.tensor_pieces import Pieces
 from rnnx.weights import RNNWeights, tensor_name
 
 #: linLayerID of each gate, for the input matrices (W) and the recurrent ones (R);
@@ -125,6 +126,13 @@ def to_native(weights: RNNWeights) -> np.ndarray:
     for entry in table:
         blob[entry.offset : entry.offset + entry.size] = weights[entry.canonical_name].reshape(-1)
     return blob
+
+
+def blob_pieces(weights: RNNWeights) -> Pieces:
+    """The blob as :class:`Pieces`, the canonical tensors in the table's order: what a writer
+    streams into a file without packing it in memory."""
+    table = offset_table(weights.spec)
+    return Pieces((table[-1].offset + table[-1].size,), tuple(weights[e.canonical_name] for e in table))
 
 
 def from_native(blob: np.ndarray, spec: RNNSpec | None) -> RNNWeights:

@@ -26,6 +26,7 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.spec import ACTIVATION_PARAMETERS, Activation, RNNSpec
 from rnnx.spec import DEFAULT_ACTIVATIONS as CELL_DEFAULT_ACTIVATIONS
+from rnnx.tensor_pieces import Pieces
 from rnnx.weights import RNNWeights, split_gates, tensor_name
 
 GATE_ORDER: dict[str, tuple[str, ...]] = {
@@ -183,23 +184,35 @@ def _check_expressible(spec: RNNSpec) -> None:
         )
 
 
+def layer_pieces(weights: RNNWeights, layer: int) -> dict[str, Pieces]:
+    """One layer's W, R and (as the spec has them) B and P as :class:`Pieces`: each is the
+    canonical arrays in ONNX's order (directions, then gates; B's input biases before its
+    recurrent ones), so a writer streams them without stacking them in memory."""
+    spec = weights.spec
+    order = GATE_ORDER[spec.cell]
+    dirs = spec.directions
+    H = spec.hidden_size
+
+    def parts(kind: str, gate_order: tuple[str, ...] = order) -> list[np.ndarray]:
+        return [weights[tensor_name(layer, d, kind, g)] for d in dirs for g in gate_order]
+
+    D, G = len(dirs), len(order)
+    out = {"W": Pieces.of(parts("W"), (D, G * H, spec.layer_input_size(layer))),
+           "R": Pieces.of(parts("R"), (D, G * H, spec.output_size))}
+    if spec.bias:
+        out["B"] = Pieces.of([weights[tensor_name(layer, d, kind, g)] for d in dirs for kind in ("bW", "bR") for g in order], (D, 2 * G * H))
+    if spec.peepholes:
+        out["P"] = Pieces.of(parts("P", PEEPHOLE_ORDER), (D, len(PEEPHOLE_ORDER) * H))
+    return out
+
+
 def layer_arrays(weights: RNNWeights, layer: int) -> dict[str, Any]:
     """One layer as ONNX node inputs and attributes. With a projection, also ``proj``
     (dirs, proj, hidden): no ONNX node takes it, the graph builders lower it."""
     spec = weights.spec
-    order = GATE_ORDER[spec.cell]
-    dirs = spec.directions
-
-    def stack(kind: str, gate_order: tuple[str, ...] = order) -> np.ndarray:
-        return np.stack([weights.stacked(layer, d, kind, gate_order) for d in dirs])
-
-    node: dict[str, Any] = {"op_type": OP_TYPES[spec.cell], "W": stack("W"), "R": stack("R")}
-    if spec.bias:
-        node["B"] = np.concatenate([stack("bW"), stack("bR")], axis=1)
-    if spec.peepholes:
-        node["P"] = stack("P", PEEPHOLE_ORDER)
+    node: dict[str, Any] = {"op_type": OP_TYPES[spec.cell], **{k: v.array() for k, v in layer_pieces(weights, layer).items()}}
     if spec.proj_size:
-        node["proj"] = np.stack([weights.proj(layer, d) for d in dirs])
+        node["proj"] = np.stack([weights.proj(layer, d) for d in spec.directions])
     node["direction"] = spec.direction
     node["hidden_size"] = spec.hidden_size
     node["activations"] = DEFAULT_ACTIVATIONS[spec.cell] * spec.num_directions

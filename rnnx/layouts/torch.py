@@ -19,6 +19,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.spec import CELLS_BY_GATE_COUNT, RNNSpec
+from rnnx.tensor_pieces import Pieces, as_pieces
 from rnnx.weights import RNNWeights, split_gates, tensor_name
 
 GATE_ORDER: dict[str, tuple[str, ...]] = {
@@ -64,18 +65,24 @@ def check_expressible(spec: RNNSpec, cell: bool = False) -> None:
 
 def to_native(weights: RNNWeights, cell: bool = False, prefix: str = "") -> dict[str, np.ndarray]:
     """The state_dict as numpy arrays (what .safetensors stores). ``cell=True`` gives nn.LSTMCell keys."""
+    return {k: v.array() for k, v in native_pieces(weights, cell, prefix).items()}
+
+
+def native_pieces(weights: RNNWeights, cell: bool = False, prefix: str = "") -> dict[str, Pieces]:
+    """The state_dict as :class:`Pieces`: each parameter is its gates' canonical arrays in
+    torch's order, one after another, so a writer streams it without assembling it."""
     spec = weights.spec
     check_expressible(spec, cell)
     order = GATE_ORDER[spec.cell]
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, Pieces] = {}
     for layer, direction in weights.cells():
         sfx = suffix(layer, direction, cell)
         for param, kind in PARAMS:
             if kind == "proj":
                 if spec.proj_size:
-                    out[f"{prefix}{param}{sfx}"] = weights.proj(layer, direction)  # type: ignore[assignment]
+                    out[f"{prefix}{param}{sfx}"] = as_pieces(weights.proj(layer, direction))  # type: ignore[arg-type]
             elif kind in ("W", "R") or spec.bias:
-                out[f"{prefix}{param}{sfx}"] = weights.stacked(layer, direction, kind, order)
+                out[f"{prefix}{param}{sfx}"] = Pieces.of([weights[tensor_name(layer, direction, kind, g)] for g in order])
     return out
 
 

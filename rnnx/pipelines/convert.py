@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import tempfile
+import time
 
 import numpy as np
 
@@ -36,8 +37,8 @@ from rnnx.engines.keras import KerasRunner
 from rnnx.engines.torch import TorchRunner
 from rnnx.formats.onnx_read import choose_group, data_files, load_model, recurrent_groups
 from rnnx.formats.onnx_quantized import QUANTIZE_OPTIONS, error_bound, is_dequantized, main_graph_quantizations, quantize_file
-from rnnx.tolerance import BY_DTYPE, Tolerance
-from rnnx.formats.onnx_build import DEFAULT_OPSET, build_stack_model, save_model
+from rnnx.tolerance import BY_DTYPE, ErrorStats, Tolerance, compare_arrays
+from rnnx.formats.onnx_build import DEFAULT_OPSET, build_stack_model, plan_stack_model, save_model, save_planned
 
 
 @dataclass
@@ -53,6 +54,15 @@ class ConvertResult:
     written: bool = True  # False when the check failed: the output was not renamed into place
     tolerances: dict[str, Any] = field(default_factory=dict)  # what the caller set (Tolerances.to_json); the rest is by dtype
     quantization: dict[str, Any] | None = None  # quantize="dynamic": how, and the quantized file's error against the float reference
+    seconds: dict[str, float] = field(default_factory=dict)  # read, write and check, each apart: the check's cost is not the conversion's
+
+    def timing_line(self) -> str:
+        """One line: how long reading, writing and the check took, and what the check ran."""
+        parts = [f"{k} {v:.2f} s" for k, v in self.seconds.items()]
+        if self.report is not None and self.report.rows:
+            shapes = sorted({(r.seq_len, r.batch) for r in self.report.rows})
+            parts[-1] += f" ({', '.join(f'T={t} B={b}' for t, b in shapes)}, {', '.join(sorted({r.backend for r in self.report.rows}))})"
+        return "time: " + ", ".join(parts)
 
     def quantization_line(self) -> str:
         """One line on the quantized output's error ("" when not quantized)."""
@@ -71,7 +81,10 @@ class ConvertResult:
             "output_format": self.output_format,
             "spec": self.spec,
             "parameters": self.parameters,
-            "check": None if self.report is None else {"passed": bool(self.report), "tolerances": self.tolerances, "rows": self.report.to_json()},
+            "check": None if self.report is None else {"passed": bool(self.report), "tolerances": self.tolerances, "rows": self.report.to_json(),
+                                                        "seconds": self.seconds.get("check"),
+                                                        "shapes": sorted({(r.seq_len, r.batch) for r in self.report.rows})},
+            "seconds": self.seconds,
             "notes": self.notes,
             "written": self.written,
             "quantization": self.quantization,
@@ -105,7 +118,8 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
         return _check_raw(weights, reread, fmt_name, dtype, notes, tolerances)
     if fmt_name == "torch":
         try:
-            return parity.check("torch", TorchRunner(reread.astype(np.float32)), weights, ragged=True, tolerances=tolerances)
+            held = reread if reread.dtype == np.float32 else reread.astype(np.float32)
+            return parity.check("torch", TorchRunner(held), weights, ragged=True, tolerances=tolerances)
         except RNNXError as exc:
             notes.append(f"torch check skipped: {exc}")
     # The reference on the re-read weights must reproduce the reference on the source.
@@ -122,15 +136,26 @@ def _check_raw(weights: RNNWeights, reread: RNNWeights, fmt_name: str, dtype: st
     rounding = Tolerance(0.0, 0.0) if exact else cudnn_raw.ROUNDING[dtype]
     backend = f"{fmt_name} (reread)"
     report = parity.ParityReport()
-    report.rows += parity.compare(backend, {"values": files.to_format(reread, "cudnn")}, {"values": files.to_format(weights, "cudnn")},
-                                  0, 0, dtype, Tolerances({"values": rounding}))
-    for row in report.rows:
-        row.ran = False
+    report.rows.append(_values_row(backend, reread, weights, rounding, dtype))
     notes.append(f"no runtime for a {dtype} cuDNN blob here: read back only (its values compared with the source's "
                  f"{'exactly' if exact else f'within {dtype} rounding'} and the reference run on them; cuDNN did not run)")
     held = tolerances or Tolerances({"": BY_DTYPE[dtype]})
     report.rows += parity.check(backend, lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False, tolerances=held).rows
     return report
+
+
+def _values_row(backend: str, reread: RNNWeights, weights: RNNWeights, rounding: Tolerance, dtype: str) -> parity.Comparison:
+    """One "values" row for a re-read blob: tensor by tensor (never a whole model in float64),
+    the first tensor beyond ``rounding``, else the one furthest off."""
+    found: tuple[str, ErrorStats] | None = None
+    for name in weights:
+        stats = compare_arrays(reread[name], weights[name], rounding)
+        if found is None or (not stats.passed and found[1].passed) or (stats.passed == found[1].passed and stats.max_abs > found[1].max_abs):
+            found = (name, stats)
+    assert found is not None
+    row = parity.Comparison.from_stats(backend, "values", 0, 0, found[1], dtype, ran=False)
+    row.note = row.note or f"worst tensor {found[0]}"
+    return row
 
 
 def convert(
@@ -176,7 +201,9 @@ def convert(
                         f"nor {output.name} ({out_fmt.name}) is one; drop dtype=")
     raw_dtype = cudnn_raw.dtype_name(dtype)
     progress.step(f"reading {source.name}")
+    started = time.perf_counter()
     weights = files.load(source, format=src_fmt.name, select=select, spec=spec, dtype=raw_dtype if raw_in else None)
+    read_seconds = time.perf_counter() - started
     notes = [_dequantized_note(source, select)] if src_fmt.name == "onnx" else []
     notes = [n for n in notes if n]
     if src_fmt.name in ("keras", "keras_h5"):  # what the Keras file did not record, and go_backwards's output order
@@ -197,7 +224,7 @@ def convert(
         notes.append(f"tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); converted anyway (nonfinite=warn)")
         check = False
     result = ConvertResult(str(source), src_fmt.name, str(output), out_fmt.name, str(weights.spec), weights.num_parameters(), notes=notes,
-                           tolerances=tolerances.to_json() if tolerances else {})
+                           tolerances=tolerances.to_json() if tolerances else {}, seconds={"read": round(read_seconds, 3)})
     # The defaults are what an ONNX file gets; another format has no use for them, so only a
     # choice away from them is refused (it would be silently ignored).
     if out_fmt.name != "onnx" and (opset != DEFAULT_OPSET or batch_first or seq_lens or not states):
@@ -232,23 +259,26 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
 def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, check: bool,
                      opset: int, batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None,
                      dtype: str | None = None) -> None:
+    progress.step(f"writing {output.name}")
+    started = time.perf_counter()
     if fmt_name == "onnx":
-        progress.step(f"writing {output.name}")
-        model = build_stack_model(weights, opset=opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
-        save_model(model, output)  # into ``written``: the output's write is under way
+        plan = plan_stack_model(weights, opset=opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
+        save_planned(plan, output)  # into ``written``: the output's write is under way; weights streamed from their parts
     else:
-        progress.step(f"writing {output.name}")
         files.save(weights, output, format=fmt_name, dtype=dtype)
+    result.seconds["write"] = round(time.perf_counter() - started, 3)
     if check:
         progress.step("checking the written file against the float64 reference")
+        started = time.perf_counter()
         result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states, tolerances, dtype)
+        result.seconds["check"] = round(time.perf_counter() - started, 3)
         if not result.report:
             raise _CheckFailed
 
 
 def _dequantized_note(source: Path, select: str | None) -> str:
     """The note a quantized source gets: its weights were dequantized ("" for a float source)."""
-    group = choose_group(recurrent_groups(load_model(source)), select, str(source))
+    group = choose_group(recurrent_groups(load_model(source, lazy=True)), select, str(source))
     kinds = sorted({n.sources.get("W", "").split(" ")[0] for n in group.nodes if is_dequantized(n.node)})
     if not kinds:
         return ""

@@ -41,7 +41,7 @@ from rnnx.exporters.loading import load_model as load_torch_model_from
 from rnnx.formats.files import from_format
 from rnnx.exporters.selfcheck import run_eager
 from rnnx import limits
-from rnnx.formats.onnx_read import load_model as load_onnx
+from rnnx.formats.onnx_read import data_files, load_model as load_onnx
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
@@ -182,7 +182,7 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
 
 
     model_path = Path(model_path)
-    proto = load_onnx(model_path)
+    proto = load_onnx(model_path, lazy=True)  # its weights read through memory maps: a model of any size
     torch_model, example = load_torch_model(against, checkpoint)
     export, recurrences = read_metadata(proto)
     specs, roles = input_specs(proto, export)
@@ -194,7 +194,7 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
     limits.check_claim("the largest case's inputs", max((sum(int(np.prod(c.shapes[s.name])) * 8 for s in specs) for c in cases), default=0)
                        * limits.WORKING_COPIES, model_path.stat().st_size)
     layers = find_layers(proto)
-    runner, known = _layer_runner(proto, layers, str(model_path), isolated=True)
+    runner, known = _layer_runner(proto, layers, model_path, isolated=True)
     graph_outputs = [o.name for o in proto.graph.output]
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
     report.notes += [n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n]
@@ -250,7 +250,7 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     ones they should be (that needs ``--against``)."""
 
     model_path = Path(model_path)
-    proto = load_onnx(model_path)
+    proto = load_onnx(model_path, lazy=True)  # its weights read through memory maps: a model of any size
     export, _ = read_metadata(proto)
     specs, roles = input_specs(proto, export)
     layers = find_layers(proto)
@@ -258,7 +258,7 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
         raise RNNXError(f"{model_path}: no LSTM, GRU or RNN layer in its main graph (nor a lowered one rnnx recorded): nothing to check on its own; "
                         "give --against with the source it was made from")
     cases = plan_cases(specs, roles, _recorded_example(export), seq_lens, batches, dims or {})
-    runner, known = _layer_runner(proto, layers, str(model_path), isolated)
+    runner, known = _layer_runner(proto, layers, model_path, isolated)
     report = WholeModelReport(str(model_path), "its own weights", {s.name: s.dims for s in specs}, roles, cases, self_check=True,
                               notes=[n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n])
     runs = []
@@ -296,13 +296,22 @@ def _elem_dtype(proto: Any) -> str:
     return str(np.dtype(helper.tensor_dtype_to_np_dtype(floats[0]))) if floats and floats[0] != 16 else ("bfloat16" if floats else "float32")
 
 
-def _layer_runner(proto: Any, layers: list[Layer], label: str, isolated: bool) -> tuple[Any, dict[str, np.ndarray]]:
-    """ONNX Runtime on ``proto`` with every layer's tensors marked as outputs (in a child process
+def _layer_runner(proto: Any, layers: list[Layer], model_path: Path, isolated: bool) -> tuple[Any, dict[str, np.ndarray]]:
+    """ONNX Runtime on the file with every layer's tensors marked as outputs (in a child process
     under rnnx's limits unless ``isolated`` is False: files rnnx wrote itself); and the layers'
-    tensors that are initializers, which no run returns."""
+    tensors that are initializers (from ``proto``, read lazily), which no run returns.
 
-    marked, _ = mark_outputs(proto, layers)
-    runner = IsolatedOnnxRuntime(marked.SerializeToString(), label) if isolated else OnnxRuntimeRunner(marked)
+    What ONNX Runtime gets is the file's own protobuf with its external data left in its files
+    (ONNX Runtime reads them from the model's folder): a model past protobuf's 2 GiB in memory
+    could not be handed over whole."""
+    import onnx
+
+    structure = onnx.load(str(model_path), load_external_data=False)  # its external data were checked by load_model
+    marked, _ = mark_outputs(structure, layers)
+    data_bytes = sum(p.stat().st_size for p in data_files(model_path))
+    label, folder = str(model_path), model_path.resolve().parent
+    runner = (IsolatedOnnxRuntime(marked.SerializeToString(), label, data_folder=folder, data_bytes=data_bytes) if isolated
+              else OnnxRuntimeRunner(marked, data_folder=folder))
     wanted = {t for la in layers for t in [*la.inputs.values(), *la.outputs.values()]}
     return runner, {i.name: to_array(i) for i in proto.graph.initializer if i.name in wanted}
 

@@ -18,7 +18,7 @@ from rnnx.verify.diagnose import diagnose, per_step_error
 from rnnx.weights import RNNWeights
 from rnnx.fileio import atomic_output
 from rnnx.engines.isolated import IsolatedOnnxRuntime
-from rnnx.formats.onnx_read import load_model
+from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.verify.drive import DrivenRunner, plan
 from rnnx.verify.quantized import quantized_model
 from rnnx.engines.torch import TorchRunner
@@ -145,9 +145,15 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], i
                 # A file from elsewhere: its external data is checked by load_model, and it runs in
                 # a child process under rnnx's time and memory limits, fed by the roles its record
                 # or its wiring gives each input.
-                proto = load_model(model)
+                # ONNX Runtime gets the file's own protobuf, its external data left in their files
+                # (read from the model's folder): a large model is never held whole in memory.
+                proto = load_model(model, lazy=True)
                 drive = plan(proto, weights.spec, input_map, batch_first)
-                runners[name] = DrivenRunner(IsolatedOnnxRuntime(proto.SerializeToString(), str(model)), drive)
+                import onnx
+
+                structure = onnx.load(str(model), load_external_data=False)
+                runners[name] = DrivenRunner(IsolatedOnnxRuntime(structure.SerializeToString(), str(model), data_folder=Path(model).resolve().parent,
+                                                                 data_bytes=sum(p.stat().st_size for p in data_files(Path(model)))), drive)
             elif name == "reference":
                 from rnnx.engines.reference import ReferenceRunner
 
@@ -221,7 +227,7 @@ def verify(
     report.tolerances = {"by_dtype": {d: tolerances.get("", DTYPES[d]).to_json() for d in dict.fromkeys(dtypes)},
                          "given": tolerances.to_json(), "backends": {b: t.to_json() for b, t in per_backend.items()}}
     # A quantized model is held to the bound its scales give (unless the user set ORT's tolerance).
-    quantized = quantized_model(load_model(model), model, weights) if "ort" in runners and model is not None else None
+    quantized = quantized_model(load_model(model, lazy=True), model, weights) if "ort" in runners and model is not None else None
     if quantized is not None:
         report.notes += quantized.notes
         if "ort" in per_backend or tolerances.given or tolerances.by_output:
