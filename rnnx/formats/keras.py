@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import zipfile
 from collections.abc import Iterator
@@ -95,6 +96,7 @@ def _opened(path: Path) -> Iterator[tuple[Any, Any, dict[str, Any] | None, int]]
     h5py = import_h5py(f"reading {path.name}")
     path = require_file(path)
     config: dict[str, Any] | None = None
+    source: Any
     if path.name.lower().endswith(".keras"):
         check_archive(path)
         try:
@@ -109,25 +111,77 @@ def _opened(path: Path) -> Iterator[tuple[Any, Any, dict[str, Any] | None, int]]
                 if members["config.json"].file_size > _MAX_CONFIG:
                     raise RNNXError(f"{path}: config.json claims {members['config.json'].file_size} bytes; the archive is damaged or not Keras's")
                 loaded = json.loads(archive.read("config.json"))
-                raw = archive.read("model.weights.h5")
+                weights = members["model.weights.h5"]
+                # Keras stores the member uncompressed: h5py reads it in place, through a window
+                # onto the archive, and never holds the whole of it; a compressed one is inflated.
+                stored = weights.compress_type == zipfile.ZIP_STORED
+                source = _StoredMember(path, weights) if stored else io.BytesIO(archive.read("model.weights.h5"))
         except RNNXError:
             raise
         except Exception as exc:  # noqa: BLE001  zipfile/json parsing only: any failure means a damaged archive
             raise RNNXError(f"{path}: not a readable .keras archive ({one_line(exc)}); expected a zip with config.json and model.weights.h5") from None
         if not isinstance(loaded, dict):
             raise RNNXError(f"{path}: config.json holds {type(loaded).__name__}, expected a Keras model config (an object)")
-        config, source, size = loaded, io.BytesIO(raw), len(raw)
+        config, size = loaded, weights.file_size
     else:
         source, size = str(path), path.stat().st_size
     try:
         h5 = h5py.File(source, "r")
     except Exception as exc:  # noqa: BLE001  h5py raises OSError and others for a damaged file
+        if isinstance(source, _StoredMember):
+            source.close()
         raise _damaged(path, exc) from None
     try:
         yield h5py, h5, config, size
     finally:
         with contextlib.suppress(Exception):
             h5.close()
+        if isinstance(source, _StoredMember):
+            source.close()
+
+
+class _StoredMember(io.RawIOBase):
+    """An uncompressed zip member as a seekable read-only file: its bytes where they lie in the archive."""
+
+    def __init__(self, path: Path, info: zipfile.ZipInfo) -> None:
+        super().__init__()
+        self._file = open(path, "rb")
+        self._file.seek(info.header_offset)
+        local = self._file.read(30)  # the local file header: its name and extra field come next, then the data
+        if len(local) != 30 or local[:4] != b"PK\x03\x04":
+            self._file.close()
+            raise RNNXError(f"{path}: the archive's entry for {info.filename} does not point at a local file header; the archive is damaged")
+        name_length, extra_length = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+        self._start = info.header_offset + 30 + name_length + extra_length
+        self._size = info.file_size
+        if self._start + self._size > os.fstat(self._file.fileno()).st_size:
+            self._file.close()
+            raise RNNXError(f"{path}: {info.filename} claims {self._size} bytes past the archive's end; the archive is damaged")
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._at
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._at = max(0, {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self._size}[whence] + offset)
+        return self._at
+
+    def readinto(self, buffer: Any) -> int:
+        n = max(0, min(len(buffer), self._size - self._at))
+        self._file.seek(self._start + self._at)
+        got = self._file.readinto(memoryview(buffer)[:n]) or 0
+        self._at += got
+        return got
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
 
 
 def _dict(value: Any) -> dict[str, Any]:

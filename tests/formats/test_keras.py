@@ -272,6 +272,23 @@ def test_keras_files_read_with_their_specs(tmp_path: Path) -> None:
         rnnx.load(path, select="context", spec="gru,input=4,hidden=2,bidirectional")
 
 
+def test_keras_archives_read_in_place_or_inflated(tmp_path: Path) -> None:
+    """Keras stores model.weights.h5 uncompressed, and rnnx reads it in place through a window
+    onto the archive; the same archive re-zipped with its members deflated reads the same."""
+    import zipfile
+
+    _save_model(tmp_path)
+    stored = tmp_path / "m.keras"
+    with zipfile.ZipFile(stored) as archive:
+        assert archive.getinfo("model.weights.h5").compress_type == zipfile.ZIP_STORED
+        deflated = tmp_path / "deflated.keras"
+        with zipfile.ZipFile(deflated, "w", compression=zipfile.ZIP_DEFLATED) as out:
+            for info in archive.infolist():
+                out.writestr(info.filename, archive.read(info.filename))
+    for group in FILE_LAYERS:
+        assert rnnx.load(deflated, select=group).equal(rnnx.load(stored, select=group)), group
+
+
 def test_weights_h5_files_read_from_shapes(tmp_path: Path) -> None:
     _save_model(tmp_path)
     h5, full = tmp_path / "m.weights.h5", tmp_path / "m.keras"
