@@ -25,9 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: bidirectional 4-layer LSTMs: hidden 1024 gives 92M parameters (369 MB in float32), 2048 gives 1.48 GB.
 SIZES = {"370M": (1024, 1024), "1.5G": (2048, 2048), "tiny": (16, 16)}
-SOURCES = ("torch.safetensors", "torch.pt", "rnnx.safetensors", "cudnn.safetensors", "onnx")
+#: Keras sources are one Bidirectional(LSTM) layer (a Keras file holds one group per layer), as
+#: (input, hidden): 336 MB and 1.61 GB.
+KERAS_SIZES = {"370M": (3072, 2048), "1.5G": (8192, 4096), "tiny": (16, 16)}
+SOURCES = ("torch.safetensors", "torch.pt", "rnnx.safetensors", "cudnn.safetensors", "cudnn.bin", "onnx", "keras.h5", "keras.keras")
 TARGETS = {"onnx": "out.onnx", "cudnn": "out.cudnn.safetensors", "torch": "out.pt", "rnnx": "out.rnnx.safetensors",
-           "torch.safetensors": "out.torch.safetensors", "cudnn.bin": "out.bin"}
+           "torch.safetensors": "out.torch.safetensors", "cudnn.bin": "out.bin", "keras": "out.weights.h5"}
 
 
 def make_sources(folder: Path, size: str) -> dict[str, Path]:
@@ -44,10 +47,23 @@ def make_sources(folder: Path, size: str) -> dict[str, Path]:
     torch.save(state, str(paths["torch.pt"]))
     del state
     for name, out, to in (("rnnx.safetensors", "src.rnnx.safetensors", "rnnx"), ("cudnn.safetensors", "src.cudnn.safetensors", "cudnn"),
-                          ("onnx", "src.onnx", "onnx")):
+                          ("cudnn.bin", "src.bin", "cudnn"), ("onnx", "src.onnx", "onnx")):
         paths[name] = folder / out
         _rnnx(["convert", str(paths["torch.safetensors"]), "-o", str(paths[name]), "--to", to, "--no-check"])
+    # Keras 3 writes both: the legacy .h5 (what Keras 2 users hand over) and the .keras archive.
+    inputs, hidden = KERAS_SIZES[size]
+    script = ("import sys, keras; m = keras.Sequential([keras.Input((None, %d)), keras.layers.Bidirectional(keras.layers.LSTM(%d, return_sequences=True))]); "
+              "m.save(sys.argv[1]); m.save(sys.argv[2])" % (inputs, hidden))
+    paths["keras.h5"], paths["keras.keras"] = folder / "src.h5", folder / "src.keras"
+    subprocess.run([sys.executable, "-c", script, str(paths["keras.h5"]), str(paths["keras.keras"])], check=True, capture_output=True,
+                   env={**os.environ, "KERAS_BACKEND": os.environ.get("KERAS_BACKEND", "jax")})
     return paths
+
+
+def _spec_args(src: str, size: str) -> list[str]:
+    """A raw blob says nothing about itself: its spec is the torch checkpoint's."""
+    hidden, inputs = SIZES[size]
+    return ["--spec", f"lstm,input={inputs},hidden={hidden},layers=4,bidirectional"] if src == "cudnn.bin" else []
 
 
 def _rnnx(args: list[str]) -> tuple[float, int, dict]:
@@ -95,10 +111,12 @@ def measure(size: str, check: bool = False, sources: tuple[str, ...] = SOURCES, 
                     continue  # the same format both sides
                 flags = ["--no-check"] if not check else []
                 out = folder / TARGETS[target]
-                start_s = _rnnx(["convert", str(tiny_paths[src]), "-o", str(tiny / TARGETS[target]), *_target_args(target), *flags])[0]
-                (tiny / TARGETS[target]).unlink()
+                start_s = _rnnx(["convert", str(tiny_paths[src]), "-o", str(tiny / TARGETS[target]), *_target_args(target), *flags,
+                                 *_spec_args(src, "tiny")])[0]
+                for p in tiny.glob(TARGETS[target] + "*"):
+                    p.unlink()
                 os.sync()  # no earlier run's dirty pages left to throttle this one's writes
-                seconds, peak, report = _rnnx(["convert", str(paths[src]), "-o", str(out), *_target_args(target), *flags])
+                seconds, peak, report = _rnnx(["convert", str(paths[src]), "-o", str(out), *_target_args(target), *flags, *_spec_args(src, size)])
                 written = sum(p.stat().st_size for p in folder.glob(TARGETS[target] + "*"))
                 for p in folder.glob(TARGETS[target] + "*"):
                     p.unlink()
