@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,7 +99,9 @@ def _target_args(target: str) -> list[str]:
 
 
 def measure(size: str, check: bool = False, sources: tuple[str, ...] = SOURCES, targets: tuple[str, ...] = tuple(TARGETS),
-            log: bool = True) -> dict:
+            log: bool = True, repeats: int = 3) -> dict:
+    """Each conversion and its tiny start-up run ``repeats`` times, alternating: their medians
+    (peak memory: the largest), against the best of three copies."""
     with tempfile.TemporaryDirectory(dir=os.environ.get("RNNX_BENCH_TMP")) as tmp, tempfile.TemporaryDirectory() as tiny_tmp:
         folder, tiny = Path(tmp), Path(tiny_tmp)
         paths, tiny_paths = make_sources(folder, size), make_sources(tiny, "tiny")
@@ -111,15 +114,19 @@ def measure(size: str, check: bool = False, sources: tuple[str, ...] = SOURCES, 
                     continue  # the same format both sides
                 flags = ["--no-check"] if not check else []
                 out = folder / TARGETS[target]
-                start_s = _rnnx(["convert", str(tiny_paths[src]), "-o", str(tiny / TARGETS[target]), *_target_args(target), *flags,
-                                 *_spec_args(src, "tiny")])[0]
-                for p in tiny.glob(TARGETS[target] + "*"):
-                    p.unlink()
-                os.sync()  # no earlier run's dirty pages left to throttle this one's writes
-                seconds, peak, report = _rnnx(["convert", str(paths[src]), "-o", str(out), *_target_args(target), *flags, *_spec_args(src, size)])
-                written = sum(p.stat().st_size for p in folder.glob(TARGETS[target] + "*"))
-                for p in folder.glob(TARGETS[target] + "*"):
-                    p.unlink()
+                starts, runs = [], []
+                for _ in range(repeats):
+                    starts.append(_rnnx(["convert", str(tiny_paths[src]), "-o", str(tiny / TARGETS[target]), *_target_args(target), *flags,
+                                         *_spec_args(src, "tiny")])[0])
+                    for p in tiny.glob(TARGETS[target] + "*"):
+                        p.unlink()
+                    os.sync()  # no earlier run's dirty pages left to throttle this one's writes
+                    runs.append(_rnnx(["convert", str(paths[src]), "-o", str(out), *_target_args(target), *flags, *_spec_args(src, size)]))
+                    written = sum(p.stat().st_size for p in folder.glob(TARGETS[target] + "*"))
+                    for p in folder.glob(TARGETS[target] + "*"):
+                        p.unlink()
+                start_s, seconds = statistics.median(starts), statistics.median(r[0] for r in runs)
+                peak, report = max(r[1] for r in runs), runs[-1][2]
                 row = {"source": src, "target": target, "file MB": round(file_bytes / 1e6), "written MB": round(written / 1e6),
                        "seconds": round(seconds, 2), "start-up s": round(start_s, 2), "cp s": round(cp, 3), "cp+fsync s": round(cp_sync, 3),
                        "time / cp": round(seconds / cp, 1), "(time - start-up) / cp": round(max(seconds - start_s, 0) / cp, 1),
@@ -129,7 +136,7 @@ def measure(size: str, check: bool = False, sources: tuple[str, ...] = SOURCES, 
                 rows.append(row)
                 if log:
                     print(json.dumps(row), flush=True)
-        return {"size": size, "check": check, "rows": rows}
+        return {"size": size, "check": check, "repeats": repeats, "rows": rows}
 
 
 def summary(result: dict) -> list[str]:
@@ -139,7 +146,8 @@ def summary(result: dict) -> list[str]:
     worst_time = max(rows, key=lambda r: r["(time - start-up) / cp"])
     worst_sync = max(rows, key=lambda r: r["(time - start-up) / (cp+fsync)"])
     worst_mem = max(rows, key=lambda r: r["peak / file"])
-    what = f"{result['size']} checkpoint ({worst_mem['file MB']} MB), {'with check' if result['check'] else '--no-check'}, {len(rows)} conversions"
+    what = (f"{result['size']} checkpoint ({worst_mem['file MB']} MB), {'with check' if result['check'] else '--no-check'}, {len(rows)} conversions, "
+            f"median of {result.get('repeats', 1)}")
     met = lambda ok: "(met)" if ok else "(MISSED)"  # noqa: E731
     return [
         f"| rnnx convert, {what}: worst (time - start-up) / cp, {worst_time['source']} -> {worst_time['target']} | {worst_time['(time - start-up) / cp']}x "

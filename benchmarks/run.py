@@ -443,6 +443,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--only", nargs="*", default=None, help="sections to run: stepped_cell stacks pack_unpack export gpu verify_large fuse_scaling large_convert (the others keep their last figures)")
+    parser.add_argument("--large-sizes", nargs="*", default=["370M", "1.5G"], help="large_convert's checkpoint sizes to measure (the others keep their last figures)")
     args = parser.parse_args()
     import platform
 
@@ -459,7 +460,8 @@ def main() -> None:
             "gpu": lambda: gpu(args.repeats),
             "verify_large": lambda: verify_large(Path(tmp), max(args.repeats // 5, 3)),
             "fuse_scaling": lambda: fuse_scaling(Path(tmp), max(args.repeats // 5, 3)),
-            "large_convert": lambda: {size: large_convert.measure(size) for size in ("370M", "1.5G")},
+            "large_convert": lambda: {**previous.get("large_convert", {}),
+                                      **{size: large_convert.measure(size, repeats=3 if size == "370M" else 1) for size in args.large_sizes}},
         }
         for name, fn in sections.items():
             if args.only is None or name in args.only:

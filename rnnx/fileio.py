@@ -346,18 +346,19 @@ def stream(f: BinaryIO, pieces: Pieces, convert: Callable[[np.ndarray], np.ndarr
 
     Each chunk is copied into one staging buffer before it is written: the kernel writes from
     a memory map far more slowly than a copy pages it in (measured: 3 s against 0.1 s for
-    369 MB from torch's mapped checkpoint), and the buffer is reused, so memory stays one chunk."""
+    369 MB from torch's mapped checkpoint), the buffer is reused, so memory stays one chunk, and
+    a mapped input cut short by another process fails in the copy, as the bus error the CLI
+    reports, not as a puzzling EFAULT from write()."""
     written = 0
     staging: np.ndarray | None = None
     for chunk in pieces.chunks():
-        if convert is not None:
-            out = np.ascontiguousarray(convert(chunk))
-        else:
-            if staging is None:
-                staging = np.empty(min(pieces.size, max(CHUNK_BYTES // chunk.dtype.itemsize, 1)), dtype=chunk.dtype.newbyteorder("<"))
-            out = staging[:chunk.size]
-            np.copyto(out, chunk)
-        out = out.astype(out.dtype.newbyteorder("<"), copy=False)
+        out = chunk if convert is None else convert(chunk)
+        if out is chunk or np.may_share_memory(out, chunk):  # still the source's memory (a map): stage it
+            if staging is None or staging.dtype != out.dtype.newbyteorder("<"):
+                staging = np.empty(min(pieces.size, max(CHUNK_BYTES // out.dtype.itemsize, 1)), dtype=out.dtype.newbyteorder("<"))
+            np.copyto(staging[:out.size], out.reshape(-1))
+            out = staging[:out.size]
+        out = np.ascontiguousarray(out, dtype=out.dtype.newbyteorder("<"))
         f.write(memoryview(out).cast("B"))
         written += out.nbytes
         if shown is not None:

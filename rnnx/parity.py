@@ -15,7 +15,7 @@ from rnnx.weights import RNNWeights
 #: (atol, rtol) per dtype, read from :data:`rnnx.tolerance.BY_DTYPE` (the one table; kept
 #: for callers of the older form). Changing it changes nothing: pass ``tolerances``.
 TOLERANCES = {name: (t.atol, t.rtol) for name, t in BY_DTYPE.items()}
-DEFAULT_SHAPES = ((5, 3), (11, 7))  # (seq_len, batch): two shapes, so nothing baked in passes
+DEFAULT_SHAPES = ((1, 1), (5, 3), (11, 7))  # (seq_len, batch): batch 1, and two more shapes so that nothing baked in passes
 
 
 def random_inputs(

@@ -42,7 +42,7 @@ def test_convert_example_to_onnx_checks_it(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["spec"] == "lstm,input=24,hidden=32,layers=2,bidirectional"
     assert report["check"]["passed"] and {r["backend"] for r in report["check"]["rows"]} == {"ort"}
-    assert {(r["seq_len"], r["batch"]) for r in report["check"]["rows"]} == {(5, 3), (11, 7)}
+    assert {(r["seq_len"], r["batch"]) for r in report["check"]["rows"]} == {(1, 1), (5, 3), (11, 7)}  # batch 1 included
     assert digest(EXAMPLE) == before  # the input is never touched
     assert rnnx.load(out).equal(rnnx.load(EXAMPLE))
 

@@ -127,7 +127,7 @@ def inspect(args: argparse.Namespace) -> int:
         return 0
     if args.spec or args.dtype or args.select:
         raise RNNXError(f"{args.model}: an ONNX model says what it holds and inspect lists all of it; drop --spec, --dtype and --select (they read weight files)")
-    model = load_onnx(args.model)
+    model = load_onnx(args.model, lazy=True)  # weights through memory maps: inspect reads structure, and a few values
     try:
         check_rewrite_size(model, args.model)  # the dry run of rnnx fuse copies the graph, as fuse does
         found = fusable(model)

@@ -34,13 +34,57 @@ def _terminate(signum: int, frame: object) -> None:
     os._exit(128 + signum)
 
 
+BAD_INPUT = 2
+_registered: list[object] = []
+
+
+def _bus_error_handler() -> tuple[object, object] | None:
+    """A bus error (SIGBUS) is what reading a memory-mapped input gives once another process has
+    cut the file short. Python cannot handle it (the faulting read would repeat for ever), so a
+    C-level handler, made with ctypes, removes the half-written outputs, says so in one line and
+    exits with the status for bad input. Returns what to restore (None where ctypes cannot)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        kind = ctypes.CFUNCTYPE(None, ctypes.c_int)
+        libc.signal.restype = ctypes.c_void_p
+        libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return None
+
+    def on_bus_error(signum: int) -> None:
+        remove_partial_outputs()
+        os.write(2, f"rnnx {_running[0]}: an input file shrank while it was read (a bus error on its memory map): another process "
+                    "changed it; no output was left behind: convert it again once it is complete\n".encode())
+        os._exit(BAD_INPUT)
+
+    handler = kind(on_bus_error)
+    _registered.append(handler)  # the callback must outlive its registration, which may last until the process exits
+    previous = libc.signal(signal.SIGBUS, ctypes.cast(handler, ctypes.c_void_p))
+    return handler, (libc, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` (default: the process's own arguments). Called with ``argv``
+    (in-process: tests, notebooks), the caller gets its signal handlers back afterwards. As the
+    program itself, once the verb is done SIGTERM and SIGHUP are ignored: the interpreter's
+    shutdown (torch's takes most of a second) restores their default action, and a signal then
+    would kill a process whose work is finished and written."""
     handlers = {sig: signal.signal(sig, _terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    bus = _bus_error_handler()
     try:
         return _main(argv)
-    finally:  # called in-process (tests, notebooks): give the caller its own handlers back
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+    finally:
+        if argv is None:  # ignored, not blocked: a blocked signal still reaches the other threads (ONNX Runtime's, torch's)
+            for sig in handlers:
+                signal.signal(sig, signal.SIG_IGN)
+        else:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            if bus is not None:
+                libc, previous = bus[1]  # type: ignore[misc]
+                libc.signal(signal.SIGBUS, previous)
 
 
 def _main(argv: Sequence[str] | None) -> int:

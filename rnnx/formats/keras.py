@@ -545,14 +545,13 @@ def write(weights: RNNWeights, path: Path) -> None:
             "name the output NAME.weights.h5"
         )
     spec = weights.spec
-    arrays = layout.to_native(weights)
+    arrays = layout.native_arrays(weights)  # made one at a time as they are written
     h5py = import_h5py("writing .weights.h5")
     per_cell = layout.arrays_per_cell(spec)
     kind = "bidirectional" if spec.direction == "bidirectional" else LAYER_GROUP[spec.cell]
     with atomic_output(path) as tmp, library_write(path), h5py.File(tmp, "w") as f:
         f.attrs[SPEC_ATTR] = np.bytes_(str(spec))
         f.create_group("vars")
-        k = 0
         for layer in range(spec.num_layers):
             # Keras's own paths: layers/<class>, layers/<class>_1, ...; a Bidirectional's halves under it.
             group = f.create_group(f"layers/{kind}" + (f"_{layer}" if layer else ""))
@@ -561,8 +560,7 @@ def write(weights: RNNWeights, path: Path) -> None:
             for half in halves:
                 vars_ = half.create_group("cell/vars")
                 for i in range(per_cell):
-                    vars_.create_dataset(str(i), data=arrays[k])
-                    k += 1
+                    vars_.create_dataset(str(i), data=next(arrays))
 
 
 register(

@@ -23,6 +23,7 @@ import secrets
 import sys
 import weakref
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -283,3 +284,42 @@ def to_array(tensor: Any) -> np.ndarray:
         return numpy_helper.to_array(tensor)
     except (ValueError, TypeError, KeyError) as exc:  # KeyError: an unknown data type
         raise RNNXError(f"tensor {tensor.name!r}: its stored data does not fit its shape {list(tensor.dims)} ({exc}); the file is damaged") from None
+
+
+def for_runtime(skeleton: Any, folder: Path) -> Any:
+    """A copy of a skeleton for ONNX Runtime, loaded from bytes with ``folder`` as its
+    external-data folder: each mapped tensor points, by a path relative to ``folder``, at the
+    bytes it stands for (an inline tensor at its offset in the model's own file). ONNX Runtime
+    then reads the weights from the files themselves, and the proto it is given stays small,
+    however large the model."""
+    import onnx
+
+    base = Path(folder).resolve()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(skeleton)
+    for tensor in _tensors(copy.graph):
+        if not is_lazy(tensor):
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        target = Path(info["location"])
+        if base not in target.parents:  # every file a load maps lies in the model's folder (checked); refuse anything else
+            raise RNNXError(f"tensor {tensor.name!r}: its data lies in {target}, outside {base}; the model cannot be handed to ONNX Runtime")
+        del tensor.external_data[:]
+        for name, value in (("location", target.relative_to(base).as_posix()), ("offset", info["offset"]), ("length", info["length"])):
+            entry = tensor.external_data.add()
+            entry.key, entry.value = name, value
+    return copy
+
+
+def _tensors(graph: Any) -> Iterator[Any]:
+    """Initializers and attribute tensors, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _tensors(attr.g)
+            for g in attr.graphs:
+                yield from _tensors(g)

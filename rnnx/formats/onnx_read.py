@@ -23,8 +23,9 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.fileio import require_file
 from rnnx.formats.onnx_lazy import identity, is_lazy, mappable, mark, read_skeleton, supported, to_array
+from rnnx.formats.onnx_fold import fold, producers
 from rnnx.formats.onnx_quantized import is_quantized, stand_in
-from rnnx.layouts.onnx import (ACTIVATION_ATTRIBUTES, DEFAULT_DOMAINS, GATE_ORDER, LOWERED_KEY, NATIVE_OPS, OP_TYPES, PEEPHOLE_ORDER,
+from rnnx.layouts.onnx import (ACTIVATION_ATTRIBUTES, DEFAULT_DOMAINS, DEFAULT_OPSET, GATE_ORDER, LOWERED_KEY, NATIVE_OPS, OP_TYPES, PEEPHOLE_ORDER,
                                SCAN_GATE_ORDER, WEIGHT_INPUTS, activation_attributes, scan_constant)
 from rnnx.spec import RNNSpec
 
@@ -101,13 +102,14 @@ def data_files(path: Path) -> list[Path]:
     import onnx
     from onnx import TensorProto
 
-    try:
-        model = onnx.load(str(path), load_external_data=False)
+    try:  # the structure only: a large file's inline weights are not read for this
+        skeleton = read_skeleton(path) if supported() else None
+        model = skeleton[0] if skeleton is not None else onnx.load(str(path), load_external_data=False)
     except Exception:  # noqa: BLE001  not a model: its reader refuses it in its own words
         return []
     found = []
     for tensor in _tensors(model.graph):
-        if tensor.data_location == TensorProto.EXTERNAL:
+        if tensor.data_location == TensorProto.EXTERNAL and not is_lazy(tensor):  # a lazy one is in the file itself
             location = next((e.value for e in tensor.external_data if e.key == "location"), "")
             if location and "\0" not in location:
                 found.append(path.parent / location)
@@ -186,7 +188,8 @@ class RecurrentNode:
         if missing:
             raise RNNXError(
                 f"node {self.name!r}: {missing[0]} comes from {self.sources.get(missing[0], 'nowhere')}, not from an "
-                "initializer or Constant; rnnx can only extract weights stored in the model"
+                "initializer or Constant, nor from them by Slice/Concat/Reshape-like operators; rnnx can only extract weights "
+                "stored in the model: fold the computation into initializers first (onnx-simplifier, or onnxscript's optimizer)"
             )
         for key in ("B", "P"):
             if self.tensors.get(key) is None and self.sources.get(key) == "graph input":
@@ -255,9 +258,11 @@ def recurrent_nodes(model: Any) -> list[RecurrentNode]:
 
     found = []
     known: dict[str, tuple[np.ndarray, str]] = {}
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), DEFAULT_OPSET)
     for graph, path in _subgraphs(model.graph, "main"):
         known = constants(graph, known)
         graph_inputs = {i.name for i in graph.input}
+        made_by = producers(graph)
         for node in graph.node:
             if is_quantized(node):  # com.microsoft's DynamicQuantizeLSTM, as the LSTM it stands for (weights dequantized)
                 found.append(RecurrentNode(*stand_in(node, path, known, graph_inputs)))
@@ -272,6 +277,8 @@ def recurrent_nodes(model: Any) -> list[RecurrentNode]:
                     continue
                 if name in known:
                     tensors[key], sources[key] = known[name]
+                elif name not in graph_inputs and (folded := fold(name, graph, made_by, known, opset)) is not None:
+                    tensors[key], sources[key] = folded  # torch.onnx's exporter leaves large weights as Slices and Concats
                 else:
                     tensors[key] = None
                     sources[key] = "graph input" if name in graph_inputs else "a computed tensor"

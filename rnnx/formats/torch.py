@@ -96,6 +96,9 @@ def load_state(path: Path) -> dict[str, Any]:
         obj = _load_weights_only(torch, path)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, EOFError) or any(sign in str(exc) for sign in _DAMAGED):
+            raise RNNXError(f"{path}: the checkpoint is truncated or damaged ({first[:160]}); torch cannot read it: "
+                            "copy it again from where it was saved") from None
         raise RNNXError(
             f"{path}: cannot load as weights only ({first[:200]}); rnnx never runs code inside a pickle: "
             "save a plain state_dict (torch.save(model.state_dict(), ...)) or a .safetensors file"
@@ -106,6 +109,10 @@ def load_state(path: Path) -> dict[str, Any]:
     claimed = sum(_dense_bytes(v) for v in flat.values()) * limits.WORKING_COPIES
     limits.check_claim(f"{path}: converting its tensors (made dense: expanded views take their full size)", claimed, path.stat().st_size)
     return flat
+
+
+#: What torch says of a checkpoint cut short or corrupted (as opposed to one that is not weights only).
+_DAMAGED = ("PytorchStreamReader failed", "unexpected EOF", "Ran out of input", "central directory", "file not found in archive")
 
 
 def _load_weights_only(torch: Any, path: Path) -> Any:
@@ -171,7 +178,7 @@ register(
         read=read,
         write=write,
         groups=groups,
-        extensions=(".pt", ".pth", ".safetensors"),
+        extensions=(".pt", ".pth", ".ckpt", ".safetensors"),  # .ckpt: PyTorch Lightning's checkpoints
         sniff=sniff,
         refusals=layout.refusals,
         description="PyTorch nn.LSTM/GRU/RNN and Cell state_dicts (.pt/.pth weights-only, .safetensors)",

@@ -22,7 +22,7 @@ candidate and output alike), but weights written as Keras arrays must use the de
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -109,16 +109,21 @@ def _keras_bias(weights: RNNWeights, layer: int, direction: str) -> np.ndarray:
 
 def to_native(weights: RNNWeights) -> list[np.ndarray]:
     """Keras's arrays, layer after layer (forward then backward): ``model.set_weights`` order."""
+    return list(native_arrays(weights))
+
+
+def native_arrays(weights: RNNWeights) -> Iterator[np.ndarray]:
+    """:func:`to_native`'s arrays one at a time, each made as it is asked for (a writer holds
+    one, not the whole model). A kernel is (input, gates*hidden): the gates' matrices
+    transposed side by side, made in one copy."""
     spec = weights.spec
     check_expressible(spec)
     order = GATE_ORDER[spec.cell]
-    out: list[np.ndarray] = []
     for layer, d in weights.cells():
-        out.append(np.ascontiguousarray(weights.stacked(layer, d, "W", order).T))
-        out.append(np.ascontiguousarray(weights.stacked(layer, d, "R", order).T))
+        for kind in ("W", "R"):
+            yield np.concatenate([weights[tensor_name(layer, d, kind, g)].T for g in order], axis=1)
         if spec.bias:
-            out.append(_keras_bias(weights, layer, d))
-    return out
+            yield _keras_bias(weights, layer, d)
 
 
 def infer_spec(arrays: Sequence[np.ndarray], where: str = "Keras weights: ") -> RNNSpec:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import os
 import tempfile
 import time
 
@@ -55,12 +56,18 @@ class ConvertResult:
     tolerances: dict[str, Any] = field(default_factory=dict)  # what the caller set (Tolerances.to_json); the rest is by dtype
     quantization: dict[str, Any] | None = None  # quantize="dynamic": how, and the quantized file's error against the float reference
     seconds: dict[str, float] = field(default_factory=dict)  # read, write and check, each apart: the check's cost is not the conversion's
+    files: dict[str, int] = field(default_factory=dict)  # every file written, with its size: an ONNX model past 1.8 GB is two
+    external_data: bool = False  # the ONNX output's weights went to <output>.data
+
+    def check_shapes(self) -> list[tuple[int, int]]:
+        """The (sequence length, batch) the check ran at (a blob's "values" row ran at none)."""
+        return sorted({(r.seq_len, r.batch) for r in self.report.rows if r.seq_len or r.batch}) if self.report else []
 
     def timing_line(self) -> str:
         """One line: how long reading, writing and the check took, and what the check ran."""
         parts = [f"{k} {v:.2f} s" for k, v in self.seconds.items()]
         if self.report is not None and self.report.rows:
-            shapes = sorted({(r.seq_len, r.batch) for r in self.report.rows})
+            shapes = self.check_shapes()
             parts[-1] += f" ({', '.join(f'T={t} B={b}' for t, b in shapes)}, {', '.join(sorted({r.backend for r in self.report.rows}))})"
         return "time: " + ", ".join(parts)
 
@@ -83,10 +90,11 @@ class ConvertResult:
             "parameters": self.parameters,
             "check": None if self.report is None else {"passed": bool(self.report), "tolerances": self.tolerances, "rows": self.report.to_json(),
                                                         "seconds": self.seconds.get("check"),
-                                                        "shapes": sorted({(r.seq_len, r.batch) for r in self.report.rows})},
+                                                        "shapes": self.check_shapes()},
             "seconds": self.seconds,
             "notes": self.notes,
             "written": self.written,
+            "files": self.files,
             "quantization": self.quantization,
         }
 
@@ -142,6 +150,18 @@ def _check_raw(weights: RNNWeights, reread: RNNWeights, fmt_name: str, dtype: st
     held = tolerances or Tolerances({"": BY_DTYPE[dtype]})
     report.rows += parity.check(backend, lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False, tolerances=held).rows
     return report
+
+
+def _identities(paths: list[Path]) -> dict[Path, tuple[int, ...]]:
+    """Each file's device, inode, size and modification time (None once it is gone)."""
+    found: dict[Path, tuple[int, ...]] = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        found[path] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return found
 
 
 def _values_row(backend: str, reread: RNNWeights, weights: RNNWeights, rounding: Tolerance, dtype: str) -> parity.Comparison:
@@ -201,6 +221,9 @@ def convert(
                         f"nor {output.name} ({out_fmt.name}) is one; drop dtype=")
     raw_dtype = cudnn_raw.dtype_name(dtype)
     progress.step(f"reading {source.name}")
+    # The weights are read through memory maps as they are used: an input changed while it is
+    # converted would change what is written, so it is identified now and checked before the rename.
+    inputs = _identities([source, *(data_files(source) if src_fmt.name == "onnx" else [])])
     started = time.perf_counter()
     weights = files.load(source, format=src_fmt.name, select=select, spec=spec, dtype=raw_dtype if raw_in else None)
     read_seconds = time.perf_counter() - started
@@ -231,7 +254,7 @@ def convert(
         raise RNNXError(f"opset=N, batch_first=True, seq_lens=True and states=False apply to to_format=onnx only, not {out_fmt.name}")
     try:
         _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states, tolerances, quantize,
-                       raw_dtype if raw_out else None)
+                       raw_dtype if raw_out else None, inputs)
     except _CheckFailed:
         result.written = False
     return result
@@ -239,9 +262,10 @@ def convert(
 
 def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: ConvertResult, check: bool, opset: int,
                    batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None, quantize: str | None = None,
-                   dtype: str | None = None) -> None:
+                   dtype: str | None = None, inputs: dict[Path, tuple[int, ...]] | None = None) -> None:
     """The written file is checked under its temporary name and renamed into place only if it
-    passes: a failed check, like any failure, leaves nothing behind."""
+    passes, and only if the inputs are still the files that were read: a failed check, like any
+    failure, leaves nothing behind."""
     data = output.with_name(output.name + ".data")  # ONNX weights past protobuf's limit
     had_data = data.exists()
     try:
@@ -250,10 +274,19 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
                 _write_quantized(weights, output, written, result, check, opset, batch_first, seq_lens, states)
             else:
                 _write_and_check(weights, output, written, fmt_name, result, check, opset, batch_first, seq_lens, states, tolerances, dtype)
+            changed = [p for p, seen in (inputs or {}).items() if _identities([p]).get(p) != seen]
+            if changed:
+                raise RNNXError(f"{changed[0]}: changed while it was being converted (its size or modification time differs from when it was read); "
+                                f"nothing was written to {output}: convert it again once it is complete")
     except BaseException:
         if not had_data and data.exists():
             data.unlink()
         raise
+    result.files = {str(output): output.stat().st_size}
+    if result.external_data:
+        result.files[str(data)] = data.stat().st_size
+        result.notes.append(f"the weights are in {data.name} ({data.stat().st_size / 1e6:,.0f} MB), past protobuf's 2 GiB: "
+                            f"{output.name} reads them from its own folder, so copy or ship both files together")
 
 
 def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, check: bool,
@@ -263,7 +296,7 @@ def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name:
     started = time.perf_counter()
     if fmt_name == "onnx":
         plan = plan_stack_model(weights, opset=opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
-        save_planned(plan, output)  # into ``written``: the output's write is under way; weights streamed from their parts
+        result.external_data = save_planned(plan, output)  # into ``written``: the output's write is under way; weights streamed
     else:
         files.save(weights, output, format=fmt_name, dtype=dtype)
     result.seconds["write"] = round(time.perf_counter() - started, 3)

@@ -45,6 +45,7 @@ from rnnx.formats.onnx_read import data_files, load_model as load_onnx
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_read import to_array
 
 _TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
@@ -301,14 +302,11 @@ def _layer_runner(proto: Any, layers: list[Layer], model_path: Path, isolated: b
     under rnnx's limits unless ``isolated`` is False: files rnnx wrote itself); and the layers'
     tensors that are initializers (from ``proto``, read lazily), which no run returns.
 
-    What ONNX Runtime gets is the file's own protobuf with its external data left in its files
-    (ONNX Runtime reads them from the model's folder): a model past protobuf's 2 GiB in memory
-    could not be handed over whole."""
-    import onnx
-
-    structure = onnx.load(str(model_path), load_external_data=False)  # its external data were checked by load_model
-    marked, _ = mark_outputs(structure, layers)
-    data_bytes = sum(p.stat().st_size for p in data_files(model_path))
+    What ONNX Runtime gets is the lazily read ``proto`` with every weight pointing into the file
+    that holds it (the .onnx itself, or its external data), which ONNX Runtime reads from the
+    model's folder: the proto handed over stays small, even for a model past protobuf's 2 GiB."""
+    marked, _ = mark_outputs(for_runtime(proto, model_path.resolve().parent), layers)
+    data_bytes = model_path.stat().st_size + sum(p.stat().st_size for p in data_files(model_path))
     label, folder = str(model_path), model_path.resolve().parent
     runner = (IsolatedOnnxRuntime(marked.SerializeToString(), label, data_folder=folder, data_bytes=data_bytes) if isolated
               else OnnxRuntimeRunner(marked, data_folder=folder))

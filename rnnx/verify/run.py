@@ -18,6 +18,7 @@ from rnnx.verify.diagnose import diagnose, per_step_error
 from rnnx.weights import RNNWeights
 from rnnx.fileio import atomic_output
 from rnnx.engines.isolated import IsolatedOnnxRuntime
+from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.verify.drive import DrivenRunner, plan
 from rnnx.verify.quantized import quantized_model
@@ -145,15 +146,13 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], i
                 # A file from elsewhere: its external data is checked by load_model, and it runs in
                 # a child process under rnnx's time and memory limits, fed by the roles its record
                 # or its wiring gives each input.
-                # ONNX Runtime gets the file's own protobuf, its external data left in their files
-                # (read from the model's folder): a large model is never held whole in memory.
+                # ONNX Runtime gets the model with each weight pointing into the file that holds it,
+                # read from the model's folder: a large model is never held whole in memory.
                 proto = load_model(model, lazy=True)
                 drive = plan(proto, weights.spec, input_map, batch_first)
-                import onnx
-
-                structure = onnx.load(str(model), load_external_data=False)
-                runners[name] = DrivenRunner(IsolatedOnnxRuntime(structure.SerializeToString(), str(model), data_folder=Path(model).resolve().parent,
-                                                                 data_bytes=sum(p.stat().st_size for p in data_files(Path(model)))), drive)
+                folder = Path(model).resolve().parent
+                runners[name] = DrivenRunner(IsolatedOnnxRuntime(for_runtime(proto, folder).SerializeToString(), str(model), data_folder=folder,
+                                                                 data_bytes=sum(p.stat().st_size for p in [Path(model), *data_files(Path(model))])), drive)
             elif name == "reference":
                 from rnnx.engines.reference import ReferenceRunner
 

@@ -254,3 +254,94 @@ def test_a_3_gb_model_converts_to_onnx_and_cudnn_under_8_gb(tmp_path: Path) -> N
         assert peak < 8e9, f"{target}: peak {peak / 1e9:.2f} GB"
         print(f"{target}: peak {peak / 1e9:.2f} GB for a {src.stat().st_size / 1e9:.2f} GB file; seconds {report['seconds']}")
     assert (tmp_path / "big.onnx.data").exists()
+
+
+# --- an input changed while it is converted ------------------------------------------------
+
+_CUT_SHORT = """
+import os, sys
+from rnnx import fileio
+from rnnx.cli import main
+real = fileio.stream
+def cut_after_first(f, pieces, *args, **kwargs):  # another process truncates the input mid-conversion
+    written = real(f, pieces, *args, **kwargs)
+    os.truncate(sys.argv[1], 4096)
+    return written
+fileio.stream = cut_after_first
+import rnnx.formats.cudnn_raw as cudnn_raw
+import rnnx.formats.onnx_stream as onnx_stream
+onnx_stream.stream = cudnn_raw.stream = cut_after_first
+sys.exit(main(["convert", sys.argv[1], "-o", sys.argv[2], "--no-check"]))
+"""
+
+
+@pytest.mark.parametrize("target", ["out.onnx", "out.bin"])
+def test_an_input_cut_short_during_a_conversion_is_one_line_and_leaves_nothing(tmp_path: Path, target: str) -> None:
+    """The mapped source truncated after the first tensor is written: the next read of it is a
+    bus error, which the CLI turns into one line, exit 2 and no partial file."""
+    src = tmp_path / "w.safetensors"
+    torch_checkpoint(src, RNNSpec.parse("lstm,input=256,hidden=256,layers=2,bidirectional"), seed=1)
+    done = subprocess.run([sys.executable, "-c", _CUT_SHORT, str(src), str(tmp_path / target)], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert done.stderr.count("\n") == 1 and "shrank while it was read" in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.safetensors"]
+
+
+def test_an_input_rewritten_during_a_conversion_is_not_renamed_into_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Overwritten in place (same size) while the output is written: what was read may be half
+    old, half new, so nothing is renamed into place."""
+    from rnnx.formats import cudnn_raw
+
+    src = tmp_path / "w.safetensors"
+    torch_checkpoint(src, RNNSpec.parse("gru,input=8,hidden=8,layers=2"), seed=2)
+    real = cudnn_raw.write
+
+    def rewrite_then_write(weights: RNNWeights, path: Path, dtype: str | None = None) -> None:
+        with open(src, "r+b") as f:  # as `dd conv=notrunc` does
+            f.seek(200)
+            f.write(b"\0" * 64)
+        os.utime(src, ns=(os.stat(src).st_atime_ns, os.stat(src).st_mtime_ns + 10**9))
+        real(weights, path, dtype)
+
+    monkeypatch.setattr(cudnn_raw, "write", rewrite_then_write)
+    with pytest.raises(rnnx.RNNXError, match=r"w.safetensors: changed while it was being converted .* nothing was written to .*out.bin"):
+        convert(src, tmp_path / "out.bin", check=False)
+    assert not (tmp_path / "out.bin").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["w.safetensors"]
+
+
+def test_external_data_is_named_in_the_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the threshold an ONNX output is two files; the result lists both with their sizes
+    and a note says to keep them together."""
+    monkeypatch.setattr(onnx_build, "EXTERNAL_DATA_BYTES", 0)
+    src = tmp_path / "w.safetensors"
+    torch_checkpoint(src, RNNSpec.parse("lstm,input=16,hidden=32,layers=2"), seed=4)
+    result = convert(src, tmp_path / "m.onnx")
+    data = tmp_path / "m.onnx.data"
+    assert result.written and result.report and set(result.to_json()["files"]) == {str(tmp_path / "m.onnx"), str(data)}
+    assert result.files[str(data)] == data.stat().st_size > 0
+    assert any("m.onnx.data" in n and "ship both files together" in n for n in result.notes)
+    plain = convert(src, tmp_path / "w.bin")
+    assert plain.files == {str(tmp_path / "w.bin"): (tmp_path / "w.bin").stat().st_size}
+
+
+@pytest.mark.parametrize("external", [False, True], ids=["one_file", "external_data"])
+def test_verify_hands_onnx_runtime_a_small_proto_that_points_into_the_files(tmp_path: Path, external: bool,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify reads the model lazily and gives ONNX Runtime a protobuf whose weights point into
+    the model's own file (or its external data): a small message, whatever the model's size,
+    which ONNX Runtime runs, in a child process and in this one."""
+    from rnnx.formats.onnx_lazy import for_runtime
+    from rnnx.formats.onnx_read import load_model
+    from rnnx.verify.models import verify_file
+
+    monkeypatch.setattr(onnx_build, "EXTERNAL_DATA_BYTES", 0 if external else onnx_build.EXTERNAL_DATA_BYTES)
+    w = RNNWeights.random(RNNSpec.parse("gru,input=128,hidden=256,layers=2,bidirectional"), seed=9)
+    path = tmp_path / "m.onnx"
+    save_planned(plan_stack_model(w), path)
+    size = path.stat().st_size + sum(p.stat().st_size for p in tmp_path.glob("*.data"))
+    handed = for_runtime(load_model(path, lazy=True), tmp_path)
+    assert handed.ByteSize() < size / 100, (handed.ByteSize(), size)
+    for isolated in (True, False):
+        report = verify_file(path, isolated=isolated)
+        assert report.passed and all(la.status == "ok" for la in report.layers), report
