@@ -153,7 +153,7 @@ def _check_raw(weights: RNNWeights, reread: RNNWeights, fmt_name: str, dtype: st
 
 
 def _identities(paths: list[Path]) -> dict[Path, tuple[int, ...]]:
-    """Each file's device, inode, size and modification time (None once it is gone)."""
+    """Each file's device, inode, size and modification time (a file gone is left out, so it reads as changed)."""
     found: dict[Path, tuple[int, ...]] = {}
     for path in paths:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -200,3 +201,24 @@ def test_bfloat16_safetensors_checkpoints_widen_exactly(tmp_path) -> None:
     save_file({"weight_ih_l0": torch.zeros(12, 3).to(torch.float8_e4m3fn)}, str(tmp_path / "f8.safetensors"))
     with pytest.raises(RNNXError, match="F8_E4M3; rnnx reads float32/16/64 and bfloat16 weights: dequantize"):
         rnnx.load(tmp_path / "f8.safetensors")
+
+
+def test_files_as_hugging_face_and_lightning_save_them_read_as_torch(tmp_path: Path) -> None:
+    """safetensors written by ``safetensors.torch.save_file`` with Hugging Face's
+    ``metadata={"format": "pt"}``, and a Lightning-style ``.ckpt`` (the state_dict under
+    "state_dict", beside optimizer state), are found by content and read as the module's own
+    weights, without --from."""
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(5)
+    model = torch.nn.Module()
+    model.encoder = torch.nn.LSTM(6, 8, num_layers=2, bidirectional=True)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    torch.save({"state_dict": {f"model.{k}": v for k, v in state.items()}, "optimizer_states": [optimizer.state_dict()], "epoch": 3},
+               str(tmp_path / "last.ckpt"))
+    want = rnnx.from_format({k.removeprefix("encoder."): v for k, v in state.items()}, "torch")
+    assert rnnx.load(tmp_path / "model.safetensors").equal(want)
+    assert rnnx.load(tmp_path / "last.ckpt").equal(want)
