@@ -297,7 +297,7 @@ def for_runtime(skeleton: Any, folder: Path) -> Any:
     base = Path(folder).resolve()
     copy = onnx.ModelProto()
     copy.CopyFrom(skeleton)
-    for tensor in _tensors(copy.graph):
+    for tensor in stored_tensors(copy.graph):
         if not is_lazy(tensor):
             continue
         info = {e.key: e.value for e in tensor.external_data}
@@ -311,8 +311,9 @@ def for_runtime(skeleton: Any, folder: Path) -> Any:
     return copy
 
 
-def _tensors(graph: Any) -> Iterator[Any]:
-    """Initializers and attribute tensors, subgraphs included."""
+def stored_tensors(graph: Any) -> Iterator[Any]:
+    """Every tensor a graph stores: initializers and attribute tensors (Constants' values),
+    subgraphs included. The one walker the ONNX readers and writers share."""
     yield from graph.initializer
     for node in graph.node:
         for attr in node.attribute:
@@ -320,6 +321,6 @@ def _tensors(graph: Any) -> Iterator[Any]:
                 yield attr.t
             yield from attr.tensors
             if attr.HasField("g"):
-                yield from _tensors(attr.g)
+                yield from stored_tensors(attr.g)
             for g in attr.graphs:
-                yield from _tensors(g)
+                yield from stored_tensors(g)

@@ -22,7 +22,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import require_file
-from rnnx.formats.onnx_lazy import identity, is_lazy, mappable, mark, read_skeleton, supported, to_array
+from rnnx.formats.onnx_lazy import identity, is_lazy, mappable, mark, read_skeleton, stored_tensors, supported, to_array
 from rnnx.formats.onnx_fold import fold, producers
 from rnnx.formats.onnx_quantized import is_quantized, stand_in
 from rnnx.layouts.onnx import (ACTIVATION_ATTRIBUTES, DEFAULT_DOMAINS, DEFAULT_OPSET, GATE_ORDER, LOWERED_KEY, NATIVE_OPS, OP_TYPES, PEEPHOLE_ORDER,
@@ -30,19 +30,6 @@ from rnnx.layouts.onnx import (ACTIVATION_ATTRIBUTES, DEFAULT_DOMAINS, DEFAULT_O
 from rnnx.spec import RNNSpec
 
 PASSTHROUGH = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Dropout", "Cast")
-
-
-def _tensors(graph: Any) -> Iterator[Any]:
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == attr.TENSOR:
-                yield attr.t
-            yield from attr.tensors
-            if attr.type == attr.GRAPH:
-                yield from _tensors(attr.g)
-            for g in attr.graphs:
-                yield from _tensors(g)
 
 
 def _check_external_data(model: Any, path: Path, token: str = "") -> None:
@@ -54,7 +41,7 @@ def _check_external_data(model: Any, path: Path, token: str = "") -> None:
     from onnx import TensorProto
 
     base = path.parent.resolve()
-    for tensor in _tensors(model.graph):
+    for tensor in stored_tensors(model.graph):
         if tensor.data_location != TensorProto.EXTERNAL or is_lazy(tensor, token):  # this load's skeleton's own refs, made by rnnx
             continue
         info = {e.key: e.value for e in tensor.external_data}
@@ -108,7 +95,7 @@ def data_files(path: Path) -> list[Path]:
     except Exception:  # noqa: BLE001  not a model: its reader refuses it in its own words
         return []
     found = []
-    for tensor in _tensors(model.graph):
+    for tensor in stored_tensors(model.graph):
         if tensor.data_location == TensorProto.EXTERNAL and not is_lazy(tensor):  # a lazy one is in the file itself
             location = next((e.value for e in tensor.external_data if e.key == "location"), "")
             if location and "\0" not in location:
@@ -154,7 +141,7 @@ def _map_external_data(model: Any, path: Path, token: str) -> None:
     from onnx import TensorProto, external_data_helper
 
     base = path.parent.resolve()
-    for tensor in _tensors(model.graph):
+    for tensor in stored_tensors(model.graph):
         if tensor.data_location != TensorProto.EXTERNAL or is_lazy(tensor, token):
             continue
         if not mappable(tensor.data_type):  # packed or string data: loaded as the eager reader does

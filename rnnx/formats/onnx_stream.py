@@ -27,6 +27,7 @@ import numpy as np
 from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.fileio import stream
+from rnnx.formats.onnx_lazy import stored_tensors
 from rnnx.formats.protobuf_wire import len_header
 from rnnx.tensor_pieces import Pieces
 
@@ -152,7 +153,8 @@ def _write_external(plan: PlannedModel, tmp: Path, final_name: str, stream_tenso
     model = plan.model
     offset = 0
     planned = [t for t in model.graph.initializer if t.name in plan.pieces]
-    inline = [t for t in _all_tensors(model.graph, skip=set(plan.pieces)) if t.HasField("raw_data") and len(t.raw_data) >= INLINE_BYTES]
+    # The planned initializers hold no raw_data yet: every tensor that does is one built inline (a lowered layer's Constants).
+    inline = [t for t in stored_tensors(model.graph) if t.HasField("raw_data") and len(t.raw_data) >= INLINE_BYTES]
     with open(tmp.with_name(location), "wb") as f:
         for k, tensor in enumerate(planned + inline):
             start = -(-offset // ALIGN) * ALIGN
@@ -168,19 +170,3 @@ def _write_external(plan: PlannedModel, tmp: Path, final_name: str, stream_tenso
             tensor.ClearField("raw_data")
         os.fsync(f.fileno())
     onnx.save(model, str(tmp))
-
-
-def _all_tensors(graph: Any, skip: set[str] = frozenset()) -> list[Any]:  # type: ignore[assignment]
-    """Initializers (but those named in ``skip``) and attribute tensors (Constant nodes'
-    values), subgraphs included."""
-    found = [t for t in graph.initializer if t.name not in skip]
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                found.append(attr.t)
-            found.extend(attr.tensors)
-            if attr.HasField("g"):
-                found.extend(_all_tensors(attr.g))
-            for g in attr.graphs:
-                found.extend(_all_tensors(g))
-    return found

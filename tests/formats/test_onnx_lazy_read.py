@@ -23,7 +23,8 @@ from onnx import TensorProto, helper, numpy_helper
 import rnnx
 from rnnx import RNNXError
 from rnnx.formats import onnx_lazy
-from rnnx.formats.onnx_read import _tensors, choose_group, load_model, recurrent_groups, to_array
+from rnnx.formats.onnx_lazy import stored_tensors as _tensors
+from rnnx.formats.onnx_read import choose_group, load_model, recurrent_groups, to_array
 from rnnx.formats.protobuf_wire import len_header
 from rnnx.layouts.onnx import from_native
 from rnnx.pipelines.convert import convert

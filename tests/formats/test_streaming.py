@@ -25,7 +25,8 @@ from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.fileio import read_safetensors, write_safetensors
 from rnnx.formats import onnx_build
 from rnnx.formats.onnx_build import build_stack_model, plan_stack_model, save_planned
-from rnnx.formats.onnx_stream import ALIGN, _all_tensors
+from rnnx.formats.onnx_lazy import stored_tensors
+from rnnx.formats.onnx_stream import ALIGN
 from rnnx.layouts import cudnn as cudnn_layout
 from rnnx.layouts import onnx as onnx_layout
 from rnnx.layouts import torch as torch_layout
@@ -149,7 +150,7 @@ def test_streamed_onnx_is_the_built_model_and_runs_in_onnx_runtime(tmp_path: Pat
     assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
     if external:
         raw = onnx.load(str(path), load_external_data=False)
-        stored = [t for t in _all_tensors(raw.graph) if t.data_location == onnx.TensorProto.EXTERNAL]  # Scans' Constants too
+        stored = [t for t in stored_tensors(raw.graph) if t.data_location == onnx.TensorProto.EXTERNAL]  # Scans' Constants too
         assert stored and all(int({e.key: e.value for e in t.external_data}["offset"]) % ALIGN == 0 for t in stored)
     report = parity.check("ort", OnnxRuntimeRunner(path), w, shapes=SHAPES, ragged=True, seed=_seed(spec))
     assert report, report
