@@ -103,6 +103,11 @@ def data_files(path: Path) -> list[Path]:
     return sorted(set(found))
 
 
+def file_bytes(path: Path) -> int:
+    """The size of an ONNX file and of the external data it names: what loading it reads."""
+    return sum(p.stat().st_size for p in [Path(path), *data_files(Path(path))])
+
+
 def load_model(path: Path, lazy: bool = False) -> Any:
     """The model at ``path``, its external data checked (see :func:`_check_external_data`).
 

@@ -209,9 +209,11 @@ def convert(
     refuse_overwriting([source], {"-o": output})
     src_fmt = formats.get(from_format) if from_format else formats.detect(source)
     out_fmt = formats.get(to_format) if to_format else formats.detect(output, output=True)
+    # An ONNX input's external data are inputs too: never overwritten, and checked unchanged before the rename.
+    source_files = [source, *(data_files(source) if src_fmt.name == "onnx" else [])]
     if src_fmt.name == "onnx" or out_fmt.name == "onnx":
-        # An ONNX input's external data are inputs too, and an ONNX output may write a .data file beside it.
-        refuse_overwriting([source, *(data_files(source) if src_fmt.name == "onnx" else [])],
+        # An ONNX output may write a .data file beside it.
+        refuse_overwriting(source_files,
                            {"-o": output, **({"-o's external data": output.with_name(output.name + ".data")} if out_fmt.name == "onnx" else {})})
     if quantize and out_fmt.name != "onnx":
         raise RNNXError(f"quantize=dynamic applies to to_format=onnx only, not {out_fmt.name}")
@@ -223,7 +225,7 @@ def convert(
     progress.step(f"reading {source.name}")
     # The weights are read through memory maps as they are used: an input changed while it is
     # converted would change what is written, so it is identified now and checked before the rename.
-    inputs = _identities([source, *(data_files(source) if src_fmt.name == "onnx" else [])])
+    inputs = _identities(source_files)
     started = time.perf_counter()
     weights = files.load(source, format=src_fmt.name, select=select, spec=spec, dtype=raw_dtype if raw_in else None)
     read_seconds = time.perf_counter() - started

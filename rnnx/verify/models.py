@@ -41,7 +41,7 @@ from rnnx.exporters.loading import load_model as load_torch_model_from
 from rnnx.formats.files import from_format
 from rnnx.exporters.selfcheck import run_eager
 from rnnx import limits
-from rnnx.formats.onnx_read import data_files, load_model as load_onnx
+from rnnx.formats.onnx_read import file_bytes, load_model as load_onnx
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
@@ -306,7 +306,7 @@ def _layer_runner(proto: Any, layers: list[Layer], model_path: Path, isolated: b
     that holds it (the .onnx itself, or its external data), which ONNX Runtime reads from the
     model's folder: the proto handed over stays small, even for a model past protobuf's 2 GiB."""
     marked, _ = mark_outputs(for_runtime(proto, model_path.resolve().parent), layers)
-    data_bytes = model_path.stat().st_size + sum(p.stat().st_size for p in data_files(model_path))
+    data_bytes = file_bytes(model_path)
     label, folder = str(model_path), model_path.resolve().parent
     runner = (IsolatedOnnxRuntime(marked.SerializeToString(), label, data_folder=folder, data_bytes=data_bytes) if isolated
               else OnnxRuntimeRunner(marked, data_folder=folder))

@@ -19,7 +19,7 @@ from rnnx.weights import RNNWeights
 from rnnx.fileio import atomic_output
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.formats.onnx_lazy import for_runtime
-from rnnx.formats.onnx_read import data_files, load_model
+from rnnx.formats.onnx_read import file_bytes, load_model
 from rnnx.verify.drive import DrivenRunner, plan
 from rnnx.verify.quantized import quantized_model
 from rnnx.engines.torch import TorchRunner
@@ -152,7 +152,7 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], i
                 drive = plan(proto, weights.spec, input_map, batch_first)
                 folder = Path(model).resolve().parent
                 runners[name] = DrivenRunner(IsolatedOnnxRuntime(for_runtime(proto, folder).SerializeToString(), str(model), data_folder=folder,
-                                                                 data_bytes=sum(p.stat().st_size for p in [Path(model), *data_files(Path(model))])), drive)
+                                                                 data_bytes=file_bytes(Path(model))), drive)
             elif name == "reference":
                 from rnnx.engines.reference import ReferenceRunner
 
