@@ -4,13 +4,13 @@ rounding noise they predict), not from a dtype."""
 
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from rnnx.engines.ort_int8 import int8_pair_sums_saturate
 from rnnx.errors import RNNXError
 from rnnx.formats import files
 from rnnx.formats.onnx_quantized import SIGMAS, Quantization, error_bounds, full_range, main_graph_quantizations
@@ -39,17 +39,6 @@ class QuantizedModel:
         return Tolerance(bounds[output] if output in bounds else max(bounds.values()), 0.0)
 
 
-def vnni() -> bool | None:
-    """Whether this x86 CPU has VNNI (None where that cannot be told or is not the question)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
-    try:
-        flags = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return None
-    return any(flag in flags.split() for flag in ("avx512_vnni", "avx_vnni"))
-
-
 def quantized_model(model: Any, path: Path, source_weights: RNNWeights) -> QuantizedModel | None:
     """``model``'s quantization where its recurrences are quantized (else None)."""
     layers = main_graph_quantizations(model)
@@ -73,8 +62,8 @@ def quantized_model(model: Any, path: Path, source_weights: RNNWeights) -> Quant
 
 def saturation_note(layers: list[Quantization]) -> str:
     """Why a full-range int8 model may fail here ("" where it cannot be the reason)."""
-    if not full_range(layers) or vnni() is not False:
+    if not full_range(layers) or int8_pair_sums_saturate() is not True:
         return ""
-    return ("its int8 weights use the full 8-bit range (quantize_dynamic's default reduce_range=False), and this CPU has no VNNI: "
-            "ONNX Runtime's u8 x s8 kernel sums pairs of products in int16 with saturation here, so its outputs can be far from "
-            "the quantized arithmetic; quantize with reduce_range=True for such CPUs")
+    return ("its int8 weights use the full 8-bit range (quantize_dynamic's default reduce_range=False), and this machine's ONNX Runtime "
+            "sums pairs of u8 x s8 products in int16 with saturation (measured by rnnx.engines.ort_int8: an x86 CPU without VNNI), "
+            "so its outputs can be far from the quantized arithmetic; quantize with reduce_range=True for such CPUs")

@@ -133,15 +133,37 @@ def test_onnx_fixture_has_its_recorded_ops_and_runs_to_its_producers_outputs(nam
     for tag in BATCHES:
         got = _run(WILD / name, entry, arrays, tag)
         if "quantized_from" in entry:
-            # Same ONNX Runtime build as recorded them: its own outputs again, and within the
-            # recorded error of the float producer's.
-            np.testing.assert_allclose(got, arrays[f"y_{tag}"], rtol=0, atol=1e-6)
             np.testing.assert_allclose(arrays[f"y_float_ort_{tag}"], arrays[f"y_producer_float_{tag}"], rtol=0, atol=FLOAT_ATOL)
-            err = float(np.abs(got - arrays[f"y_producer_float_{tag}"]).max())
-            assert 1e-4 < err <= entry["max_abs_error_vs_float"] + 1e-7 and err < 0.25  # int8 moved it, but not far
+            _quantized_outputs_as_this_kernel_gives_them(WILD / name, entry, arrays, tag, got)
         else:
             for key in entry.get("output_names", {"y": None}):
                 np.testing.assert_allclose(_run(WILD / name, entry, arrays, tag, key), arrays[f"{key}_{tag}"], rtol=0, atol=FLOAT_ATOL)
+
+
+def _quantized_outputs_as_this_kernel_gives_them(path: Path, entry: dict, arrays: dict[str, np.ndarray], tag: str, got: np.ndarray) -> None:
+    """ONNX Runtime's int8 LSTM depends on the CPU: the recording was made where its kernel
+    saturates int16 pair sums (x86 without VNNI), and its full-range weights took the outputs
+    far from the float model's. Where this machine's kernel saturates too (the probe says so),
+    the recorded bits come back; where it is exact, the outputs lie within the quantization
+    bound of the float producer's, and the recording lies outside it: both behaviours are
+    checked against what the file is, on any CPU."""
+    import onnx
+
+    import rnnx
+    from rnnx.engines.ort_int8 import int8_pair_sums_saturate
+    from rnnx.formats.onnx_quantized import error_bound, main_graph_quantizations
+
+    source = rnnx.load(WILD / entry["quantized_from"])
+    layers = main_graph_quantizations(onnx.load(str(path)))
+    bound = error_bound(layers, source, {"X": arrays[f"x_{tag}"].transpose(1, 0, 2).astype(np.float64)}, True)
+    want = arrays[f"y_producer_float_{tag}"]
+    recorded_err = float(np.abs(arrays[f"y_{tag}"] - want).max())
+    assert recorded_err > bound, "the recording came from a saturating kernel: it should lie outside the rounding bound"
+    saturates = int8_pair_sums_saturate()
+    if saturates is True:
+        np.testing.assert_allclose(got, arrays[f"y_{tag}"], rtol=0, atol=1e-6)
+    elif saturates is False:
+        assert 1e-5 < float(np.abs(got - want).max()) <= bound  # int8 moved it, within its rounding
 
 
 def test_a_file_with_two_gates_swapped_misses_the_recorded_outputs(tmp_path: Path) -> None:

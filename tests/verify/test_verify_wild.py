@@ -20,7 +20,7 @@ from onnx import helper
 pytest.importorskip("onnxruntime")
 
 from rnnx.verify.inputs import BATCH, LENGTH, input_specs  # noqa: E402
-from rnnx.verify.quantized import vnni  # noqa: E402
+from rnnx.engines.ort_int8 import int8_pair_sums_saturate  # noqa: E402
 
 WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
 MANIFEST = json.loads((WILD / "manifest.json").read_text())
@@ -88,8 +88,10 @@ def test_a_quantized_file_alone_gets_past_its_dimensions_to_a_verdict(name: str)
     assert done.returncode in (0, 1), done.stderr  # never 2: its dimensions are read, the layer is judged
     report = json.loads(done.stdout)
     assert {c["sizes"][k] for c in report["cases"] for k, v in report["roles"].items() if v == BATCH} >= {1, 8}
-    if vnni() is False:  # full-range int8 on such a CPU: the note says why ONNX Runtime may be far off
-        assert any("no VNNI" in n for n in report["notes"]), report["notes"]
+    if int8_pair_sums_saturate():  # full-range int8 where the kernel saturates: the note says why ONNX Runtime may be far off
+        assert any("saturation" in n for n in report["notes"]), report["notes"]
+    else:
+        assert not any("saturation" in n for n in report["notes"]), report["notes"]
     if done.returncode == 1:
         assert report["first_drift"] and done.stderr.strip().startswith("rnnx verify: verification failed"), done.stderr
 
