@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rnnx._version import __version__
-from rnnx.errors import ParityError, RNNXError
+from rnnx.errors import ExportCheckFailed, ParityError, RNNXError
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rnnx.api import export, from_format, groups, load, save, to_format
 
 __all__ = [
+    "ExportCheckFailed",
     "ParityError",
     "RNNSpec",
     "RNNWeights",

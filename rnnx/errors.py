@@ -1,11 +1,14 @@
 """The one error class meant for users.
 
 Anything raised as :class:`RNNXError` is a problem with the input (a bad file, a wrong
-shape, an unsupported variant). The CLI prints it as one line and exits with status 2.
+shape, an unsupported variant). The CLI prints it as one line and exits with status 2, or
+1 for a :class:`ParityError` (a check that ran and failed, as :class:`ExportCheckFailed`).
 Every other exception is a bug in rnnx and keeps its traceback.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class RNNXError(Exception):
@@ -14,6 +17,19 @@ class RNNXError(Exception):
 
 class ParityError(RNNXError):
     """Outputs of two backends disagree beyond tolerance (CLI exit status 1)."""
+
+
+class ExportCheckFailed(ParityError):
+    """:func:`rnnx.export` made a file, but ONNX Runtime's outputs differ from the torch
+    module's at some shape of the self-check, so nothing was written (CLI exit status 1).
+
+    ``report`` is the export's report (an :class:`rnnx.exporters.writing.ExportReport`):
+    ``report.check`` holds every case of the self-check, ``report.check.failure()`` the
+    first that failed with every input's shape."""
+
+    def __init__(self, message: str, report: Any = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 def shape_error(tensor: str, expected: tuple[int, ...], found: tuple[int, ...], hint: str = "") -> RNNXError:

@@ -19,7 +19,7 @@ from rnnx.cli.groups import BackendToleranceArgs, ShapeArgs, ToleranceArgs
 from rnnx.engines import doctor
 from rnnx.engines.acceptance import predict
 from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
-from rnnx.errors import ParityError, RNNXError
+from rnnx.errors import ExportCheckFailed, ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats import cudnn_raw
@@ -87,25 +87,32 @@ def export(args: argparse.Namespace) -> int:
     tolerances = ToleranceArgs.parse(args)  # refused before the model is imported
     model, example = load_model(args.model)
     refuse_overwriting(_export_inputs(args.model) + [args.checkpoint], {"-o": args.output, "-o's external data": args.output.with_name(args.output.name + ".data")})
-    if args.checkpoint:
-        load_checkpoint(model, args.checkpoint)
+    loaded = load_checkpoint(model, args.checkpoint) if args.checkpoint else None
     if args.input:
         example = order_inputs(model, [parse_input(text) for text in args.input])
     if example is None:
         raise RNNXError("export: no example inputs; pass --input [NAME:]SHAPE for each model input or define example_inputs beside the model")
-    dynamic: dict[str, dict[int, str | None]] = {}
+    dynamic: dict[str, dict[int, Any]] = {}
     for name, dim, label in args.dynamic or []:
         dynamic.setdefault(name, {})[dim] = label
     static: dict[str, list[int]] = {}
     for name, dim, _ in args.static or []:
         static.setdefault(name, []).append(dim)
-    report = api.export(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
-                        input_names=args.input_names, output_names=args.output_names, check=not args.no_check, seed=args.seed,
-                        tolerances=tolerances)
-    print(json.dumps(report.to_json(), indent=2) if args.json else report)
-    if not report.passed:
-        raise ParityError(f"{report.check.failure()}; nothing was written to {args.output}")  # type: ignore[union-attr]
+    try:
+        report = api.export(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
+                            input_names=args.input_names, output_names=args.output_names, check=not args.no_check, seed=args.seed,
+                            tolerances=tolerances)
+    except ExportCheckFailed as failed:  # the report says which case failed; then exit status 1 with its one line
+        _print_export(args, failed.report, loaded)
+        raise
+    _print_export(args, report, loaded)
     return 0
+
+
+def _print_export(args: argparse.Namespace, report: Any, loaded: str | None) -> None:
+    if loaded:
+        report.notes.insert(0, loaded)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
 
 
 def _export_inputs(target: str) -> list[Path]:

@@ -61,7 +61,9 @@ SEQ_LENS_INPUT = Option(("--seq-lens-input",), {"action": "store_true", "help": 
 NO_STATES = Option(("--no-states",), {"action": "store_true", "help": "the ONNX model starts from zero states instead of taking h0/c0"})
 SEED = Option(("--seed",), {"type": types.seed, "default": 0, "help": "seed of the check's inputs (default 0)"})
 NO_CHECK = Option(("--no-check",), {"action": "store_true", "help": "skip the check of what is written"})
-CHECKPOINT = Option(("--checkpoint",), {"type": Path, "help": "state_dict to load into the model code first (.pt/.pth weights-only, .safetensors)"})
+CHECKPOINT = Option(("--checkpoint",), {"type": Path, "help": "state_dict to load into the model code first (.pt/.pth/.ckpt weights-only, "
+                                                                 ".safetensors), or a training checkpoint holding one (under state_dict, "
+                                                                 "model_state_dict, model, net; DataParallel's and Lightning's key prefixes removed)"})
 SEQ_LENS = Option(("--seq-lens",), {"type": types.sizes_to_check, "metavar": "N,N,...",
                                     "help": "sequence lengths to check at (default 1,17,64; 1,17 for models over 20M parameters)"})
 BATCH = Option(("--batch",), {"type": types.sizes_to_check, "metavar": "N,N,...", "help": "batch sizes to check at (default 1,8)"})

@@ -70,12 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
              "and written only if the check passes (exit 1 otherwise).")
     p.add_argument("model", help="file.py:NAME or package.module:NAME (a module, class or factory), or a TorchScript file")
     OUTPUT.add(p, help="ONNX file to write (atomically)")
-    CHECKPOINT.add(p, help="state_dict to load first (.pt/.pth weights-only, .safetensors)")
+    CHECKPOINT.add(p, help="state_dict to load first (.pt/.pth/.ckpt weights-only, .safetensors), or a training checkpoint holding "
+                           "one (under state_dict, model_state_dict, model or net; DataParallel's module. and Lightning's model. "
+                           "prefixes removed); the report says which key and prefix it used")
     p.add_argument("--input", action="append", metavar="[NAME:]SHAPE[:DTYPE]",
                    help="example input, repeated: x:5x3x8, [5,3,8], tokens:4x12:int64 (shapes, seeded random values; integers are ones), "
                    "or lengths:values=12,9,4:int64 (those values); named inputs go to forward's parameter of that name")
-    p.add_argument("--dynamic", type=types.dynamic_dim, action="append", metavar="NAME:DIM[=LABEL]",
-                   help="make this input dimension dynamic (and name it); by default torch decides for every dimension")
+    p.add_argument("--dynamic", type=types.dynamic_dim, action="append", metavar="NAME:DIM[=LABEL[:MIN[:MAX]]]",
+                   help="make this input dimension dynamic (and name it, with the sizes it takes: feats:2=frames:6:4096); "
+                        "by default torch decides for every dimension, and a range torch finds for a named one is applied")
     p.add_argument("--static", type=types.static_dim, action="append", metavar="NAME:DIM", help="keep this input dimension at the example's size")
     p.add_argument("--input-names", type=types.names, metavar="A,B,...", help="names of the graph inputs, one per tensor input (default: forward's parameter names)")
     p.add_argument("--output-names", type=types.names, metavar="A,B,...", help="names of the graph outputs (default: dict keys or output_0, output_1, ...)")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rnnx import limits
 from rnnx.engines.tensorrt import Profile
@@ -140,11 +140,11 @@ def _backend_tolerance(text: str) -> dict[str, Tolerance]:
     return parsed
 
 
-def _dynamic_dim(text: str) -> tuple[str, int, str | None]:
+def _dynamic_dim(text: str) -> tuple[str, int, Any]:
     return parse_dim(text, "--dynamic")
 
 
-def _static_dim(text: str) -> tuple[str, int, str | None]:
+def _static_dim(text: str) -> tuple[str, int, Any]:
     return parse_dim(text, "--static")
 
 
@@ -170,5 +170,5 @@ rtol = _usage(_tolerance_item("rtol"), "tolerance")
 error_stat = _usage(_tolerance_item("stat"), "statistic")
 backend_tolerance = _usage(_backend_tolerance, "BACKEND=ATOL,RTOL")
 role = _usage(_role, "NAME=ROLE")
-dynamic_dim = _usage(_dynamic_dim, "NAME:DIM[=LABEL]")
+dynamic_dim = _usage(_dynamic_dim, "NAME:DIM[=LABEL[:MIN[:MAX]]]")
 static_dim = _usage(_static_dim, "NAME:DIM")

@@ -91,10 +91,22 @@ def _load_torchscript(path: Path) -> Any:
         raise RNNXError(f"{path}: not a TorchScript file ({str(exc).strip().splitlines()[0][:160]}); for a state_dict pass file.py:NAME and --checkpoint") from None
 
 
-def load_checkpoint(module: Any, path: Path) -> None:
-    """Load a state_dict (weights-only .pt/.pth, or .safetensors) into ``module``, strictly."""
-    import torch
+# Where training code keeps the model's state_dict in a checkpoint dict, in the order tried:
+# Lightning and most loops ("state_dict"), the PyTorch tutorials ("model_state_dict"), and
+# common hand-written loops.
+CONTAINER_KEYS = ("state_dict", "model_state_dict", "model", "net", "network", "module", "model_state", "weights")
+_KEYS_SHOWN = 4
 
+
+def load_checkpoint(module: Any, path: Path) -> str | None:
+    """Load a state_dict (weights-only .pt/.pth, or .safetensors) into ``module``, strictly.
+
+    A training checkpoint is accepted too: a dict holding the state_dict under one of
+    :data:`CONTAINER_KEYS`, its keys carrying a wrapper's prefix (DataParallel's ``module.``,
+    Lightning's ``model.``, torch.compile's ``_orig_mod.``) or lacking one the model has. Returns
+    one line saying which container key and prefix were used (None for a plain state_dict).
+    """
+    import torch
 
     path = require_file(Path(path))
     if path.suffix.lower() == ".safetensors":  # rnnx's own bounded reader, then torch tensors
@@ -105,15 +117,103 @@ def load_checkpoint(module: Any, path: Path) -> None:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
         except Exception as exc:  # UnpicklingError and friends
             raise RNNXError(f"{path}: cannot load as weights only ({str(exc).splitlines()[0][:200]}); save a state_dict") from None
-    for key in ("state_dict", "model_state_dict", "model"):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            state = state[key]
-            break
+    state, container = _state_dict_in(state, path)
+    wanted = list(module.state_dict())
+    state, prefix, ignored = _matched_prefix(state, wanted)
+    where = f"{path}" + (f"[{container!r}]" if container else "") + (f" with {prefix}" if prefix else "")
     try:
         module.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        # torch's message: a header line, then the missing and unexpected keys, which say what is wrong.
-        raise RNNXError(f"{path}: does not fit the model ({' '.join(str(exc).split())[:400]}); check the checkpoint or the model") from None
+        raise RNNXError(f"{where}: does not fit the model ({_load_errors(exc)}); check the checkpoint or the model") from None
+    if not container and not prefix:
+        return None
+    said = f"checkpoint: loaded {where}" + (f"; ignored {len(ignored)} key(s) the model has no place for ({_few(ignored)})" if ignored else "")
+    return said
+
+
+def _is_state_dict(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, dict) and bool(value) and all(isinstance(k, str) for k in value) and any(isinstance(v, torch.Tensor) for v in value.values())
+
+
+def _state_dict_in(state: Any, path: Path) -> tuple[dict[str, Any], str | None]:
+    """The state_dict in what torch.load gave, and the container key it was under (or None)."""
+    import torch
+
+    if isinstance(state, dict) and all(isinstance(v, torch.Tensor) for v in state.values()):
+        return state, None
+    if isinstance(state, dict):
+        for key in CONTAINER_KEYS:
+            if _is_state_dict(state.get(key)):
+                return {k: v for k, v in state[key].items() if isinstance(v, torch.Tensor)}, key
+        if _is_state_dict(state):
+            return {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}, None
+        keys = ", ".join(repr(k) for k in list(state)[:8])
+        raise RNNXError(f"{path}: expected a state_dict, or a training checkpoint holding one under one of "
+                        f"{', '.join(repr(k) for k in CONTAINER_KEYS)}, found a dict of {keys}; save model.state_dict()")
+    raise RNNXError(f"{path}: expected a state_dict (a dict of tensors), found a {type(state).__name__}; save model.state_dict()")
+
+
+def _matched_prefix(state: dict[str, Any], wanted: list[str]) -> tuple[dict[str, Any], str, list[str]]:
+    """``state`` with the key prefix removed (or added) that makes the most of its keys the
+    model's, what was done ("the prefix 'module.' removed"), and the keys outside that prefix
+    that were left out (only where every key of the model is found under it). Unchanged where
+    no prefix matches more keys than none."""
+    model = set(wanted)
+    if set(state) == model or not model:
+        return state, "", []
+    best: tuple[int, str, str] = (sum(k in model for k in state), "", "")
+    for kind, keys, targets in (("removed", state, model), ("added", wanted, set(state))):
+        counts: dict[str, int] = {}
+        for key in keys:
+            parts = key.split(".")
+            for i in range(1, len(parts)):
+                if ".".join(parts[i:]) in targets:
+                    prefix = ".".join(parts[:i]) + "."
+                    counts[prefix] = counts.get(prefix, 0) + 1
+        for prefix, count in counts.items():
+            if count > best[0]:
+                best = (count, kind, prefix)
+    count, kind, prefix = best
+    if not kind:
+        return state, "", []
+    said = f"the prefix {prefix!r} {kind}" + {"module.": " (DataParallel's)", "model.": " (Lightning's)", "_orig_mod.": " (torch.compile's)"}.get(prefix, "")
+    if kind == "added":  # only where it makes the whole model found: a partial match says more as it is
+        added = {prefix + k: v for k, v in state.items()}
+        return (added, said, []) if model <= set(added) else (state, "", [])
+    inside = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    outside = [k for k in state if not k.startswith(prefix)]
+    if model <= set(inside):
+        # Every key of the model is found under the prefix: the rest belongs to the training
+        # wrapper (a loss's buffers, a teacher, an EMA copy).
+        return inside, said, outside
+    return {**{k: state[k] for k in outside}, **inside}, said, []  # torch's lists then name what is missing
+
+
+def _few(keys: list[str]) -> str:
+    shown = ", ".join(keys[:_KEYS_SHOWN])
+    return shown + (f", ... ({len(keys) - _KEYS_SHOWN} more)" if len(keys) > _KEYS_SHOWN else "")
+
+
+def _load_errors(exc: BaseException) -> str:
+    """torch's load_state_dict message on one line: its missing and unexpected keys (the first
+    few of each, with how many more) and its first size mismatches."""
+    import re
+
+    parts = []
+    mismatches = []
+    for line in str(exc).splitlines():
+        line = line.strip()
+        found = re.match(r"(Missing key\(s\)|Unexpected key\(s\)) in state_dict: (.*)", line)
+        if found:
+            keys = re.findall(r'"[^"]*"', found.group(2))  # quoted, as torch writes them
+            parts.append(f"{found.group(1)} in state_dict: {_few(keys)}")
+        elif line.startswith("size mismatch for"):
+            mismatches.append(line.rstrip("."))
+    if mismatches:
+        parts.append("; ".join(mismatches[:2]) + (f"; ... ({len(mismatches) - 2} more size mismatches)" if len(mismatches) > 2 else ""))
+    return "; ".join(parts) if parts else " ".join(str(exc).split())[:400]
 
 
 def parse_input(text: str) -> tuple[str | None, Any]:
@@ -190,17 +290,27 @@ def order_inputs(model: Any, given: list[tuple[str | None, Any]]) -> tuple[Any, 
     return tuple(out)
 
 
-def parse_dim(text: str, flag: str) -> tuple[str, int, str | None]:
-    """``NAME:DIM[=LABEL]`` -> (name, dim, label)."""
+def parse_dim(text: str, flag: str) -> tuple[str, int, Any]:
+    """``NAME:DIM[=LABEL]`` or ``NAME:DIM=LABEL:MIN[:MAX]`` -> (name, dim, label), the label
+    being None, a string, or (label, min, max) when a range is given (max None: unbounded)."""
     name, sep, rest = text.partition(":")
-    dim_text, _, label = rest.partition("=")
+    dim_text, _, given = rest.partition("=")
+    label, *bounds = given.split(":") if given else [""]
     try:
         dim = int(dim_text)
     except ValueError:
         dim = None
-    if not sep or not name or dim is None or (label and not label.isidentifier()):
-        form = "NAME:DIM[=LABEL]" if flag == "--dynamic" else "NAME:DIM"
-        raise RNNXError(f"{flag} {text!r}: expected {form}, e.g. {'x:1=frames' if flag == '--dynamic' else 'x:2'}")
+    form = "NAME:DIM[=LABEL] or NAME:DIM=LABEL:MIN[:MAX]" if flag == "--dynamic" else "NAME:DIM"
+    example = "x:1=frames or x:1=frames:6:4096" if flag == "--dynamic" else "x:2"
+    if not sep or not name or dim is None or (label and not label.isidentifier()) or len(bounds) > 2 or (bounds and not label):
+        raise RNNXError(f"{flag} {text!r}: expected {form}, e.g. {example}")
     if flag == "--static" and label:
         raise RNNXError(f"--static {text!r}: a static dimension takes no label; expected NAME:DIM")
-    return name, dim, label or None
+    if not bounds:
+        return name, dim, label or None
+    if not all(b.isdigit() for b in bounds):
+        raise RNNXError(f"{flag} {text!r}: expected a range of non-negative integers, MIN or MIN:MAX, e.g. {label}:6 or {label}:6:4096")
+    lo, hi = int(bounds[0]), int(bounds[1]) if len(bounds) > 1 else None
+    if hi is not None and hi < lo:
+        raise RNNXError(f"{flag} {text!r}: expected MIN <= MAX, found {lo} > {hi}")
+    return name, dim, (label, lo, hi)

@@ -1,6 +1,7 @@
 """The export's self-check: ONNX Runtime against the torch module, varying what is dynamic.
 
-Cases, each on fresh seeded inputs (static dimensions always keep the example's size):
+Cases: the user's example exactly as given, then, each on fresh seeded inputs (static
+dimensions always keep the example's size):
 - ``batch=1``: every batch dimension at 1;
 - ``all larger``: every dynamic dimension larger than in the example (batch +2, lengths
   +3, others +2);
@@ -35,6 +36,7 @@ from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.errors import RNNXError
 
 _GROWTH = {BATCH: 2, LENGTH: 3}
+EXAMPLE_CASE = "the example as given"
 _OTHER_GROWTH = 2
 
 
@@ -132,13 +134,19 @@ class SelfCheck:
         return "\n".join(lines)
 
 
-def plan_cases(naming: Naming, leaves: Sequence[Leaf]) -> list[tuple[str, dict[str, int]]]:
-    """(name, sizes by label) for every case, duplicates dropped."""
+def example_sizes(naming: Naming, leaves: Sequence[Leaf]) -> dict[str, int]:
+    """Each dynamic dimension's label -> its size in the example."""
     base: dict[str, int] = {}
     for leaf in leaves:
         for d, v in enumerate(naming.input_dims.get(leaf.name, [])):
             if isinstance(v, str) and v.isidentifier() and v not in base:
                 base[v] = int(leaf.value.shape[d])
+    return base
+
+
+def plan_cases(naming: Naming, leaves: Sequence[Leaf]) -> list[tuple[str, dict[str, int]]]:
+    """(name, sizes by label) for every case, duplicates dropped."""
+    base = example_sizes(naming, leaves)
     grow = {label: base[label] + _GROWTH.get(naming.roles.get(label, ""), _OTHER_GROWTH) for label in base}
     cases: list[tuple[str, dict[str, int]]] = []
     batches = [label for label in base if naming.roles.get(label) == BATCH]
@@ -252,9 +260,11 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
     except RNNXError as exc:  # rnnx wrote a graph ONNX Runtime cannot load: the check has failed
         check.cases.append(CheckCase("loading", {}, {leaf.name: list(leaf.value.shape) for leaf in leaves if leaf.is_tensor}, error=str(exc)))
         return check
-    for k, (name, sizes) in enumerate(plan_cases(naming, leaves)):
+    # The user's own example exactly as given comes first: a file that refuses it (a size-1
+    # column that a grown trace made 2) is never written, whatever the other shapes show.
+    for k, (name, sizes) in enumerate([(EXAMPLE_CASE, example_sizes(naming, leaves))] + plan_cases(naming, leaves)):
         progress.step(f"checking in ONNX Runtime at {name}")
-        values = fresh_inputs(leaves, naming, sizes, seed + k)
+        values = [leaf.value for leaf in leaves] if name == EXAMPLE_CASE else fresh_inputs(leaves, naming, sizes, seed + k)
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
         case = CheckCase(name, sizes, {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)})
         check.cases.append(case)

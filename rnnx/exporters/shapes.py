@@ -55,10 +55,14 @@ def leaves_of(model: Any, example: Sequence[Any]) -> tuple[list[Leaf], Any]:
 
     paths, structure = tree_flatten_with_path(tuple(example))
     params = _forward_parameters(model)
+    star = _varargs_position(model)
     leaves = []
     for i, (path, value) in enumerate(paths):
         top = path[0].idx if hasattr(path[0], "idx") else i
-        base = params[top] if top < len(params) else f"input_{top}"
+        if star is not None and top >= star:  # forward(self, *tensors): tensors_0, tensors_1, ...
+            base = f"{params[star]}_{top - star}"
+        else:
+            base = params[top] if top < len(params) else f"input_{top}"
         leaves.append(Leaf(i, base + "".join(f"_{getattr(k, 'idx', getattr(k, 'key', k))}" for k in path[1:]), value))
     return leaves, structure
 
@@ -74,6 +78,24 @@ def rename_leaves(leaves: Sequence[Leaf], names: Sequence[str] | None) -> None:
         leaf.name = name
 
 
+def _varargs_position(model: Any) -> int | None:
+    """The position of forward's ``*args`` parameter, if it has one."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    return next((k for k, p in enumerate(params) if p.kind == p.VAR_POSITIONAL), None)
+
+
+def bind_dynamic_shapes(model: Any, per_argument: Any) -> Any:
+    """The dynamic-shapes tree bound as torch.export binds forward's parameters: one entry per
+    parameter, so the arguments that ``*args`` collects share one entry, a tuple of theirs."""
+    star = _varargs_position(model)
+    if star is None or not isinstance(per_argument, tuple):
+        return per_argument
+    return tuple(per_argument[:star]) + (tuple(per_argument[star:]),)
+
+
 def _forward_parameters(model: Any) -> list[str]:
     try:
         params = inspect.signature(model.forward).parameters.values()
@@ -85,9 +107,11 @@ def _forward_parameters(model: Any) -> list[str]:
 @dataclass
 class Overrides:
     """What the user said about dimensions, by input name: ``dynamic[name][dim]`` is a
-    label (or None: let rnnx name it), ``static[name]`` a set of dims."""
+    label, a label with a range (``("frames", 6, None)``: at least 6, ``("frames", 6, 512)``),
+    a ``torch.export.Dim`` (its name and range), or None (dynamic, and rnnx names it);
+    ``static[name]`` a set of dims."""
 
-    dynamic: dict[str, dict[int, str | None]] = field(default_factory=dict)
+    dynamic: dict[str, dict[int, Any]] = field(default_factory=dict)
     static: dict[str, set[int]] = field(default_factory=dict)
 
     def check_names(self, leaves: Sequence[Leaf]) -> None:
@@ -105,14 +129,39 @@ class Overrides:
             if both:
                 raise RNNXError(f"dynamic/static axes {name}:{min(both)}: asked to be both dynamic and static; say one")
 
+    @staticmethod
+    def label_range(value: Any, where: str) -> tuple[str | None, int | None, int | None]:
+        """(label, min, max) of one ``dynamic`` entry; a missing bound is None."""
+        if value is None or isinstance(value, str):
+            return value or None, None, None
+        if isinstance(value, (tuple, list)) and 1 <= len(value) <= 3:
+            label, lo, hi = (tuple(value) + (None, None))[:3]
+        elif isinstance(getattr(value, "__name__", None), str) and hasattr(value, "min"):  # a torch.export.Dim
+            label, lo, hi = value.__name__, value.min, value.max
+            lo = None if lo in (0, None) else lo
+            hi = hi if isinstance(hi, int) and not isinstance(hi, bool) and hi < 1 << 62 else None
+        else:
+            raise RNNXError(f"dynamic axis {where}: expected a label, (label, min, max) or a torch.export.Dim, found {value!r}")
+        for bound in (lo, hi):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 0):
+                raise RNNXError(f"dynamic axis {where}={label}: expected a range of non-negative integers, found min={lo}, max={hi}")
+        if lo is not None and hi is not None and hi < lo:
+            raise RNNXError(f"dynamic axis {where}={label}: expected min <= max, found min={lo}, max={hi}")
+        if not isinstance(label, str) or not label:
+            raise RNNXError(f"dynamic axis {where}: a range needs a label (NAME:DIM=LABEL:MIN[:MAX]), found {value!r}")
+        return label, lo, hi
+
 
 def offered_shapes(leaves: Sequence[Leaf], overrides: Overrides) -> tuple[list[Any], dict[tuple[int, int], str]]:
     """Per leaf, the dynamic-shapes entry offered to torch.export: AUTO on every dimension
-    except those the user made static or named. Also the user's labels by (leaf, dim)."""
+    except those the user made static or named (a named one is a ``Dim`` of that name, with
+    the range given, shared by every dimension given that name). Also the user's labels by
+    (leaf, dim)."""
     from torch.export import Dim
 
     overrides.check_names(leaves)
     dims: dict[str, Any] = {}
+    ranges: dict[str, tuple[int | None, int | None]] = {}
     specs: list[Any] = []
     labels: dict[tuple[int, int], str] = {}
     for leaf in leaves:
@@ -121,15 +170,24 @@ def offered_shapes(leaves: Sequence[Leaf], overrides: Overrides) -> tuple[list[A
             continue
         rank = leaf.value.dim()
         static = {d % rank for d in overrides.static.get(leaf.name, set())}
-        named = {d % rank: label for d, label in overrides.dynamic.get(leaf.name, {}).items()}
+        named = {d % rank: given for d, given in overrides.dynamic.get(leaf.name, {}).items()}
         entry: dict[int, Any] = {}
         for d in range(rank):
             if d in static:
                 continue
-            label = named.get(d)
+            label, lo, hi = Overrides.label_range(named.get(d), f"{leaf.name}:{d}")
             if label:
                 if not label.isidentifier():
                     raise RNNXError(f"dynamic axis {leaf.name}:{d}={label}: a label must be an identifier (letters, digits, _)")
+                if (lo, hi) != (None, None):
+                    if ranges.get(label, (lo, hi)) != (lo, hi):
+                        def span(lo: int | None, hi: int | None) -> str:
+                            return f"{lo or 0}..{'inf' if hi is None else hi}"
+
+                        raise RNNXError(f"dynamic axis {leaf.name}:{d}={label}: {label} is given two ranges ({span(*ranges[label])} "
+                                        f"and {span(lo, hi)}); give it one")
+                    ranges[label] = (lo, hi)
+                    dims[label] = Dim(label, min=lo, max=hi)
                 entry[d] = dims.setdefault(label, Dim(label))
                 labels[(leaf.index, d)] = label
             elif d in named:  # asked dynamic without a name: torch must keep it dynamic or say why not
@@ -137,6 +195,12 @@ def offered_shapes(leaves: Sequence[Leaf], overrides: Overrides) -> tuple[list[A
             else:
                 entry[d] = Dim.AUTO
         specs.append(entry or None)
+    # A range given on a later mention of a label applies to its earlier mentions too.
+    for entry in specs:
+        for d, dim in (entry or {}).items():
+            name = getattr(dim, "__name__", None)
+            if name in dims:
+                entry[d] = dims[name]
     return specs, labels
 
 
@@ -298,3 +362,25 @@ def _placeholder_ancestors(node: Any) -> set[str]:
             found.add(n.name)
         stack.extend(n.all_input_nodes)
     return found
+
+
+def guess_naming(leaves: Sequence[Leaf], reach: dict[int, tuple[str, Any]]) -> Naming:
+    """Where torch.export could not trace the model at all, the axes the second route offers
+    come from the recurrent modules that example tensors reach unchanged (``reach``: leaf
+    index -> ("input" or "state", module)): an input is (seq, batch, ...) or, batch-first,
+    (batch, seq, ...); a state is (layers*directions, batch, size). Every other dimension
+    stays static: a guess about a tensor no recurrence reads would be only a guess."""
+    roles: dict[str, str] = {}
+    dims: dict[str, list[int | str]] = {}
+    for leaf in leaves:
+        if not leaf.is_tensor:
+            continue
+        shape: list[int | str] = list(leaf.value.shape)
+        role, module = reach.get(leaf.index, ("", None))
+        if role == "input" and leaf.value.dim() == 3:
+            shape[0], shape[1] = ("batch", "seq") if getattr(module, "batch_first", False) else ("seq", "batch")
+        elif role == "state" and leaf.value.dim() == 3:
+            shape[1] = "batch"
+        dims[leaf.name] = shape
+        roles.update({v: BATCH if v == "batch" else LENGTH for v in shape if isinstance(v, str)})
+    return Naming({}, roles, dims, {})

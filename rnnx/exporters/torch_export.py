@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,18 +22,21 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.errors import RNNXError
-from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
+from rnnx.exporters.writing import ExportReport, first_line, quiet, suggested_fixes, write_checked
 from rnnx.layouts.onnx import NATIVE_OPS, OP_TYPES
 from rnnx.layouts.onnx import DEFAULT_OPSET
 from rnnx.formats.onnx_build import check_opset
 from rnnx.tolerance import Tolerances
 from rnnx.exporters import ops, shapes
 from rnnx.exporters.scripted import export_scripted
+from rnnx.exporters import torchscript_route
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.graphs.legalize import convert_down
 from rnnx.exporters import record
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.formats.onnx_scan import lower_projections
+from rnnx.graphs.index import all_graphs
+from rnnx.graphs.export_repairs import drop_noop_squeezes, separate_outputs
 
 # torch.onnx builds at 18 or later; rnnx converts down itself with onnx's converter, since
 # torch.onnx's own down-conversion fails on reductions and in a process that ran its
@@ -105,26 +109,175 @@ def export(
         overrides = shapes.Overrides({alias.get(k, k): dict(v) for k, v in (dynamic or {}).items()},
                                      {alias.get(k, k): set(v) for k, v in (static or {}).items()})
         specs, labels = shapes.offered_shapes(leaves, overrides)
-        offered = _unflatten(specs, structure)
+        offered = shapes.bind_dynamic_shapes(model, _unflatten(specs, structure))
     shapes.rename_leaves(leaves, input_names)
 
     work = copy.deepcopy(model).eval()
     swapped = swap_recurrent_modules(work)
+    routes = _Routes(model, work, swapped, leaves, structure, path, opset, output_names, swappable(model), check, seed, tolerances)
     progress.step("tracing with torch.export")
-    program, tracing = _trace(model, work, leaves, structure, specs, offered, user_shapes=dynamic_shapes is not None)
-    naming = shapes.name_dimensions(program, leaves, labels, ops.KINDS)
-    progress.step("translating to ONNX")
-    proto = _to_onnx(program, opset)
-    progress.step("naming, lowering and fusing")
-    result = _finish_graph(proto, naming, leaves, program, swapped, output_names, bare=swappable(model))
-    report = ExportReport(
-        path=str(path), opset=opset, op_types=result.op_types, recurrences=result.recurrences, axes=naming.axes(), tracing=tracing,
-        lowered=result.lowered, fused=result.fused, unrolled_cells=result.unrolled, notes=result.notes,
-    )
+    try:
+        program, tracing = _trace(model, work, leaves, structure, specs, offered, user_shapes=dynamic_shapes is not None)
+        naming = shapes.name_dimensions(program, leaves, labels, ops.KINDS)
+    except RNNXError as exc:
+        routes.failed(DYNAMO, exc)
+        program = naming = None
+    if program is not None:
+        routes.try_dynamo(program, naming, tracing)
+        static = [] if routes.done or dynamic_shapes is not None else _unneeded_dimensions(naming, leaves, labels)
+        if static:
+            # torch kept these dynamic, but no recurrence reads them: a shape the model throws
+            # away (a pooled image height) may be what broke the first try, so try them static.
+            narrowed = _without(specs, static, leaves)
+            progress.step("tracing again with " + ", ".join(f"{n} dim {d}" for n, d, _ in static) + " static")
+            try:
+                program2, tracing2 = _trace(model, work, leaves, structure, narrowed, shapes.bind_dynamic_shapes(model, _unflatten(narrowed, structure)),
+                                          user_shapes=False)
+                naming2 = shapes.name_dimensions(program2, leaves, labels, ops.KINDS)
+                why = ("; ".join(f"{n} dim {d} static at {size}" for n, d, size in static)
+                       + ": torch kept it dynamic, but it reaches no recurrence, and the export with it dynamic failed"
+                       + " (name it with dynamic= / --dynamic to insist)")
+                routes.try_dynamo(program2, naming2, tracing2, why, label=DYNAMO_STATIC)
+            except RNNXError as exc:
+                routes.failed(DYNAMO_STATIC, exc)
+    if not routes.done:
+        routes.try_torchscript(naming, program)
+    report = routes.result()
     if model.training:
         report.notes.append("the model was in training mode: it was exported, and checked, in eval mode (dropout off, batch-norm statistics used)")
-    write_checked(proto, path, report, model, leaves, structure, naming, check, seed, tolerances)
     return report
+
+
+DYNAMO = "torch.export + torch.onnx (dynamo)"
+DYNAMO_STATIC = DYNAMO + " with unneeded dimensions static"
+
+
+class _Routes:
+    """The translation routes tried in turn, and what each gave: the first file that passes
+    its self-check is written; otherwise the failure that got furthest is reported."""
+
+    def __init__(self, model: Any, work: Any, swapped: list[tuple[str, Any]], leaves: list[Any], structure: Any, path: Path, opset: int,
+                 output_names: Sequence[str] | None, bare: bool, check: bool, seed: int, tolerances: Tolerances | None) -> None:
+        self.model, self.work, self.swapped, self.leaves, self.structure = model, work, swapped, leaves, structure
+        self.path, self.opset, self.output_names, self.bare = path, opset, output_names, bare
+        self.check, self.seed, self.tolerances = check, seed, tolerances
+        self.errors: list[tuple[str, RNNXError]] = []
+        self.reports: list[ExportReport] = []
+        self.program: Any = None  # the first torch.export program, to say where a failing op sits
+
+    @property
+    def done(self) -> bool:
+        return any(r.passed and r.written for r in self.reports)
+
+    def failed(self, route: str, exc: RNNXError) -> None:
+        self.errors.append((route, exc))
+
+    def _finish(self, route: str, proto: Any, naming: Any, program: Any, tracing: str, note: str = "", label: str = "") -> None:
+        try:
+            progress.step("naming, lowering and fusing")
+            result = _finish_graph(proto, naming, self.leaves, program, self.swapped, self.output_names, bare=self.bare, model=self.model,
+                                   structure=self.structure)
+        except RNNXError as exc:
+            self.failed(label or route, exc)
+            return
+        report = ExportReport(
+            path=str(self.path), opset=self.opset, op_types=result.op_types, recurrences=result.recurrences, axes=naming.axes(), tracing=tracing,
+            lowered=result.lowered, fused=result.fused, unrolled_cells=result.unrolled, notes=result.notes, route=route,
+        )
+        if note:
+            report.notes.insert(0, note)
+        for earlier, exc in self.errors:
+            report.notes.append(f"{earlier} failed first: {_cause(exc)}")
+        for earlier_report in self.reports:
+            report.notes.append(f"{earlier_report.route} made a file first that failed its self-check: {earlier_report.check.failure()}")
+        write_checked(proto, self.path, report, self.model, self.leaves, self.structure, naming, self.check, self.seed, self.tolerances)
+        self.reports.append(report)
+
+    def try_dynamo(self, program: Any, naming: Any, tracing: str, note: str = "", label: str = DYNAMO) -> None:
+        self.program = self.program or program
+        progress.step("translating to ONNX")
+        try:
+            proto = _to_onnx(program, self.opset)
+        except RNNXError as exc:
+            self.failed(label, exc)
+            return
+        self._finish(DYNAMO, proto, naming, program, tracing, note, label)
+
+    def try_torchscript(self, naming: Any, program: Any) -> None:
+        tensors = [leaf for leaf in self.leaves if leaf.is_tensor]
+        if naming is None:
+            naming = shapes.guess_naming(self.leaves, _recurrent_arguments(self.model, self.leaves, self.structure))
+        axes = {name: {d: v for d, v in enumerate(dims) if isinstance(v, str) and v.isidentifier()} for name, dims in naming.input_dims.items()}
+        progress.step(f"translating with {torchscript_route.ROUTE}")
+        try:
+            proto = torchscript_route.translate(self.work, tuple(_unflatten([leaf.value for leaf in self.leaves], self.structure)),
+                                                [leaf.name for leaf in tensors], axes, self.opset)
+        except RNNXError as exc:
+            self.failed(torchscript_route.ROUTE, exc)
+            return
+        how = "torch.export's dynamic dimensions" if program is not None else "dimensions placed from the recurrent modules (torch.export failed)"
+        self._finish(torchscript_route.ROUTE, proto, naming, program, f"by {torchscript_route.ROUTE}, with {how}")
+
+    def result(self) -> ExportReport:
+        passed = [r for r in self.reports if r.passed and r.written]
+        if passed:
+            return passed[0]
+        if self.reports:  # a file was made but failed its check: that got furthest
+            return self.reports[-1]
+        route, exc = self.errors[0]
+        if len(self.errors) == 1:
+            raise exc
+        tried = "; ".join(f"{r}: {_cause(e)}" for r, e in self.errors)
+        where = _module_of_op(self.program, tried) if self.program is not None else ""
+        raise RNNXError(f"no translation route could export the model{where} ({tried}); replace the operator named, or, where a dynamic size "
+                        "is the cause, make it static (static= / --static); --debug prints the full trace") from exc
+
+
+def _module_of_op(program: Any, text: str) -> str:
+    """" in <module> (<Class>)" for the first ATen op named in ``text`` that the traced program
+    calls, from the node's nn_module_stack; "" where it cannot be told."""
+    names = re.findall(r"aten(?:::|\.)_?(\w+)", text)
+    for node in program.graph.nodes:
+        target = str(getattr(node, "target", ""))
+        if node.op == "call_function" and any(re.search(rf"aten\._?{re.escape(n)}\b", target) for n in names):
+            stack = node.meta.get("nn_module_stack") or {}
+            if stack:
+                path, cls = list(stack.values())[-1]
+                cls_name = getattr(cls, "__name__", str(cls).rpartition(".")[2].strip("'>"))
+                return f" at {path or '(the model)'} ({cls_name})"
+    return ""
+
+
+def _cause(exc: BaseException) -> str:
+    """An error's own words, without the wrapper rnnx and torch put around them."""
+    text = first_line(exc)
+    for prefix in ("torch.onnx could not translate the model: ", "torch.export could not trace the model: ",
+                   f"{torchscript_route.ROUTE} could not translate the model: "):
+        text = text.removeprefix(prefix)
+    text = re.sub(r"^<class '[\w.]+'>: ", "", text)
+    return text.split("; the full trace is its cause")[0]
+
+
+def _unneeded_dimensions(naming: Any, leaves: list[Any], given: dict[tuple[int, int], str]) -> list[tuple[str, int, int]]:
+    """(input, dim, size) of every dynamic input dimension that is neither a batch nor a
+    length and that the user did not name."""
+    out = []
+    for leaf in leaves:
+        for d, v in enumerate(naming.input_dims.get(leaf.name, [])):
+            if isinstance(v, str) and naming.roles.get(v, shapes.OTHER) == shapes.OTHER and (leaf.index, d) not in given:
+                out.append((leaf.name, d, int(leaf.value.shape[d])))
+    return out
+
+
+def _without(specs: list[Any], static: list[tuple[str, int, int]], leaves: list[Any]) -> list[Any]:
+    """``specs`` with the ``static`` dimensions left out (torch.export keeps those at the example's size)."""
+    drop = {(n, d) for n, d, _ in static}
+    out = []
+    for leaf, spec in zip(leaves, specs):
+        if isinstance(spec, dict):
+            spec = {d: dim for d, dim in spec.items() if (leaf.name, d) not in drop} or None
+        out.append(spec)
+    return out
 
 
 def _in_recurrence(model: Any, param: str) -> bool:
@@ -173,6 +326,60 @@ def _runs(model: Any, structure: Any) -> Any:
     return runs
 
 
+def _accepts(program: Any, values: list[Any], structure: Any) -> bool:
+    """Whether the traced program's input constraints admit ``values`` (its module checks them)."""
+    import torch
+
+    try:
+        with quiet(), torch.no_grad():
+            program.module()(*_unflatten(values, structure))
+        return True
+    except Exception:  # a violated constraint, or anything the graph raises at that shape
+        return False
+
+
+def _drop(spec: Any, dim: int | None) -> Any:
+    return {d: v for d, v in spec.items() if d != dim} if isinstance(spec, dict) and dim is not None else spec
+
+
+def _recurrent_arguments(model: Any, leaves: list[Any], structure: Any) -> dict[int, tuple[str, Any]]:
+    """leaf index -> ("input" or "state", module) for every example tensor that reaches an
+    nn.LSTM / GRU / RNN unchanged, as its input or its initial state. Found by running the
+    model once with a hook on each recurrent module, since only the call says which is which."""
+    import torch
+
+    from rnnx.exporters.modules import RECURRENT_MODULES
+
+    ids = {id(leaf.value): leaf.index for leaf in leaves if leaf.is_tensor}
+    found: dict[int, tuple[str, Any]] = {}
+
+    def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        x = args[0] if args else kwargs.get("input")
+        if isinstance(x, torch.Tensor) and id(x) in ids:
+            found.setdefault(ids[id(x)], ("input", module))
+        hx = args[1] if len(args) > 1 else kwargs.get("hx")
+        for state in (hx if isinstance(hx, (tuple, list)) else (hx,)):
+            if isinstance(state, torch.Tensor) and id(state) in ids:
+                found.setdefault(ids[id(state)], ("state", module))
+
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in model.modules() if isinstance(m, RECURRENT_MODULES)]
+    try:
+        run_eager(model, [leaf.value for leaf in leaves], structure)
+    except Exception:  # the model's own failure is reported by the trace, not here
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return found
+
+
+def _state_layer_axes(model: Any, leaves: list[Any], structure: Any) -> dict[int, int]:
+    """leaf index -> 0 for every example tensor that reaches a recurrent module as its
+    initial state: its first axis counts layers times directions, which no size-1 guess may
+    grow; its batch axis may grow with the others."""
+    return {i: 0 for i, (role, _) in _recurrent_arguments(model, leaves, structure).items() if role == "state" and leaves[i].value.dim() == 3}
+
+
 def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list[Any], offered: Any, user_shapes: bool) -> tuple[Any, str]:
     """The ExportedProgram, and how size-1 dimensions were handled (for the report)."""
     import torch
@@ -186,7 +393,8 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
     if user_shapes:
         attempts.append((values, True, "with the dynamic shapes given, size-oblivious (as torch.onnx does)"))
     elif has_one:
-        grown, which = shapes.grow_size_one(_runs(model, structure), leaves, specs)
+        layer_axes = _state_layer_axes(model, leaves, structure)
+        grown, which = shapes.grow_size_one(_runs(model, structure), leaves, [_drop(spec, layer_axes.get(leaf.index)) for leaf, spec in zip(leaves, specs)])
         if which:
             attempts.append((grown, False, "on a copy of the example grown to 2 along " + ", ".join(f"{n} dim {d}" for n, d in which)
                              + " (size-1 dimensions the model also runs with), so that torch sees them as dynamic"))
@@ -203,19 +411,52 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
             try:
                 with quiet(), packed_sequences_as_lengths(), fx_config.patch(backed_size_oblivious=oblivious):
                     program = torch.export.export(work, _unflatten(vals, structure), dynamic_shapes=shapes_now, strict=False)
+                if vals is not values and not _accepts(program, values, structure):
+                    # traced on a grown copy, torch may have pinned a grown dimension at 2 or
+                    # above: a program that refuses the user's own example is not kept
+                    errors.append(RNNXError("the trace on the grown example refuses the example as given"))
+                    break
                 if shapes_now is not offered:
-                    how += "; named dimensions narrowed to the ranges torch found (" + first_line(errors[-1])[:120] + ")"
+                    how += "; named dimensions narrowed to the ranges torch suggested (" + "; ".join(suggested_fixes(str(errors[-1]))) + ")"
                 return program, how
             except torch._dynamo.exc.UserError as exc:
                 errors.append(exc)
                 try:
-                    shapes_now = torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes(exc.msg, shapes_now)
+                    shapes_now = _refined(exc.msg, shapes_now)
                 except Exception:  # no usable suggestion: this attempt has failed
                     break
             except Exception as exc:  # torch.export raises many types; the first line says what failed
                 errors.append(exc)
                 break
     raise RNNXError(f"torch.export could not trace the model: {first_line(errors[0])}; the full trace is its cause (the CLI prints it with --debug)") from errors[0]
+
+
+def _refined(msg: str, dynamic_shapes: Any) -> Any:
+    """torch.export.dynamic_shapes.refine_dynamic_shapes_from_suggested_fixes, for shapes
+    that mix named Dims with Dim.AUTO: torch's own reads every entry's ``__name__`` and fails
+    on a Dim.AUTO (a _DimHint) with AttributeError. The hints are held out while torch
+    applies its fixes to the named Dims, then put back."""
+    from torch.export.dynamic_shapes import _DimHint, refine_dynamic_shapes_from_suggested_fixes
+
+    def held_out(tree: Any) -> Any:
+        if isinstance(tree, _DimHint):
+            return None
+        if isinstance(tree, dict):
+            return {k: held_out(v) for k, v in tree.items()}
+        if isinstance(tree, (list, tuple)):
+            return type(tree)(held_out(v) for v in tree)
+        return tree
+
+    def put_back(given: Any, refined: Any) -> Any:
+        if isinstance(given, _DimHint):
+            return given
+        if isinstance(given, dict) and isinstance(refined, dict):
+            return {k: put_back(v, refined.get(k)) for k, v in given.items()}
+        if isinstance(given, (list, tuple)) and isinstance(refined, (list, tuple)):
+            return type(given)(put_back(a, b) for a, b in zip(given, refined))
+        return refined
+
+    return put_back(dynamic_shapes, refine_dynamic_shapes_from_suggested_fixes(msg, held_out(dynamic_shapes)))
 
 
 def _to_onnx(program: Any, opset: int) -> Any:
@@ -243,15 +484,22 @@ class _Finished:
 
 
 def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swapped: list[tuple[str, Any]],
-                  output_names: Sequence[str] | None, bare: bool) -> _Finished:
+                  output_names: Sequence[str] | None, bare: bool, model: Any = None, structure: Any = None) -> _Finished:
     """Everything between torch.onnx's graph and the file: names, lowering, fusing, records."""
     import onnx
 
     from rnnx.exporters.modules import NativeCell, module_spec
 
     tensors = [leaf for leaf in leaves if leaf.is_tensor]
-    record.rename_values(proto, {i.name: leaf.name for i, leaf in zip(proto.graph.input, tensors) if i.name != leaf.name})
-    outputs = list(output_names) if output_names else record.output_names(program, bare, len(proto.graph.output))
+    if len(proto.graph.input) != len(tensors):
+        raise RNNXError(f"the translated graph has {len(proto.graph.input)} inputs for {len(tensors)} tensor inputs "
+                        f"({', '.join(t.name for t in tensors)}); an input the model does not use cannot be fed")
+    wanted = {i.name: leaf.name for i, leaf in zip(proto.graph.input, tensors) if i.name != leaf.name}
+    _make_room(proto, set(wanted.values()) - set(wanted))
+    record.rename_values(proto, wanted)
+    repairs = separate_outputs(proto).rewritten + drop_noop_squeezes(proto).rewritten
+    count = len(proto.graph.output)
+    outputs = list(output_names) if output_names else record.output_names(program, bare, count) if program is not None else [f"output_{i}" for i in range(count)]
     if len(outputs) != len(proto.graph.output) or len(set(outputs)) != len(outputs) or not all(outputs):
         raise RNNXError(f"output names: expected {len(proto.graph.output)} distinct names (one per output tensor), found {outputs}")
     clash = set(outputs) & {leaf.name for leaf in tensors}
@@ -269,7 +517,7 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
         fused = fuse_steps(proto, seq_label=record.free_label(naming, "seq"))
         fused_info = fused.rewritten
         for info in fused.rewritten:
-            if info.get("dynamic_seq"):
+            if info.get("dynamic_seq") and info["source"] in naming.input_dims:  # a source computed inside the graph has no input dim to name
                 naming.input_dims[info["source"]][info["axis"]] = info["seq_label"]
                 naming.roles[info["seq_label"]] = "length"
             notes.append(f"{info['steps']} steps of a stepped cell fused into one {info['op']} node over {info['source']}"
@@ -283,17 +531,38 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
             notes.append(f"cells stepped in Python stay one node per step, so their step count is fixed at the example's ({reasons})")
     if lowered:
         notes.append(f"ONNX has no LSTM projection: {len(lowered.rewritten)} layer(s) lowered to Scans with the input product hoisted")
+    notes += [f"repaired: {r}" for r in repairs]
     proto.ir_version = min(proto.ir_version, onnx.helper.find_min_ir_version_for(list(proto.opset_import)))
     record.drop_unused_initializers(proto)
-    onnx.checker.check_model(proto)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as exc:
+        raise RNNXError(f"the translated graph is not valid ONNX: {first_line(exc)}") from exc
     recurrences = [
         {"module": name, "spec": str(module_spec(m)), "onnx": _onnx_form(m), "batch_first": bool(getattr(m, "batch_first", False)),
          "cell": isinstance(m, NativeCell)}
         for name, m in swapped
     ]
-    record.write_metadata(proto, naming, recurrences, {leaf.name: list(leaf.value.shape) for leaf in tensors})
+    call = record.call_of_program(program, leaves) if program is not None else record.call_of_module(
+        model, tuple(_unflatten([leaf.value for leaf in leaves], structure)), [leaf.name for leaf in tensors])
+    record.write_metadata(proto, naming, recurrences, {leaf.name: list(leaf.value.shape) for leaf in tensors}, call=call)
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
     return _Finished(dict(op_types), recurrences, lowered.rewritten, fused_info, unrolled, notes)
+
+
+def _make_room(proto: Any, names: set[str]) -> None:
+    """Rename any value already called one of ``names`` (torch.onnx calls a returned input's
+    copy by the input's name, and the input ``<name>_orig``), so the inputs can take them."""
+    used = {n for g in all_graphs(proto.graph) for node in g.node for n in list(node.input) + list(node.output)}
+    used |= {v.name for v in list(proto.graph.input) + list(proto.graph.output) + list(proto.graph.initializer)}
+    moves = {}
+    for name in sorted(names & used):
+        fresh, k = f"{name}_value", 2
+        while fresh in used:
+            fresh, k = f"{name}_value{k}", k + 1
+        used.add(fresh)
+        moves[name] = fresh
+    record.rename_values(proto, moves)
 
 
 def _onnx_form(native: Any) -> str:

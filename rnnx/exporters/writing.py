@@ -6,12 +6,16 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import re
+import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rnnx.errors import RNNXError
 from rnnx.exporters import record
 from rnnx.exporters.selfcheck import SelfCheck, refused_dimensions, run_self_check
 from rnnx.fileio import atomic_output
@@ -35,6 +39,7 @@ class ExportReport:
     written: bool = True
     check: SelfCheck | None = None
     notes: list[str] = field(default_factory=list)
+    route: str = ""  # which translation route made the file (torch.onnx's dynamo or TorchScript exporter)
 
     @property
     def passed(self) -> bool:
@@ -54,6 +59,7 @@ class ExportReport:
             "recurrences": self.recurrences,
             "axes": {name: {str(d): label for d, label in dims.items()} for name, dims in self.axes.items()},
             "tracing": self.tracing,
+            "route": self.route,
             "lowered": self.lowered,
             "unrolled_cells": self.unrolled_cells,
             "fused": self.fused,
@@ -70,6 +76,8 @@ class ExportReport:
             lines.append(f"  {r['module'] or '(the model)'}: {r['spec']} -> {r['onnx']}")
         if self.axes:
             lines.append("dynamic axes: " + "; ".join(f"{name}[{', '.join(f'{d}={label}' for d, label in dims.items())}]" for name, dims in self.axes.items() if dims))
+        if self.route:
+            lines.append(f"route: {self.route}")
         if self.tracing:
             lines.append(f"traced: {self.tracing}")
         lines += [f"note: {n}" for n in self.notes]
@@ -82,15 +90,29 @@ class CheckFailed(Exception):
     """Raised inside the atomic write so that the file is not renamed into place."""
 
 
+# Loggers that print while torch traces and translates: torch's fake tensors log the full
+# traceback of a failed shape check at ERROR ("failed while attempting to run meta for
+# aten.mm"), symbolic shapes its guards, dynamo and export their retries, torch.onnx and
+# onnxscript their progress. rnnx reports the failure itself, in one line. "torch" covers its
+# children that have no level of their own; the others are named because torch's logging
+# setup or a user's TORCH_LOGS may have given them one.
+QUIET_LOGGERS = ("torch", "torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes", "torch.fx", "torch._dynamo",
+                 "torch.export", "torch._export", "torch._functorch", "torch._guards", "torch.onnx", "onnxscript", "onnx_ir")
+_SILENT = logging.CRITICAL + 1
+
+
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """torch.onnx prints progress and warnings of its own; keep stdout clean for --json."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript", "torch._dynamo", "torch.fx", "torch._export")]
+    """torch.onnx prints progress and warnings of its own, and torch.export logs its failures
+    (a traceback of ~20 lines) before raising them: keep stdout clean for --json and stderr for
+    rnnx's one line. TORCH_LOGS, a user's explicit request for torch's logs, is respected."""
+    names = () if os.environ.get("TORCH_LOGS") else QUIET_LOGGERS
+    loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.ERROR)
+        lg.setLevel(_SILENT)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:
@@ -98,13 +120,103 @@ def quiet() -> Iterator[None]:
             lg.setLevel(level)
 
 
+# torch's size symbols: s66 (backed by an example's size), u3 (unbacked: data-dependent).
+_SYMBOL = re.compile(r"\b[su]\d+\b")
+
+
 def first_line(exc: BaseException) -> str:
+    """The line of ``exc``'s message that says what failed, in the user's terms: torch's size
+    symbols (``s66``) become the example's sizes where the trace that raised holds them
+    (otherwise "a dynamic size"), and torch's suggested fixes are kept, whole, at the end."""
     text = str(exc).strip()
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("Failed to", "-", "#", "(Refer", "Traceback")):
-            return line[:300]
-    return type(exc).__name__
+    line = type(exc).__name__
+    for candidate in text.splitlines():
+        candidate = candidate.strip()
+        if candidate and not candidate.startswith(("Failed to", "-", "#", "(Refer", "Traceback")):
+            line = candidate[:300]
+            break
+    fixes = suggested_fixes(text)
+    if not isinstance(exc, RNNXError) and _SYMBOL.search(line):  # rnnx's own messages are already in the user's terms
+        sizes = _traced_sizes(exc)
+        if sizes or _raised_in_torch(exc):
+            line = _SYMBOL.sub(lambda m: sizes.get(m.group(0), "a dynamic size" if m.group(0)[0] == "s" else "a data-dependent size"), line)
+    if fixes and not any(fix in line for fix in fixes):
+        line = line.rstrip() + f" (torch suggests: {'; '.join(fixes)})"
+    return line
+
+
+def suggested_fixes(text: str) -> list[str]:
+    """torch's "Suggested fixes:" block, one fix a line (``frames = Dim('frames', min=6)``)."""
+    _, found, rest = text.partition("Suggested fixes:")
+    fixes = []
+    for fix in rest.splitlines() if found else ():
+        fix = fix.strip()
+        if not fix:
+            if fixes:
+                break
+            continue
+        if " = " not in fix:
+            break
+        fixes.append(fix)
+    return fixes
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen and len(seen) < 8:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+
+
+def _traced_sizes(exc: BaseException) -> dict[str, str]:
+    """torch's size symbols -> the sizes they stood for in the trace that raised ``exc``, from
+    the ShapeEnv that the frames of its traceback (and its causes') still hold."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    envs: dict[int, Any] = {}
+    for link in _chain(exc):
+        tb = link.__traceback__
+        while tb is not None:
+            for value in list(tb.tb_frame.f_locals.values()):
+                env = None
+                if isinstance(value, ShapeEnv):
+                    env = value
+                elif isinstance(value, FakeTensorMode):
+                    env = value.shape_env
+                elif isinstance(value, FakeTensor):
+                    env = value.fake_mode.shape_env
+                elif isinstance(value, (torch.SymInt, torch.SymFloat)):
+                    env = getattr(value.node, "shape_env", None)
+                if env is not None:
+                    envs.setdefault(id(env), env)
+            tb = tb.tb_next
+    sizes: dict[str, str] = {}
+    for env in envs.values():
+        for table in ("backed_var_to_val", "unbacked_var_to_val"):
+            for symbol, value in (getattr(env, table, None) or {}).items():
+                try:
+                    sizes.setdefault(str(symbol), str(int(value)))
+                except (TypeError, ValueError):  # a symbolic or infinite value says nothing more
+                    continue
+        if not hasattr(env, "backed_var_to_val"):  # torch before 2.10 called it var_to_val
+            for symbol, value in (getattr(env, "var_to_val", None) or {}).items():
+                sizes.setdefault(str(symbol), str(value))
+    return sizes
+
+
+def _raised_in_torch(exc: BaseException) -> bool:
+    for link in _chain(exc):
+        tb = link.__traceback__
+        while tb is not None:
+            if f"{os.sep}torch{os.sep}" in tb.tb_frame.f_code.co_filename:
+                return True
+            tb = tb.tb_next
+    return False
 
 
 def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leaves: list[Any], structure: Any, naming: Any, check: bool, seed: int,

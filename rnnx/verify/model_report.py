@@ -37,6 +37,7 @@ class WholeModelReport:
     layers: list[LayerCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     self_check: bool = False  # no torch model: each layer against its own stored weights only
+    called: str = ""  # how the torch model was called (the file's call record, the model's example_inputs, flat)
 
     @property
     def ran(self) -> list[Case]:
@@ -63,7 +64,8 @@ class WholeModelReport:
         first = self.first_drift
         return {"model": self.model, "against": self.against, "self_check": self.self_check, "passed": self.passed, "inputs": self.inputs, "roles": self.roles,
                 "cases": [asdict(c) for c in self.cases], "rows": [r.to_json() for r in self.rows],
-                "layers": [la.to_json() for la in self.layers], "first_drift": first.name if first else None, "notes": self.notes}
+                "layers": [la.to_json() for la in self.layers], "first_drift": first.name if first else None, "notes": self.notes,
+                "called": self.called}
 
     def dump(self, path: Path) -> None:
         with atomic_output(Path(path)) as tmp:
@@ -74,6 +76,8 @@ class WholeModelReport:
                                             if self.self_check else f"against the torch model {self.against}")]
         lines.append("  inputs: " + "; ".join(f"{k} ({', '.join(map(str, v))})" for k, v in self.inputs.items())
                      + ("  dynamic: " + ", ".join(f"{k} ({v})" for k, v in self.roles.items()) if self.roles else ""))
+        if self.called:
+            lines.append(f"  torch called as {self.called}")
         lines += [f"  note: {n}" for n in self.notes]
         judged = self._judged()
         width = max([len(c.name) for c in self.cases] + [4]) + 1

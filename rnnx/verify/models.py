@@ -12,6 +12,10 @@ file) runs the torch model and the ONNX file in ONNX Runtime on the same seeded 
 - floats are standard normal; integer inputs that hold sequence lengths get sorted
   lengths whose longest fills the sequence; token ids stay below the vocabulary of the
   embedding table the input indexes (else within the example's range);
+- the torch model is called as the file's ``rnnx.call`` record says ``rnnx export`` called
+  it (a state tuple, None, flags, ``*tensors``: :mod:`rnnx.verify.calls`), else through the
+  model's ``example_inputs``, else with one tensor per graph input; a forward that binds the
+  recorded call differently is refused by name;
 - every ONNX output is held against the torch model's output at the same position, in
   float64 (a float64 copy of the torch model is the reference) and in float32;
 - every recurrent layer is checked on its own inputs (:mod:`rnnx.verify.layers`) with the
@@ -31,6 +35,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.tolerance import Tolerances, compare_arrays
+from rnnx.verify.calls import plan_call, torch_outputs
 from rnnx.verify.inputs import input_specs, make_feed, plan_cases, shape_note, wiring_note
 from rnnx.verify.layers import Layer, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_report import OutputRow, WholeModelReport
@@ -39,7 +44,6 @@ from rnnx.weights import RNNWeights
 from rnnx.exporters.loading import load_checkpoint
 from rnnx.exporters.loading import load_model as load_torch_model_from
 from rnnx.formats.files import from_format
-from rnnx.exporters.selfcheck import run_eager
 from rnnx import limits
 from rnnx.formats.onnx_read import file_bytes, load_model as load_onnx
 from rnnx.formats.onnx_metadata import read_metadata
@@ -139,42 +143,6 @@ def layer_truths(model: Any, layers: list[Layer], recurrences: list[dict[str, An
 # --- running ------------------------------------------------------------------------------
 
 
-def _torch_outputs(model: Any, feed: dict[str, np.ndarray], names: list[str], structure: Any, extras: list[Any], dtype: Any = None) -> list[np.ndarray]:
-    """The torch model on ``feed`` (graph input order), its tensor outputs flattened."""
-    import torch
-    from torch.utils._pytree import tree_flatten
-
-
-    tensors = iter(torch.from_numpy(np.ascontiguousarray(feed[n])) for n in names)
-    values = []
-    for extra in extras:  # the example's flattened leaves: tensors are replaced, other values kept
-        value = next(tensors) if extra is None else extra
-        if dtype is not None and isinstance(value, torch.Tensor) and value.is_floating_point():
-            value = value.to(dtype)
-        values.append(value)
-    out = run_eager(model, values, structure)
-    return [t.detach().cpu().numpy() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-
-
-def _example_leaves(model: Any, example: Any, names: list[str]) -> tuple[Any, list[Any], dict[str, Any]]:
-    """The call structure, the non-tensor leaves (None where a graph input goes), and the
-    example's tensors by graph input name."""
-    import torch
-    from torch.utils._pytree import tree_flatten
-
-    if example is None:
-        _, structure = tree_flatten(tuple(range(len(names))))
-        return structure, [None] * len(names), {}
-    args = tuple(example) if isinstance(example, (tuple, list)) else (example,)
-    leaves, structure = tree_flatten(args)
-    tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
-    if len(tensors) != len(names):
-        raise RNNXError(f"the model's example inputs hold {len(tensors)} tensors, but the ONNX file takes {len(names)} inputs ({', '.join(names)}); "
-                        "is this the model the file was exported from?")
-    extras = [None if isinstance(v, torch.Tensor) else v for v in leaves]
-    return structure, extras, {n: t.detach().cpu().numpy() for n, t in zip(names, tensors)}
-
-
 def verify_model(model_path: Path, against: str, checkpoint: Path | None = None, seq_lens: list[int] | None = None,
                  batches: list[int] | None = None, dims: dict[str, int] | None = None, seed: int = 0,
                  tolerances: Tolerances | None = None, progress: bool = False) -> WholeModelReport:
@@ -188,17 +156,18 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
     export, recurrences = read_metadata(proto)
     specs, roles = input_specs(proto, export)
     names = [s.name for s in specs]
-    structure, extras, example_arrays = _example_leaves(torch_model, example, names)
+    call = plan_call(proto, torch_model, example, names, str(against))
+    example_arrays = call.example_arrays
     shapes = {**_recorded_example(export), **{k: list(v.shape) for k, v in example_arrays.items()}}
     cases = plan_cases(specs, roles, shapes, seq_lens, batches, dims or {})
-    report = WholeModelReport(str(model_path), str(against), {s.name: s.dims for s in specs}, roles)
+    report = WholeModelReport(str(model_path), str(against), {s.name: s.dims for s in specs}, roles, called=call.shown)
     limits.check_claim("the largest case's inputs", max((sum(int(np.prod(c.shapes[s.name])) * 8 for s in specs) for c in cases), default=0)
                        * limits.WORKING_COPIES, model_path.stat().st_size)
     layers = find_layers(proto)
     runner, known = _layer_runner(proto, layers, model_path, isolated=True)
     graph_outputs = [o.name for o in proto.graph.output]
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
-    report.notes += [n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n]
+    report.notes += [n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n] + call.notes
     try:
         model64 = copy.deepcopy(torch_model).double()
     except Exception as exc:  # noqa: BLE001  a model that cannot be copied or cast: compare in float32 only
@@ -209,14 +178,14 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
     for k, case in enumerate(_progress(cases, progress)):
         feed = make_feed(specs, case, example_arrays, seed + k)
         try:
-            want32 = _torch_outputs(torch_model, feed, names, structure, extras)
+            want32 = torch_outputs(torch_model, call, feed)
         except Exception as exc:  # noqa: BLE001  the user's model may raise anything at a shape it does not take
             case.skipped = f"the torch model itself raised {type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
             continue
         want64 = None
         if model64 is not None:
             try:
-                want64 = _torch_outputs(model64, feed, names, structure, extras, dtype=torch.float64)
+                want64 = torch_outputs(model64, call, feed, dtype=torch.float64)
             except Exception as exc:  # noqa: BLE001  e.g. a forward that creates float32 tensors of its own
                 model64 = None
                 report.notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({' '.join(str(exc).split())[:120]}); "

@@ -29,7 +29,7 @@ def test_export_is_native_dynamic_and_matches_torch(case: Case, tmp_path) -> Non
     assert report.passed, str(report)
     # The self-check ran at batch 1, at everything larger, and with each dynamic axis on its own.
     names = [c.name for c in report.check.cases]
-    assert names[:2] == ["batch=1", "all larger"] and any(n.startswith("seq=") for n in names), names
+    assert names[1:3] == ["batch=1", "all larger"] and any(n.startswith("seq=") for n in names), names
     assert all(c.passed and c.skipped is None for c in report.check.cases)
     proto = onnx.load(str(path))
     ops = collections.Counter(n.op_type for n in proto.graph.node)
@@ -221,13 +221,26 @@ def test_axes_from_the_user_override_torch_and_rnnx(tmp_path) -> None:
 
 def test_a_failing_self_check_writes_nothing(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A wrong translation (the GRU's reset mode flipped) is caught at every shape and no file is left."""
-    from rnnx.exporters import ops
+    from rnnx.exporters import ops, torchscript_route
 
     wrong = ops.TRANSLATIONS[torch.ops.rnnx.gru.default]
     monkeypatch.setitem(ops.TRANSLATIONS, torch.ops.rnnx.gru.default,
                         lambda x, w, r, b, lens, h0, hidden_size, direction, linear_before_reset: wrong(x, w, r, b, lens, h0, hidden_size, direction, 1 - linear_before_reset))
     path = tmp_path / "g.onnx"
+    # The second route (torch.onnx's TorchScript exporter) translates the GRU right: it writes
+    # the file, and the report says the first route's file failed its check.
     report = rnnx.export(torch.nn.GRU(3, 4), (torch.randn(5, 2, 3),), path)
+    assert report.passed and report.route == torchscript_route.ROUTE and path.exists()
+    assert any("failed its self-check" in n and "differs from torch" in n for n in report.notes), report.notes
+    path.unlink()
+
+    def refuse(*args, **kwargs):
+        raise RNNXError("the second route is off for this test")
+
+    monkeypatch.setattr(torchscript_route, "translate", refuse)
+    with pytest.raises(rnnx.ExportCheckFailed) as failed:
+        rnnx.export(torch.nn.GRU(3, 4), (torch.randn(5, 2, 3),), path)
+    report = failed.value.report
     assert not report.passed and not report.written and not path.exists() and list(tmp_path.iterdir()) == []
     assert "differs from torch" in report.check.failure() and "input: " in report.check.failure()
 
@@ -434,7 +447,7 @@ def test_torchscript_files_export_with_native_nodes(tmp_path) -> None:
 
     report = json.loads(out.stdout)
     assert report["op_types"]["GRU"] == 2 and report["check"]["passed"]
-    assert {c["name"] for c in report["check"]["cases"]} == {"batch=1", "all larger", "seq=9"}
+    assert {c["name"] for c in report["check"]["cases"]} == {"the example as given", "batch=1", "all larger", "seq=9"}
     state_dict = tmp_path / "sd.pt"
     torch.save(Tagger().state_dict(), state_dict)
     bad = subprocess.run([sys.executable, "-m", "rnnx.cli", "export", str(state_dict), "--input", "3x6x4", "-o", str(tmp_path / "u.onnx")], capture_output=True, text=True, timeout=300)
