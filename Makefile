@@ -34,11 +34,12 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/rnnx verify out/encoder.onnx --against examples/encoder.safetensors --seq-lens 1,17,64 --batch 1,8 --report out/encoder.verify.json
 	@echo "demo passed: outputs in out/"
 
+# -n auto: one pytest-xdist worker per core (the run is CPU-bound; 2 cores halve it)
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n auto $(PYTEST_ARGS)
 
 test-slow: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q --slow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n auto --slow $(PYTEST_ARGS)
 
 # On a machine with an NVIDIA GPU, with a Python that has a CUDA build of torch and the
 # base dependencies: runs from the source tree, no virtual environment.

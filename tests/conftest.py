@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 import time
@@ -71,6 +72,21 @@ def every_onnx_file_rnnx_writes_verifies(request: pytest.FixtureRequest) -> Iter
         started = time.perf_counter()
         if not report.passed:
             pytest.fail(f"rnnx wrote {path}, which fails rnnx verify:\n{report}")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist each worker counts its own files; hand the count to the controller.
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["rnnx_written_tally"] = dict(session.config.rnnx_written_tally)  # type: ignore[attr-defined]
+
+
+if importlib.util.find_spec("xdist") is not None:  # an xdist hook: pytest refuses unknown hooks without it
+
+    def pytest_testnodedown(node: Any, error: Any) -> None:
+        tally = node.config.rnnx_written_tally
+        for key, value in getattr(node, "workeroutput", {}).get("rnnx_written_tally", {}).items():
+            tally[key] += value
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

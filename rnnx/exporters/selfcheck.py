@@ -5,6 +5,8 @@ dimensions always keep the example's size):
 - ``batch=1``: every batch dimension at 1;
 - ``all larger``: every dynamic dimension larger than in the example (batch +2, lengths
   +3, others +2);
+- ``shorter``: every dynamic dimension but the batch at half the example's size (where that
+  is more than 2);
 - one case per dynamic dimension, varied on its own (for a batch that is not 1 in the
   example, ``batch=1`` is that case).
 
@@ -154,6 +156,11 @@ def plan_cases(naming: Naming, leaves: Sequence[Leaf]) -> list[tuple[str, dict[s
         cases.append(("batch=1", {**base, **{label: 1 for label in batches}}))
     if base:
         cases.append(("all larger", grow))
+    # Shorter too: a size torch guarded loosely (a length turned into Python ints inside the
+    # model) can pass at the example's size and a little above it and still be wrong below.
+    shrink = {label: max(1, base[label] // 2) for label in base if naming.roles.get(label) != BATCH and base[label] > 2}
+    if shrink:
+        cases.append(("shorter", {**base, **shrink}))
     for label in base:
         if naming.roles.get(label) == BATCH and base[label] != 1 and len(batches) == 1:
             continue  # batch=1 already varied it alone
