@@ -13,12 +13,23 @@ CASES of tests/exporters/models.py. Each is exported from its example at batch 3
 - ``rnnx.export(model, example, path)``, no axes given (again from a batch-1 example);
 then run in ONNX Runtime at test_corpus.py's three new shapes and compared with torch eager
 (atol = rtol = 1e-4). Every cell is measured; only the hand-written axes are typed.
+
+    .venv/bin/python tools/compare_exporters.py --third-party
+
+does the same for the models of other authors' packages in tests/exporters/test_third_party.py
+(CASES and RECORDED), at that test's three check shapes, and writes the table to
+tools/third_party/EXPORTERS.md instead of the README. It measures the cases whose package this
+environment imports and keeps the other rows as they were, so run it once in the test
+environment and once in tools/third_party's (see its README) to fill every row; each row
+says which torch measured it. A model an exporter cannot export keeps its row, with the reason.
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
+import importlib.metadata
 import io
 import logging
 import os
@@ -73,6 +84,31 @@ AXES: dict[str, tuple[dict, dict]] = {
     "packed-sequence": ({"x": {0: B, 1: T}, "lengths": {0: B}}, {"y": {0: B, 1: T}, "hn": {1: B}}),
     "lstmcell-stepped": ({"x": {0: T, 1: B}}, {"y": {0: T, 1: B}}),
 }
+
+# The same for tests/exporters/test_third_party.py's models, named as the packages name them
+# (flattened: a dict or a dataclass input gives one entry per tensor, in order).
+THIRD_PARTY_AXES: dict[str, tuple[dict, dict]] = {
+    "stanza-langid-bilstm": ({"chars": {0: B, 1: "chars"}}, {"logits": {0: B}}),
+    "deepecho-par-gru": ({"x": {0: "steps", 1: B}, "context": {0: B}}, {"y": {0: "steps", 1: B}}),
+    "legere-crnn-bigru": ({"image": {0: B, 3: "width"}}, {"logits": {0: B, 1: "frames"}}),
+    "demucs-v3-blstm": ({"mix": {0: B, 2: "samples"}}, {"sources": {0: B, 3: "samples"}}),
+    "darts-rnnmodel-lstm": ({"past_target": {0: B, 1: "steps"}, "historic_future_covariates": {0: B, 1: "steps"},
+                             "future_covariates": {0: B}}, {"prediction": {0: B}, "h": {1: B}, "c": {1: B}}),
+    "neuralforecast-lstm": ({"insample_y": {0: B, 1: "steps"}, "hist_exog": {0: B, 1: "steps"}}, {"forecast": {0: B}}),
+    "opennmt-nmt-lstm-attention": ({"src": {0: B, 1: "src_len"}, "tgt": {0: B, 1: "tgt_len"}, "src_len": {0: B}},
+                                   {"dec_out": {0: B, 1: "dec_len"}, "attn": {0: B, 1: "dec_len", 2: "src_len"}}),
+    "easyocr-vgg-bilstm": ({"image": {0: B, 3: "width"}, "text": {0: B}}, {"preds": {0: B, 1: "frames"}}),
+    "speechbrain-crdnn-lstm": ({"feats": {0: B, 1: "frames"}}, {"encoded": {0: B, 1: "frames"}}),
+    "pyannote-pyannet-bilstm": ({"waveforms": {0: B, 2: "samples"}}, {"scores": {0: B, 1: "frames"}}),
+    "openunmix-bilstm": ({"spec": {0: B, 3: "frames"}}, {"estimate": {0: B, 3: "frames"}}),
+    "asteroid-dprnn-tasnet": ({"wav": {0: B, 1: "samples"}}, {"est_sources": {0: B, 2: "samples"}}),
+    "flair-sequence-tagger-bilstm-crf": ({"sentence_tensor": {0: B, 1: "words"}, "lengths": {0: B}},
+                                         {"features": {0: B, 1: "words"}, "lengths_out": {0: B}, "transitions": {}}),
+    "pytorch-forecasting-rnn-lstm": ({"encoder_cat": {0: B, 1: "steps"}, "encoder_cont": {0: B, 1: "steps"},
+                                      "decoder_cat": {0: B}, "decoder_cont": {0: B}, "encoder_lengths": {0: B},
+                                      "decoder_lengths": {0: B}, "target_scale": {0: B}}, {"prediction": {0: B}}),
+}
+THIRD_PARTY_TABLE = ROOT / "tools" / "third_party" / "EXPORTERS.md"
 
 
 def _case_family(case) -> Family:
@@ -140,11 +176,15 @@ def _short(text: str, n: int = 60) -> str:
 
 def export_dynamo(model, args, path: Path, name: str) -> None:
     auto = tree_map_only(torch.Tensor, lambda t: {d: torch.export.Dim.AUTO for d in range(t.dim())}, args)
+    if args and isinstance(args[-1], dict):  # torch.onnx would read a last dict as keyword inputs; its docs say add {}
+        args = (*args, {})
     torch.onnx.export(model, args, str(path), dynamo=True, dynamic_shapes=auto, opset_version=18)
 
 
 def export_torchscript(model, args, path: Path, name: str) -> None:
-    inputs, outputs = AXES[name]
+    inputs, outputs = AXES[name] if name in AXES else THIRD_PARTY_AXES[name]
+    if args and isinstance(args[-1], dict):  # torch.onnx would read a last dict as keyword inputs; its docs say add {}
+        args = (*args, {})
     torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17, input_names=list(inputs),
                       output_names=list(outputs), dynamic_axes={**inputs, **outputs})
 
@@ -249,5 +289,99 @@ def main() -> None:
     print(table)
 
 
+def _check_third_party(case, make_inputs, model, path: Path) -> tuple[int, str]:
+    """How many of test_third_party.py's three check shapes run and match torch, and the first failure."""
+    from tests.exporters import test_third_party as tp
+
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001  a file ONNX Runtime refuses to load
+        return 0, "ONNX Runtime cannot load it: " + re.sub(r"Load model from \S+ failed:", "Load model failed: ", _first_line(exc))
+    passed, first = 0, ""
+    for (b, seq), args in zip(tp.CHECK_SHAPES, tp.check_inputs(make_inputs)):
+        try:
+            tp.compare(session, [x.numpy() for x in tp.flat_tensors(args)], tp.torch_outputs(model, args), f"B={b},T={seq}")
+            passed += 1
+        except Exception as exc:  # noqa: BLE001  the table records whatever ONNX Runtime or the comparison says
+            first = first or (str(exc) if isinstance(exc, AssertionError) else f"B={b},T={seq}: {_first_line(exc)}")
+    return passed, first
+
+
+def measure_third_party(case, exporter, batch: int, tmp: Path) -> tuple[bool, str]:
+    from tests.exporters import test_third_party as tp
+
+    model, make_inputs = tp.build(case)
+    path = tmp / f"{case.name}-{exporter.__name__}-{batch}.onnx"
+    try:
+        with _quiet():
+            exporter(model, tp.example(make_inputs, batch), path, case.name)
+    except Exception as exc:  # noqa: BLE001  torch.onnx raises many types; the first line says what failed
+        print(f"  {case.name}, {exporter.__name__} (batch {batch}): export fails: {_first_line(exc)}", flush=True)
+        return False, f"✗ export: {_short(_first_line(exc), 90)}"
+    ops = collections.Counter(n.op_type for n in onnx.load(str(path)).graph.node)
+    rec = ", ".join(f"{op}×{ops[op]}" for op in RECURRENT_OPS if ops[op]) or "unrolled"
+    with _quiet():
+        passed, first = _check_third_party(case, make_inputs, model, path)
+    if first:
+        print(f"  {case.name}, {exporter.__name__} (batch {batch}): {first}", flush=True)
+    mark = "✓" if passed == 3 else "✗"
+    return passed == 3, f"{mark} {passed}/3 · {rec} · {sum(ops.values())} nodes" + (f"<br>{_short(first, 90)}" if first else "")
+
+
+def third_party(only: set[str] | None = None) -> None:
+    """Measure the third-party models this environment can build (or those named); keep the other rows."""
+    import pytest
+
+    from tests.exporters import test_third_party as tp
+
+    cases = [*tp.CASES, *tp.RECORDED]
+    header = ["model", "package", "measured with", *(col for col, _, _, _ in EXPORTERS)]
+    rows: dict[str, str] = {}
+    if THIRD_PARTY_TABLE.exists():
+        for line in THIRD_PARTY_TABLE.read_text().splitlines():
+            if line.startswith("| ") and not line.startswith("| model "):
+                rows[line[2:].split(" |", 1)[0]] = line
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases:
+            if only and case.name not in only:
+                continue
+            try:
+                tp.build(case)
+            except pytest.skip.Exception:
+                print(f"{case.name}: {case.package} is not installed here; row kept", flush=True)
+                continue
+            group = "live in the tests" if case in tp.CASES else "recorded by tools/third_party"
+            cells = [case.name, f"{case.package} {importlib.metadata.version(case.package)}",
+                     f"torch {torch.__version__} ({group})"]
+            for _, _, exporter, batch in EXPORTERS:
+                cells.append(measure_third_party(case, exporter, batch, Path(tmp))[1])
+            rows[case.name] = "| " + " | ".join(cells) + " |"
+            print(rows[case.name], flush=True)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += [rows[c.name] for c in cases if c.name in rows]
+    correct = {col: sum(r.split(" | ")[3 + i].startswith("✓ 3/3") for r in lines[2:]) for i, (col, _, _, _) in enumerate(EXPORTERS)}
+    summary = "**Correct at all three check shapes:** " + ", ".join(
+        f"{short} {correct[col]}/{len(lines) - 2}" for col, short, _, _ in EXPORTERS) + "."
+    text = "\n".join([
+        "# Exporters on recurrent models from other authors' packages",
+        "",
+        "Written by `tools/compare_exporters.py --third-party` (run in the test environment and in tools/third_party's).",
+        f"Each model of tests/exporters/test_third_party.py is exported from its example (batch 3, or 1 in the last column), "
+        f"then run in ONNX Runtime at that test's three check shapes {tp.CHECK_SHAPES} (batch, steps) and compared with "
+        f"torch eager (atol = rtol = {TOL_TEXT}). torch.onnx dynamo: `Dim.AUTO` on every dimension, opset 18; "
+        "TorchScript: opset 17 with hand-written `dynamic_axes` (THIRD_PARTY_AXES); rnnx: no axes. "
+        "A cell gives the shapes that match, the recurrence nodes of the main graph and its node count, and the first failure.",
+        "", *lines, "", summary, ""])
+    THIRD_PARTY_TABLE.write_text(text)
+    print(text)
+
+
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--third-party", action="store_true", help="the models of test_third_party.py, into tools/third_party/EXPORTERS.md")
+    parser.add_argument("--only", help="with --third-party: comma-separated model names to measure (the other rows are kept)")
+    options = parser.parse_args()
+    if options.third_party:
+        third_party(set(options.only.split(",")) if options.only else None)
+    else:
+        main()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from rnnx.layouts import onnx as onnx_layout
 from rnnx.layouts.onnx import NODE_OUTPUTS, OP_TYPES, STATE_INPUTS
 from rnnx.spec import RNNSpec
 from rnnx.tolerance import Tolerance, compare_arrays, per_step_max
-from rnnx.verify.diagnose import diagnose
+from rnnx.verify.diagnose import differing, explain, one_layer, renumbered
 from rnnx.weights import RNNWeights
 
 INPUT_ROLES = STATE_INPUTS
@@ -55,11 +55,19 @@ class Layer:
 
 
 def single_layer(weights: RNNWeights, k: int) -> RNNWeights:
-    """Layer ``k`` of a stack as a one-layer stack."""
-    spec = weights.spec
-    one = spec.with_(num_layers=1, input_size=spec.layer_input_size(k))
-    prefix = f"l{k}."
-    return RNNWeights(one, {"l0." + name[len(prefix):]: v for name, v in weights.tensors.items() if name.startswith(prefix)})
+    """Layer ``k`` of a stack as a one-layer stack (its tensors renamed ``l0.``: a :class:`Truth`
+    keeps ``k``, so that what is said about them names the module's own layer)."""
+    return one_layer(weights, k)
+
+
+class Truth(NamedTuple):
+    """What a layer's reference computes with: the weights, how to say where they came from,
+    and which layer of that module they are (a file's stack may be split over several nodes,
+    each restarting at layer 0; messages use the module's own number)."""
+
+    weights: RNNWeights
+    said: str
+    layer: int = 0
 
 
 def find_layers(model: Any) -> list[Layer]:
@@ -146,7 +154,8 @@ class LayerCheck:
     per_step: list[float] = field(default_factory=list)  # Y's max abs error per step, at the worst case
     outputs: dict[str, float] = field(default_factory=dict)  # max abs error per output, over all cases
     tolerance: str = ""
-    diagnosis: list[str] = field(default_factory=list)
+    diagnosis: list[str] = field(default_factory=list)  # the cause first; partial explanations labelled with their share
+    not_offered: list[str] = field(default_factory=list)  # mistakes tried that change nothing on the worst case's inputs
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -194,13 +203,14 @@ def _node_y_as_rnnx(layer: Layer, y: np.ndarray) -> np.ndarray:
     return y.transpose(0, 2, 1, 3).reshape(T, B, D * H)
 
 
-def check_layers(layers: list[Layer], truths: dict[str, tuple[RNNWeights, str]], runs: list[tuple[str, dict[str, np.ndarray]]],
+def check_layers(layers: list[Layer], truths: dict[str, Truth], runs: list[tuple[str, dict[str, np.ndarray]]],
                  tol: Tolerance) -> list[LayerCheck]:
-    """Each layer on every run: ``truths`` maps a layer name to (weights, description);
-    ``runs`` are (case label, every tensor's value by name)."""
+    """Each layer on every run: ``truths`` maps a layer name to its :class:`Truth` (weights,
+    description, the module's layer number); ``runs`` are (case label, every tensor's value by name)."""
     checks = []
     for layer in layers:
-        truth, said = truths.get(layer.name) or ((layer.own, "its own weights") if layer.own is not None else (None, ""))
+        given = Truth(*truths[layer.name]) if layer.name in truths else None
+        truth, said = (given.weights, given.said) if given is not None else ((layer.own, "its own weights") if layer.own is not None else (None, ""))
         check = LayerCheck(layer.name, layer.op, layer.form, said, "ok", tolerance=str(tol))
         checks.append(check)
         if truth is None:
@@ -244,21 +254,22 @@ def check_layers(layers: list[Layer], truths: dict[str, tuple[RNNWeights, str]],
         if worst is not None:
             check.worst_case = worst[1]
         if check.status == "drifts" and worst is not None:
-            check.diagnosis = _diagnose(layer, truth, worst[2], worst[3], tol, diagnose)
+            check.diagnosis, check.not_offered = _diagnose(layer, truth, given.layer if given is not None else None, worst[2], worst[3], tol)
     return checks
 
 
-def _diagnose(layer: Layer, truth: RNNWeights, inputs: dict[str, np.ndarray], y: np.ndarray, tol: Tolerance, diagnose: Any) -> list[str]:
-    """Which layout mistake reproduces the layer's output, and which stored tensors differ."""
-    lines = []
+def _diagnose(layer: Layer, truth: RNNWeights, number: int | None, inputs: dict[str, np.ndarray], y: np.ndarray,
+              tol: Tolerance) -> tuple[list[str], list[str]]:
+    """Which mistake explains the layer's output, and how much of it (:func:`rnnx.verify.diagnose.explain`),
+    with the torch module's own layer number; and the mistakes not offered because they change nothing."""
+    stored = layer.own if layer.own is not None and layer.own is not truth and layer.own.spec == truth.spec else None
     if not layer.merged_y:
-        _, matches = diagnose(truth, inputs, y, atol=max(tol.atol * 10, 1e-3))
-        lines += [f"its output is what the reference gives with {m}" for m in matches]
-    if layer.own is not None and layer.own is not truth and layer.own.spec == truth.spec:
-        differ = [(name, float(np.max(np.abs(layer.own.tensors[name].astype(np.float64) - truth.tensors[name]))))
-                  for name in truth.tensors if name in layer.own.tensors]
-        differ = [(n, d) for n, d in differ if d > 1e-6]
-        if differ:
-            lines.append("stored weights differ from the torch module's: " + ", ".join(f"{n} (by {d:.2g})" for n, d in differ[:6])
-                         + (f" and {len(differ) - 6} more" if len(differ) > 6 else ""))
-    return lines
+        found = explain(truth, inputs, y, atol=max(tol.atol * 10, 1e-3), tol=tol, stored=stored, first_layer=number,
+                        source="the torch module's")
+        return found.lines(), found.not_offered
+    # a merged Y (a lowered projected layer's placeholder): the stored tensors that differ, unweighed
+    differ = differing(stored, truth) if stored is not None else []
+    if not differ:
+        return [], []
+    shown = [f"{renumbered(n, number)} (by {d:.2g})" for n, d in differ]
+    return ["stored weights differ from the torch module's: " + ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")], []

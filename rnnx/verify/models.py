@@ -37,7 +37,7 @@ from rnnx.errors import RNNXError
 from rnnx.tolerance import Tolerances, compare_arrays
 from rnnx.verify.calls import plan_call, torch_outputs
 from rnnx.verify.inputs import input_specs, make_feed, plan_cases, shape_note, wiring_note
-from rnnx.verify.layers import Layer, check_layers, find_layers, mark_outputs, single_layer
+from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_report import OutputRow, WholeModelReport
 from rnnx.verify.quantized import saturation_note
 from rnnx.weights import RNNWeights
@@ -103,10 +103,10 @@ def _recurrent_modules(model: Any) -> list[tuple[str, Any, RNNWeights]]:
     return found
 
 
-def layer_truths(model: Any, layers: list[Layer], recurrences: list[dict[str, Any]]) -> tuple[dict[str, tuple[RNNWeights, str]], list[str]]:
+def layer_truths(model: Any, layers: list[Layer], recurrences: list[dict[str, Any]]) -> tuple[dict[str, Truth], list[str]]:
     """For each layer, the weights of the torch module (and layer) it came from; and notes."""
     modules = {name: weights for name, _, weights in _recurrent_modules(model)}
-    truths: dict[str, tuple[RNNWeights, str]] = {}
+    truths: dict[str, Truth] = {}
     for rec in recurrences:  # rnnx export's record: module -> its nodes, in layer order
         weights = modules.get(str(rec.get("module")))
         nodes = rec.get("nodes") if isinstance(rec.get("nodes"), list) else []
@@ -115,7 +115,7 @@ def layer_truths(model: Any, layers: list[Layer], recurrences: list[dict[str, An
         for k, node in enumerate(nodes):
             layer = 0 if rec.get("cell") else k
             if layer < weights.spec.num_layers:
-                truths[str(node)] = (single_layer(weights, layer), f"torch module '{rec['module']}'" + (f" layer {layer}" if weights.spec.num_layers > 1 else ""))
+                truths[str(node)] = Truth(single_layer(weights, layer), f"torch module '{rec['module']}'" + (f" layer {layer}" if weights.spec.num_layers > 1 else ""), layer)
     notes = []
     unmatched = [la for la in layers if la.name not in truths]
     if unmatched:  # a file from another exporter: match layers to modules by spec, in order
@@ -127,12 +127,12 @@ def layer_truths(model: Any, layers: list[Layer], recurrences: list[dict[str, An
             for i, (name, k, w) in enumerate(pool):
                 if i not in used and w.spec.with_(bias=True) == la.spec.with_(bias=True):
                     used.add(i)
-                    truths[la.name] = (w, f"torch module '{name}'" + (f" layer {k}" if modules[name].spec.num_layers > 1 else "") + " (matched by spec)")
+                    truths[la.name] = Truth(w, f"torch module '{name}'" + (f" layer {k}" if modules[name].spec.num_layers > 1 else "") + " (matched by spec)", k)
                     break
         still = [la.name for la in unmatched if la.name not in truths]
         if still:
             notes.append(f"no torch module matches layer(s) {', '.join(still)}: checked against their own weights (arithmetic only)")
-    covered = {said.split("'")[1] for _, said in truths.values() if said.startswith("torch module '")}
+    covered = {t.said.split("'")[1] for t in truths.values() if t.said.startswith("torch module '")}
     missing = [name for name in modules if name not in covered]
     if missing:
         notes.append(f"torch module(s) {', '.join(repr(m) for m in missing)} have no recurrent layer rnnx can find in the graph "

@@ -14,7 +14,7 @@ import numpy as np
 from rnnx import parity
 from rnnx.errors import RNNXError
 from rnnx.tolerance import Tolerance, Tolerances, compare_arrays, quantile_label
-from rnnx.verify.diagnose import diagnose, per_step_error
+from rnnx.verify.diagnose import explain, per_step_error, stored_weights
 from rnnx.weights import RNNWeights
 from rnnx.fileio import atomic_output
 from rnnx.engines.isolated import IsolatedOnnxRuntime
@@ -114,10 +114,7 @@ class VerifyReport:
             lines.append(f"{r.backend:<10} {r.against:<9} {r.dtype:<5} {r.output:<6} {r.seq_len:>4} {r.batch:>3} {r.max_abs:>9.2e} {r.mean_abs:>9.2e} "
                          f"{r.p99_abs:>9.2e} {r.max_rel:>9.2e}  {tol:<24} {verdict}")
         for d in self.diagnosis:
-            if d["matches"]:
-                lines.append(f"diagnosis for {d['backend']}: its output is what the reference gives with " + "; or ".join(d["matches"]))
-            else:
-                lines.append(f"diagnosis for {d['backend']}: no layout mistake rnnx knows reproduces it (closest: {d['hypotheses'][0]['name']}, error {d['hypotheses'][0]['error']:.2e})")
+            lines += [f"diagnosis for {d['backend']}: {line}" for line in d["lines"]]
         lines.append("PASS" if self.passed else "FAIL")
         return "\n".join(lines)
 
@@ -278,8 +275,9 @@ def verify(
     for name, (inputs, y, tol, runs_in) in first_mismatch.items():
         # a quantized model's bound is already loose: a mistake must reproduce its output within the bound itself
         limit = tol.atol if quantized is not None and name == "ort" else _diagnosis_limit(tol, runs_in)
-        hyps, matches = diagnose(weights, inputs, y, atol=limit)
-        report.diagnosis.append({"backend": name, "matches": matches, "hypotheses": [asdict(h) for h in hyps]})
+        found = explain(weights, inputs, y, atol=limit, tol=tol, stored=stored_weights(model, weights.spec) if name == "ort" else None)
+        report.diagnosis.append({"backend": name, "matches": found.matches, "hypotheses": [asdict(h) for h in found.hypotheses],
+                                 "not_offered": found.not_offered, "lines": found.lines()})
     return report
 
 
