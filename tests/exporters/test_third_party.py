@@ -512,3 +512,37 @@ def test_recorded_third_party_export_runs_as_its_torch_module_did(case: ThirdPar
             inputs = [recorded[f"in{k}_{i}"] for i in range(entry["inputs_per_shape"])]
             want = [recorded[f"out{k}_{i}"] for i in range(entry["outputs_per_shape"])]
             compare(session, inputs, want, f"batch={batch} seq={seq}")
+
+
+_VERIFIED = [c for c in CASES if c.name in ("stanza-langid-bilstm", "deepecho-par-gru", "legere-crnn-bigru")]
+_FACTORY = """
+import sys
+import torch
+sys.path.insert(0, {root!r})
+from tests.exporters import test_third_party as T
+
+
+def build():
+    torch.manual_seed(0)
+    model, inputs = next(c for c in T.CASES if c.name == {name!r}).build()
+    return model.eval(), inputs(3, T.EXAMPLE_SEQ, torch.Generator().manual_seed(0))
+"""
+
+
+@pytest.mark.parametrize("case", _VERIFIED, ids=lambda c: c.name)
+def test_rnnx_verify_against_the_model_code_passes_on_the_exported_file(case: ThirdPartyCase, tmp_path) -> None:
+    """``rnnx verify FILE --against code.py:NAME`` drives the package's own forward (through the
+    file's call record) and passes, outputs and every recurrent layer."""
+    import subprocess
+    import sys
+
+    torch.manual_seed(0)
+    model, make_inputs = case.build()
+    rnnx.export(model.eval(), make_inputs(3, EXAMPLE_SEQ, torch.Generator().manual_seed(0)), tmp_path / "m.onnx")
+    code = tmp_path / "model_code.py"
+    code.write_text(_FACTORY.format(root=str(Path(__file__).resolve().parents[2]), name=case.name))
+    done = subprocess.run([sys.executable, "-m", "rnnx.cli", "verify", str(tmp_path / "m.onnx"), "--against", f"{code}:build", "--json"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["passed"] and report["layers"] and all(la["status"] == "ok" for la in report["layers"]), report["layers"]
