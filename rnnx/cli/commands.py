@@ -29,7 +29,7 @@ from rnnx.graphs.inspect import as_json, as_text, file_format, fusable, inspect_
 from rnnx.pipelines.convert import convert as convert_file
 from rnnx.pipelines.fuse import fuse_file
 from rnnx.pipelines.lower import lower_file
-from rnnx.pipelines.rewrite_check import check_rewrite_size
+from rnnx.pipelines.rewrite_check import check_rewrite_size, parse_input_shapes
 from rnnx.spec import RNNSpec
 from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map
@@ -146,13 +146,16 @@ def inspect(args: argparse.Namespace) -> int:
 
 
 def fuse(args: argparse.Namespace) -> int:
-    report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed, tolerances=ToleranceArgs.parse(args))
+    tolerances, dims, shapes = ToleranceArgs.parse(args), ShapeArgs.dims(args), parse_input_shapes(args.input)
+    report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed, tolerances=tolerances, dims=dims, input_shapes=shapes)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     return 0
 
 
 def lower(args: argparse.Namespace) -> int:
-    report = lower_file(args.model, args.output, select=args.node, check=not args.no_check, seed=args.seed, tolerances=ToleranceArgs.parse(args))
+    tolerances, dims, shapes = ToleranceArgs.parse(args), ShapeArgs.dims(args), parse_input_shapes(args.input)
+    report = lower_file(args.model, args.output, select=args.node, check=not args.no_check, seed=args.seed, tolerances=tolerances,
+                        dims=dims, input_shapes=shapes)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     return 0
 

@@ -21,6 +21,7 @@ FLAGS = {
     "from_format": "--from",
     "hardware_compatible": "--hardware-compatible",
     "input_map": "--input-map",
+    "input_shapes": "--input",
     "max_memory": "--max-memory",
     "nonfinite": "--nonfinite",
     "opset": "--opset",

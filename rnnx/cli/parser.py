@@ -9,7 +9,7 @@ from typing import NoReturn
 from rnnx import __version__
 from rnnx.cli import commands, types
 from rnnx.cli.groups import (
-    BATCH_FIRST, CHECKPOINT, DTYPE, FROM, OUTPUT, SEED, SELECT, SPEC, BackendToleranceArgs, CheckArgs, CommonArgs, OnnxArgs, Renamed, ShapeArgs,
+    BATCH_FIRST, CHECKPOINT, DIM, DTYPE, FROM, OUTPUT, SEED, SELECT, SPEC, BackendToleranceArgs, CheckArgs, CommonArgs, OnnxArgs, Renamed, ShapeArgs,
     SourceArgs, ToleranceArgs,
 )
 from rnnx.engines.tensorrt import PRECISIONS
@@ -28,6 +28,14 @@ def _graph_rewrite(p: argparse.ArgumentParser, what: str) -> None:
     OUTPUT.add(p, help=f"{what} ONNX model (written atomically)")
     CheckArgs().add_parser_args(p)
     ToleranceArgs("graph output").add_parser_args(p)
+    shapes = p.add_argument_group(
+        "the check's shapes", "By default the check runs where the input model runs: at the example rnnx export recorded (else batch 3, "
+        "lengths 16, other sizes 3; where the input refuses those, larger lengths and other sizes are tried), then at batch 1 and with "
+        "every batch and length larger. These set sizes instead; a size the input model refuses is an error (exit 2).")
+    DIM.add(shapes, help="size of the dynamic dimension the graph names LABEL (dim_param; tf2onnx's unk__12, or INPUT_dimK for "
+                         "an unnamed one), repeated; e.g. --dim seq=64")
+    shapes.add_argument("--input", action="append", metavar="NAME:SHAPE",
+                        help="a graph input's whole shape, repeated: x:1x16000 or x:[1,16000] (a bare SHAPE for a model with one input)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,8 +7,9 @@ input runs at all), :func:`~rnnx.graphs.fuse_cells.fuse_cells`,
 :func:`~rnnx.graphs.fuse_directions.fuse_directions` (a forward node and one over the reversed
 sequence become one bidirectional node), then
 :func:`~rnnx.graphs.fuse_steps.fuse_steps`. The result is run in ONNX Runtime against
-the input on the same seeded inputs at the input's own shapes; a mismatch is a parity
-failure and nothing is written.
+the input on the same seeded inputs, at shapes the input itself runs
+(:mod:`rnnx.pipelines.rewrite_check`: the recorded example, batch 1, larger; or the sizes
+given); a mismatch is a parity failure and nothing is written.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rnnx import parity, progress
+from rnnx import progress
 from rnnx.errors import ParityError
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
@@ -28,7 +29,7 @@ from rnnx.graphs.index import all_graphs
 from rnnx.graphs.legalize import drop_newer_attributes
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
-from rnnx.pipelines.rewrite_check import check_rewrite_size, compare_models
+from rnnx.pipelines.rewrite_check import RewriteCheck, check_rewrite_size, compare_models, plan_shapes
 from rnnx.tolerance import Tolerances
 
 
@@ -43,14 +44,14 @@ class FuseReport:
     bidirectional: list[dict[str, Any]] = field(default_factory=list)
     native: int = 0  # native recurrent nodes in the result
     left_alone: list[Declined] = field(default_factory=list)
-    check: parity.ParityReport | None = None
+    check: RewriteCheck | None = None  # the check against the input, case by case
     tolerances: dict[str, Any] = field(default_factory=dict)  # what the caller set (Tolerances.to_json); the rest is by dtype
 
     def to_json(self) -> dict[str, Any]:
         return {
             "output": self.output, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
             "cells": self.cells, "chains": self.chains, "loops": self.loops, "bidirectional": self.bidirectional, "native": self.native, "left_alone": [d.to_json() for d in self.left_alone],
-            "check": None if self.check is None else {"passed": bool(self.check), "tolerances": self.tolerances, "rows": self.check.to_json()},
+            "check": None if self.check is None else self.check.to_json(self.tolerances),
         }
 
     def __str__(self) -> str:
@@ -74,15 +75,21 @@ def _count_nodes(model: Any) -> int:
     return sum(len(g.node) for g in all_graphs(model.graph))
 
 
-def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tolerances: Tolerances | None = None) -> FuseReport:
+def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tolerances: Tolerances | None = None,
+              dims: dict[str, int] | None = None, input_shapes: dict[str | None, list[int]] | None = None) -> FuseReport:
     """Fuse ``source`` into ``output``; the result is checked against the input in ONNX Runtime,
     each graph output held to ``tolerances`` (by output name; default: its dtype's), and
-    nothing is written if it differs (:class:`~rnnx.errors.ParityError`)."""
+    nothing is written if it differs (:class:`~rnnx.errors.ParityError`). The check runs where
+    the input runs (see :mod:`rnnx.pipelines.rewrite_check`); ``dims`` sets a dynamic
+    dimension's size by its label, ``input_shapes`` an input's whole shape (a shape under the
+    key None: the one input of a model that has one)."""
     source, output = Path(source), Path(output)
     refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
     progress.step(f"reading {source.name}")
     original = load_model(source)
     check_rewrite_size(original, source)
+    if dims or input_shapes:  # a size that names nothing in the file is refused before any work
+        plan_shapes(original, dims=dims, input_shapes=input_shapes)
     drop_newer_attributes(original, strict=False)  # a graph from another tool: repair what the converter left, refuse nothing
     before = _count_nodes(original)
     model, passes = run_fuse_passes(copy.deepcopy(original))
@@ -92,7 +99,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
                         native=sum(n.op_type in NATIVE_OPS for g in all_graphs(model.graph) for n in g.node))
     if check and passes.changed:
         progress.step("checking against the input in ONNX Runtime")
-        report.check = compare_models(original, model, seed, str(source), tolerances)
+        report.check = compare_models(original, model, seed, str(source), tolerances, dims, input_shapes)
         if not report.check:
             raise ParityError(f"the fused model differs from {source} in ONNX Runtime ({report.check.failure()}); nothing was written:\n{report.check}")
     progress.step(f"writing {output.name}")
