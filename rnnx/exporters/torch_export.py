@@ -8,6 +8,11 @@ lower what ONNX has no node for (projections), fuse stepped cells, name the dyna
 dimensions by where they flow, record the recurrences in ``metadata_props``, and check
 the file in ONNX Runtime against the original module with every dynamic dimension varied
 (see :mod:`rnnx.exporters.selfcheck`) before it is renamed into place.
+
+Where that route fails, or its file fails the check, two more are tried in turn
+(:class:`_Routes`): the same with every dimension that reaches no recurrence made static,
+then torch.onnx's TorchScript exporter (:mod:`rnnx.exporters.torchscript_route`). The
+report says which made the file and what failed first.
 """
 
 from __future__ import annotations
