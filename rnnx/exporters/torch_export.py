@@ -276,13 +276,7 @@ def _unneeded_dimensions(naming: Any, leaves: list[Any], given: dict[tuple[int, 
 
 def _without(specs: list[Any], static: list[tuple[str, int, int]], leaves: list[Any]) -> list[Any]:
     """``specs`` with the ``static`` dimensions left out (torch.export keeps those at the example's size)."""
-    drop = {(n, d) for n, d, _ in static}
-    out = []
-    for leaf, spec in zip(leaves, specs):
-        if isinstance(spec, dict):
-            spec = {d: dim for d, dim in spec.items() if (leaf.name, d) not in drop} or None
-        out.append(spec)
-    return out
+    return [_drop(spec, {d for n, d, _ in static if n == leaf.name}) or None for leaf, spec in zip(leaves, specs)]
 
 
 def _in_recurrence(model: Any, param: str) -> bool:
@@ -343,8 +337,9 @@ def _accepts(program: Any, values: list[Any], structure: Any) -> bool:
         return False
 
 
-def _drop(spec: Any, dim: int | None) -> Any:
-    return {d: v for d, v in spec.items() if d != dim} if isinstance(spec, dict) and dim is not None else spec
+def _drop(spec: Any, dims: set[int]) -> Any:
+    """A leaf's dynamic-shapes entry without ``dims`` (torch.export keeps those at the example's size)."""
+    return {d: v for d, v in spec.items() if d not in dims} if isinstance(spec, dict) and dims else spec
 
 
 def _recurrent_arguments(model: Any, leaves: list[Any], structure: Any) -> dict[int, tuple[str, Any]]:
@@ -378,11 +373,11 @@ def _recurrent_arguments(model: Any, leaves: list[Any], structure: Any) -> dict[
     return found
 
 
-def _state_layer_axes(model: Any, leaves: list[Any], structure: Any) -> dict[int, int]:
-    """leaf index -> 0 for every example tensor that reaches a recurrent module as its
+def _state_layer_axes(model: Any, leaves: list[Any], structure: Any) -> dict[int, set[int]]:
+    """leaf index -> {0} for every example tensor that reaches a recurrent module as its
     initial state: its first axis counts layers times directions, which no size-1 guess may
     grow; its batch axis may grow with the others."""
-    return {i: 0 for i, (role, _) in _recurrent_arguments(model, leaves, structure).items() if role == "state" and leaves[i].value.dim() == 3}
+    return {i: {0} for i, (role, _) in _recurrent_arguments(model, leaves, structure).items() if role == "state" and leaves[i].value.dim() == 3}
 
 
 def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list[Any], offered: Any, user_shapes: bool) -> tuple[Any, str]:
@@ -399,7 +394,7 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
         attempts.append((values, True, "with the dynamic shapes given, size-oblivious (as torch.onnx does)"))
     elif has_one:
         layer_axes = _state_layer_axes(model, leaves, structure)
-        grown, which = shapes.grow_size_one(_runs(model, structure), leaves, [_drop(spec, layer_axes.get(leaf.index)) for leaf, spec in zip(leaves, specs)])
+        grown, which = shapes.grow_size_one(_runs(model, structure), leaves, [_drop(spec, layer_axes.get(leaf.index, set())) for leaf, spec in zip(leaves, specs)])
         if which:
             attempts.append((grown, False, "on a copy of the example grown to 2 along " + ", ".join(f"{n} dim {d}" for n, d in which)
                              + " (size-1 dimensions the model also runs with), so that torch sees them as dynamic"))

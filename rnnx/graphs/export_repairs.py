@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rnnx.graphs.index import GraphIndex
 from rnnx.pass_result import PassResult
 
 
@@ -57,23 +58,6 @@ def _static_dims(proto: Any) -> dict[str, list[int | None]]:
     return dims
 
 
-def _constant_ints(graph: Any, name: str) -> tuple[list[int] | None, Any]:
-    """The int64 values of ``name`` if a Constant node or initializer holds them, and that holder."""
-    from onnx import numpy_helper
-
-    for t in graph.initializer:
-        if t.name == name:
-            return [int(v) for v in numpy_helper.to_array(t).ravel()], t
-    for node in graph.node:
-        if node.op_type == "Constant" and name in node.output:
-            for a in node.attribute:
-                if a.name == "value":
-                    return [int(v) for v in numpy_helper.to_array(a.t).ravel()], node
-                if a.name == "value_ints":
-                    return list(a.ints), node
-    return None, None
-
-
 def drop_noop_squeezes(proto: Any) -> PassResult:
     """Drop the axes of main-graph Squeeze nodes (opset 13+: axes as an input) whose input
     has a static size other than 1 there."""
@@ -85,9 +69,10 @@ def drop_noop_squeezes(proto: Any) -> PassResult:
     if not squeezes:
         return result
     dims = _static_dims(proto)
+    index = GraphIndex(graph)
     for node in squeezes:
         shape = dims.get(node.input[0])
-        axes, _ = _constant_ints(graph, node.input[1])
+        axes = index.axes(node)
         if shape is None or axes is None:
             continue
         rank = len(shape)
