@@ -99,11 +99,26 @@ def export(model: Any, example_inputs: Any = _MISSING, path: str | Path | None =
         internal["input_names"] = _all_input_names(model, example_inputs, internal["input_names"])
     if dynamic_axes is not None:
         internal.update(_from_dynamic_axes(model, example_inputs, dynamic_axes, internal))
-    report = _export(model, example_inputs, path, **internal)
+    report = _layer_checked(model, internal, lambda: _export(model, example_inputs, path, **internal))
     report.notes += notes
     if not report.passed:
         raise ExportCheckFailed(f"{report.check.failure()}; nothing was written to {path}", report)
     return report
+
+
+def _layer_checked(model: Any, options: dict[str, Any], run: Any) -> Any:
+    """``run()`` with verify's layer-by-layer check set for the export's self-check (a layer
+    that is wrong fails the export even where the outputs hide it), unless the check is off."""
+    from rnnx.exporters.selfcheck import LAYER_CHECK
+    from rnnx.verify.models import export_layer_check
+
+    if not options.get("check", True):
+        return run()
+    token = LAYER_CHECK.set(export_layer_check(model, options.get("seed", 0), options.get("tolerances")))
+    try:
+        return run()
+    finally:
+        LAYER_CHECK.reset(token)
 
 
 def _one_of(what: str, *given: tuple[str, Any]) -> Any:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from rnnx import reference
-from rnnx.tolerance import BY_DTYPE, ErrorStats, Tolerances, compare_arrays, quantile_label
+from rnnx.tolerance import BY_DTYPE, CALIBRATED_DTYPES, ErrorStats, Tolerances, compare_arrays, compare_calibrated, quantile_label
 from rnnx.weights import RNNWeights
 
 #: (atol, rtol) per dtype, read from :data:`rnnx.tolerance.BY_DTYPE` (the one table; kept
@@ -38,14 +38,26 @@ def random_inputs(
     return inputs
 
 
-def reference_outputs(weights: RNNWeights, inputs: dict[str, np.ndarray], batch_first: bool = False) -> dict[str, np.ndarray]:
+def reference_outputs(weights: RNNWeights, inputs: dict[str, np.ndarray], batch_first: bool = False,
+                      dtype: type = np.float64) -> dict[str, np.ndarray]:
+    """The reference's outputs; ``dtype=np.float32`` runs its arithmetic in float32 (the honest
+    run of :func:`honest_outputs`)."""
     out = reference.forward(
-        weights, inputs["X"], inputs.get("h0"), inputs.get("c0"), inputs.get("seq_lens"), batch_first=batch_first
+        weights, inputs["X"], inputs.get("h0"), inputs.get("c0"), inputs.get("seq_lens"), batch_first=batch_first, dtype=dtype
     )
     result = {"Y": out.y, "h_n": out.h_n}
     if out.c_n is not None:
         result["c_n"] = out.c_n
     return result
+
+
+def honest_outputs(weights: RNNWeights, inputs: dict[str, np.ndarray], dtype: str, batch_first: bool = False) -> dict[str, np.ndarray] | None:
+    """The reference's arithmetic run in ``dtype`` (float32, float16) on the same weights and
+    inputs: an honest computation in the candidate's dtype, whose distance from the float64
+    reference is the rounding floor the calibrated rule measures (None for a dtype with none)."""
+    if dtype not in CALIBRATED_DTYPES or dtype == "bfloat16":  # numpy computes no bfloat16 of its own
+        return None
+    return reference_outputs(weights, inputs, batch_first, dtype=np.dtype(dtype).type)
 
 
 @dataclass
@@ -69,15 +81,21 @@ class Comparison:
     stat: str = "elemwise"  # the statistic the tolerance was applied to (Polygraphy's --check-error-stat)
     dtype: str = "float32"  # what ran, and so whose tolerance applied
     note: str = ""  # why it failed where the numbers do not say (a shape, NaN, a missing output)
+    floor: float | None = None  # the calibrated rule's rounding floor; None where a fixed tolerance held
+    multiple: float | None = None
+    ratio: float | None = None  # max abs over the floor: how far from honest arithmetic
 
     @classmethod
     def from_stats(cls, backend: str, output: str, seq_len: int, batch: int, stats: ErrorStats, dtype: str = "float32", ran: bool = True) -> Comparison:
         stat = quantile_label(stats.quantile) if stats.stat == "quantile" else stats.stat
         return cls(backend, output, seq_len, batch, stats.max_abs, stats.max_rel, stats.atol, stats.rtol, stats.passed, ran,
-                   stats.mean_abs, stats.quantile_abs, stats.mean_rel, stats.quantile_rel, stat, dtype, stats.note)
+                   stats.mean_abs, stats.quantile_abs, stats.mean_rel, stats.quantile_rel, stat, dtype, stats.note,
+                   stats.floor, stats.multiple, stats.ratio)
 
     @property
     def tolerance(self) -> str:
+        if self.floor is not None:
+            return f"max abs <= {self.multiple:g} x floor {self.floor:.2e} (ratio {self.ratio:.3g})"
         return f"atol {self.atol:g}, rtol {self.rtol:g}, {self.stat}"
 
     def describe(self) -> str:
@@ -118,10 +136,10 @@ class ParityReport:
 
     def __str__(self) -> str:
         lines = [f"{'backend':<14} {'output':<6} {'T':>4} {'B':>3} {'max abs':>10} {'mean abs':>10} {'p99 abs':>10} {'max rel':>10}  "
-                 f"{'tolerance (atol, rtol, stat)':<30} result"]
+                 f"{'tolerance (atol, rtol, stat | floor)':<30} result"]
         for r in self.rows:
             verdict = ("ok" if r.ran else "read back only") if r.passed else "FAIL" + (f" ({r.note})" if r.note else "")
-            tol = f"{r.atol:g}, {r.rtol:g}, {r.stat}"
+            tol = f"{r.multiple:g} x {r.floor:.2e}: {r.ratio:.3g}" if r.floor is not None else f"{r.atol:g}, {r.rtol:g}, {r.stat}"
             lines.append(f"{r.backend:<14} {r.output:<6} {r.seq_len:>4} {r.batch:>3} {r.max_abs:>10.3e} {r.mean_abs:>10.3e} {r.p99_abs:>10.3e} "
                          f"{r.max_rel:>10.3e}  {tol:<30} {verdict}")
         return "\n".join(lines)
@@ -131,10 +149,13 @@ class ParityReport:
 
 
 def compare(backend: str, got: dict[str, np.ndarray], want: dict[str, np.ndarray], seq_len: int, batch: int,
-            dtype: str | Mapping[str, str] = "float32", tolerances: Tolerances | None = None) -> list[Comparison]:
+            dtype: str | Mapping[str, str] = "float32", tolerances: Tolerances | None = None,
+            honest: Mapping[str, np.ndarray] | None = None) -> list[Comparison]:
     """Each output in ``want`` against ``got``'s of that name, with :func:`rnnx.tolerance.compare_arrays`
-    under ``tolerances`` (per output; else :data:`rnnx.tolerance.BY_DTYPE`'s for the dtype
-    that ran: ``dtype``, or a dtype per output)."""
+    under ``tolerances`` where the caller set one for it; else under the calibrated rule with
+    ``honest``'s outputs as the rounding floor (:func:`rnnx.tolerance.compare_calibrated`),
+    or :data:`rnnx.tolerance.BY_DTYPE`'s tolerance for the dtype that ran (``dtype``, or a
+    dtype per output) where there is no honest run."""
     tolerances = tolerances or Tolerances()
     rows = []
     for name, ref in want.items():
@@ -143,6 +164,8 @@ def compare(backend: str, got: dict[str, np.ndarray], want: dict[str, np.ndarray
         if name not in got:
             stats = compare_arrays(np.zeros(0), np.asarray(ref), tol)
             stats.passed, stats.note = False, "the run did not return this output"
+        elif honest is not None and name in honest and tolerances.calibrates(name):
+            stats = compare_calibrated(got[name], ref, honest[name], kind, tol)
         else:
             stats = compare_arrays(got[name], ref, tol)
         rows.append(Comparison.from_stats(backend, name, seq_len, batch, stats, kind))
@@ -164,8 +187,9 @@ def check(
 ) -> ParityReport:
     """Run ``run`` at each (seq_len, batch) on fresh seeded inputs against the reference;
     ``dtype`` is what the backend takes (a float16 ONNX file takes float16 inputs), and the
-    reference runs on those same rounded inputs. Each output is held to ``tolerances``
-    (default: :data:`rnnx.tolerance.BY_DTYPE`'s entry for ``dtype``)."""
+    reference runs on those same rounded inputs. Each output is held to ``tolerances`` where
+    set, else to the calibrated rule, its floor the reference's arithmetic run in ``dtype``
+    (:func:`honest_outputs`; :data:`rnnx.tolerance.BY_DTYPE`'s entry for a dtype with none)."""
     report = ParityReport()
     for k, (seq_len, batch) in enumerate(shapes):
         inputs = random_inputs(weights, seq_len, batch, seed=seed + k, ragged=ragged, states=states, dtype=dtype)
@@ -173,7 +197,8 @@ def check(
         if batch_first:
             feed["X"] = inputs["X"].transpose(1, 0, 2).copy()
         want = reference_outputs(weights, feed, batch_first=batch_first)
-        rows = compare(backend, run(feed), want, seq_len, batch, dtype, tolerances)
+        honest = honest_outputs(weights, feed, dtype, batch_first) if (tolerances or Tolerances()).calibrates() else None
+        rows = compare(backend, run(feed), want, seq_len, batch, dtype, tolerances, honest)
         for row in rows:
             row.ran = ran
         report.rows += rows

@@ -61,22 +61,22 @@ class ReferenceOutput:
 
 
 class _Cell:
-    """One (layer, direction) cell's weights in float64, looked up by gate name."""
+    """One (layer, direction) cell's weights in float64 (or the dtype it computes in), looked up by gate name."""
 
-    def __init__(self, weights: RNNWeights, layer: int, direction: str) -> None:
+    def __init__(self, weights: RNNWeights, layer: int, direction: str, dtype: type = np.float64) -> None:
         spec = weights.spec
         self.spec = spec
 
         def f64(a: np.ndarray | None) -> np.ndarray | None:
-            return None if a is None else np.asarray(a, dtype=np.float64)
+            return None if a is None else np.asarray(a, dtype=dtype)
 
         self.W = {g: f64(weights.get(layer, direction, "W", g)) for g in spec.gates}
         # The recurrent matrices stacked in gate order: one product per step instead of one per
         # gate. Cast straight into the stack, whose rows are each gate's matrix: no second copy.
-        self.R_all = np.concatenate([weights.get(layer, direction, "R", g) for g in spec.gates], axis=0, dtype=np.float64)
+        self.R_all = np.concatenate([weights.get(layer, direction, "R", g) for g in spec.gates], axis=0, dtype=dtype)
         rows = spec.hidden_size
         self.R = {g: self.R_all[k * rows:(k + 1) * rows] for k, g in enumerate(spec.gates)}
-        zeros = np.zeros(spec.hidden_size)
+        zeros = np.zeros(spec.hidden_size, dtype)
         self.bW = {g: f64(weights.get(layer, direction, "bW", g)) if spec.bias else zeros for g in spec.gates}
         self.bR = {g: f64(weights.get(layer, direction, "bR", g)) if spec.bias else zeros for g in spec.gates}
         self.P = {g: f64(weights.get(layer, direction, "P", g)) for g in ("i", "f", "o")} if spec.peepholes else None
@@ -133,10 +133,15 @@ def forward(
     c0: np.ndarray | None = None,
     seq_lens: np.ndarray | None = None,
     batch_first: bool = False,
+    dtype: type = np.float64,
 ) -> ReferenceOutput:
-    """Run the stack in float64 and return ``y``, ``h_n`` and (LSTM only) ``c_n``."""
+    """Run the stack in float64 and return ``y``, ``h_n`` and (LSTM only) ``c_n``.
+
+    ``dtype=np.float32`` runs the same arithmetic in float32: an honest float32 computation,
+    whose distance from the float64 run is the rounding floor the checks calibrate against
+    (:mod:`rnnx.tolerance`)."""
     spec = weights.spec
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x, dtype=dtype)
     if x.ndim != 3:
         raise RNNXError(f"input x: expected 3 dimensions (seq, batch, input), found shape {x.shape}")
     if batch_first:
@@ -147,19 +152,19 @@ def forward(
     n_states = spec.num_layers * spec.num_directions
     h_shape = (n_states, B, spec.output_size)
     c_shape = (n_states, B, spec.hidden_size)
-    h0 = np.zeros(h_shape) if h0 is None else np.asarray(h0, dtype=np.float64)
+    h0 = np.zeros(h_shape, dtype) if h0 is None else np.asarray(h0, dtype=dtype)
     if h0.shape != h_shape:
         raise shape_error("h0", h_shape, h0.shape)
     if spec.cell == "lstm":
-        c0 = np.zeros(c_shape) if c0 is None else np.asarray(c0, dtype=np.float64)
+        c0 = np.zeros(c_shape, dtype) if c0 is None else np.asarray(c0, dtype=dtype)
         if c0.shape != c_shape:
             raise shape_error("c0", c_shape, c0.shape)
     lens = np.full(B, T, dtype=np.int64) if seq_lens is None else np.asarray(seq_lens, dtype=np.int64)
     if lens.shape != (B,) or np.any(lens < 0) or np.any(lens > T):
         raise RNNXError(f"seq_lens: expected {B} lengths between 0 and {T}, found {lens.tolist()}")
 
-    h_n = np.zeros(h_shape)
-    c_n = np.zeros(c_shape) if spec.cell == "lstm" else None
+    h_n = np.zeros(h_shape, dtype)
+    c_n = np.zeros(c_shape, dtype) if spec.cell == "lstm" else None
     layer_in = x
     # BLAS threads (see rnnx.blas_threads): the one large whole-sequence product may use the
     # cores that are free; the small per-step products run on one thread, because handing them
@@ -169,10 +174,10 @@ def forward(
             outs = []
             for d, direction in enumerate(spec.directions):
                 k = layer * spec.num_directions + d
-                cell = _Cell(weights, layer, direction)
+                cell = _Cell(weights, layer, direction, dtype)
                 h = h0[k].copy()
                 c = c0[k].copy() if c0 is not None else None
-                y = np.zeros((T, B, spec.output_size))
+                y = np.zeros((T, B, spec.output_size), dtype)
                 steps = range(T - 1, -1, -1) if direction == "reverse" else range(T)
                 threads.whole_sequence()
                 xp = cell.x_parts(layer_in)
@@ -183,7 +188,7 @@ def forward(
                     h = np.where(active, h_new, h)
                     if c is not None:
                         c = np.where(active, c_new, c)
-                    y[t] = np.where(active, h_new, 0.0)
+                    y[t] = np.where(active, h_new, dtype(0))
                 h_n[k] = h
                 if c_n is not None:
                     c_n[k] = c

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.exporters import record
-from rnnx.exporters.selfcheck import SelfCheck, refused_dimensions, run_self_check
+from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, refused_dimensions, run_self_check
 from rnnx.fileio import atomic_output
 from rnnx.formats.onnx_build import write_model
 from rnnx.layouts.onnx import NATIVE_OPS
@@ -219,6 +220,21 @@ def _raised_in_torch(exc: BaseException) -> bool:
     return False
 
 
+def run_layer_check(check: SelfCheck, path: Path) -> None:
+    """The layer-by-layer check set in :data:`~rnnx.exporters.selfcheck.LAYER_CHECK`, if any,
+    on the file about to be written; a check that cannot run is a note, not a failure."""
+    hook = LAYER_CHECK.get()
+    if hook is None:
+        return
+    progress.step("checking each recurrent layer against the float64 reference")
+    try:
+        check.layer_failure, check.layers, notes = hook(path)
+    except RNNXError as exc:
+        check.notes.append(f"the layer-by-layer check could not run: {exc}")
+        return
+    check.notes += [f"layer check: {n}" for n in notes]
+
+
 def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leaves: list[Any], structure: Any, naming: Any, check: bool, seed: int,
                    tolerances: Tolerances | None = None) -> None:
     if check:
@@ -234,6 +250,8 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
             report.external_data = write_model(proto, tmp, path.name)
             if check:
                 report.check = run_self_check(model, leaves, structure, naming, tmp, seed=seed, tolerances=tolerances)
+                if report.check:
+                    run_layer_check(report.check, tmp)
                 if not report.check:
                     raise CheckFailed
     except CheckFailed:

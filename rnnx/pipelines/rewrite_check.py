@@ -14,7 +14,10 @@ a constant index k anywhere needs a size above k. The input model runs first at 
 Where it refuses the first shape, other sizes are tried (lengths 16, 32, 64, ... 4096; batch
 1 and 2; other sizes 1, 16, 32, ...); a later case it refuses is skipped, saying why: that is
 a fact about the model, not about the rewrite. Where the input model runs, the rewrite must
-run and match. The caller may set sizes (``dims``: a label's size; ``input_shapes``: an
+run and match: each output within a multiple of the rounding floor (:mod:`rnnx.tolerance`'s
+calibrated rule), the floor being how far the input model's own outputs move when every
+floating input moves one unit in the last place; or within the tolerance the caller set. The
+caller may set sizes (``dims``: a label's size; ``input_shapes``: an
 input's whole shape); if no shape tried runs the input model, the one-line refusal names the
 shapes tried and how to give one.
 """
@@ -174,11 +177,12 @@ class RewriteCheck:
         if rows:
             out = max(6, *(len(r.output) for _, r in rows))
             lines.append(f"  {'case':<{width}}  {'output':<{out}} {'max abs':>10} {'mean abs':>10} {'p99 abs':>10} {'max rel':>10}  "
-                         f"{'tolerance (atol, rtol, stat)':<30} result")
+                         f"{'multiple x floor: ratio | atol, rtol, stat':<30} result")
             for c, r in rows:
                 verdict = "ok" if r.passed else "FAIL" + (f" ({r.note})" if r.note else "")
+                held = f"{r.multiple:g} x {r.floor:.2e}: {r.ratio:.3g}" if r.floor is not None else f"{r.atol:g}, {r.rtol:g}, {r.stat}"
                 lines.append(f"  {c.name:<{width}}  {r.output:<{out}} {r.max_abs:>10.3e} {r.mean_abs:>10.3e} {r.p99_abs:>10.3e} {r.max_rel:>10.3e}  "
-                             f"{f'{r.atol:g}, {r.rtol:g}, {r.stat}':<30} {verdict}")
+                             f"{held:<30} {verdict}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -631,14 +635,16 @@ def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "t
         before.close()
     after = IsolatedOnnxRuntime(second, f"the rewritten {label}", shared)
     try:
-        for case, runs, want in cases:
-            _compare(check, case, runs, want, after, tolerances)
+        for case, runs, want, honest in cases:
+            _compare(check, case, runs, want, honest, after, tolerances)
     finally:
         after.close()
     return check
 
 
-_Run = tuple[CheckCase, list[dict[str, np.ndarray]], list[Any]]  # a case, its feeds, and the input model's outputs (or refusal) for each
+# a case, its feeds, the input model's outputs (or refusal) for each, and its outputs on the feeds
+# nudged by one ulp (the rounding floor of the calibrated rule; None where that run failed)
+_Run = tuple[CheckCase, list[dict[str, np.ndarray]], list[Any], list[Any]]
 
 
 def _too_large(plan: _Plan, shapes: dict[str, list[int]], budget: int) -> bool:
@@ -654,7 +660,7 @@ def _run_original(model: Any, plan: _Plan, runner: Any, name: str, sizes: dict[s
     case = CheckCase(name, sizes, shapes)
     if _too_large(plan, shapes, budget):
         case.skipped = "its inputs would pass the memory budget"
-        return case, [], []
+        return case, [], [], []
     feeds = make_feeds(model, plan, sizes, shapes, seed)
     flags = [k for k, v in feeds.items() if v.dtype == np.bool_]
     runs = [feeds] + ([{k: (np.zeros_like(v) if k in flags else v) for k, v in feeds.items()}] if flags else [])
@@ -662,7 +668,23 @@ def _run_original(model: Any, plan: _Plan, runner: Any, name: str, sizes: dict[s
     refusal = next((w for w in want if isinstance(w, str)), None)
     if refusal is not None:
         case.skipped = f"the input model refuses it (ONNX Runtime: {refusal})"
-    return case, runs, want
+        return case, runs, want, []
+    rng = np.random.default_rng(seed + 7919)
+    honest = [_run(runner, nudged(feed, rng)) for feed in runs]
+    return case, runs, want, [h if isinstance(h, dict) else None for h in honest]
+
+
+def nudged(feeds: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The feeds with every floating value moved one unit in the last place, up or down at
+    random: the input model on them is an honest run as far from its run on ``feeds`` as
+    rounding carries (there is no float64 model to measure a rewrite's floor against)."""
+    out = {}
+    for name, value in feeds.items():
+        if value.dtype.kind == "f" and value.size:
+            toward = np.where(rng.random(value.shape) < 0.5, -np.inf, np.inf).astype(value.dtype)
+            value = np.nextafter(value, toward)
+        out[name] = value
+    return out
 
 
 def _run(runner: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | str:
@@ -714,20 +736,20 @@ def _first_case(model: Any, plan: _Plan, check: RewriteCheck, runner: Any, seed:
                     f"(ONNX Runtime: {first_error}); give shapes it takes with dims=LABEL=SIZE or input_shapes=NAME:SHAPE")
 
 
-def _compare(check: RewriteCheck, case: CheckCase, runs: list[dict[str, np.ndarray]], want: list[Any], after: Any,
+def _compare(check: RewriteCheck, case: CheckCase, runs: list[dict[str, np.ndarray]], want: list[Any], honest: list[Any], after: Any,
              tolerances: Tolerances | None) -> None:
     check.cases.append(case)
     if case.skipped:
         return
     flags = [k for k, v in runs[0].items() if v.dtype == np.bool_]
-    for k, (feeds, expected) in enumerate(zip(runs, want)):
+    for k, (feeds, expected, nudged_run) in enumerate(zip(runs, want, honest)):
         got = _run(after, feeds)
         which = f"boolean inputs {'true' if k == 0 else 'false'}" if flags else ""
         if isinstance(got, str):
             case.error = f"the rewritten model failed where the input model ran{f' ({which})' if which else ''}: {got}"
             return
         dtypes = {name: np.asarray(v).dtype.name for name, v in expected.items()}
-        rows = parity.compare("ort", got, expected, 0, 0, dtypes, tolerances)
+        rows = parity.compare("ort", got, expected, 0, 0, dtypes, tolerances, nudged_run)
         for row in rows if which else []:
             row.note = f"{row.note}; {which}" if row.note else which
         case.rows += rows

@@ -29,7 +29,7 @@ from rnnx.formats.onnx_quantized import Quantization, error_bound, is_dequantize
 from rnnx.layouts import onnx as onnx_layout
 from rnnx.layouts.onnx import NODE_OUTPUTS, OP_TYPES, STATE_INPUTS
 from rnnx.spec import RNNSpec
-from rnnx.tolerance import Tolerance, compare_arrays, per_step_max
+from rnnx.tolerance import Tolerance, calibrated, compare_arrays, compare_calibrated, per_step_max
 from rnnx.verify.diagnose import differing, explain, one_layer, renumbered
 from rnnx.weights import RNNWeights
 
@@ -154,6 +154,7 @@ class LayerCheck:
     per_step: list[float] = field(default_factory=list)  # Y's max abs error per step, at the worst case
     outputs: dict[str, float] = field(default_factory=dict)  # max abs error per output, over all cases
     tolerance: str = ""
+    ratio: float | None = None  # the worst max abs error over its rounding floor (the calibrated rule), where one was measured
     diagnosis: list[str] = field(default_factory=list)  # the cause first; partial explanations labelled with their share
     not_offered: list[str] = field(default_factory=list)  # mistakes tried that change nothing on the worst case's inputs
 
@@ -204,9 +205,13 @@ def _node_y_as_rnnx(layer: Layer, y: np.ndarray) -> np.ndarray:
 
 
 def check_layers(layers: list[Layer], truths: dict[str, Truth], runs: list[tuple[str, dict[str, np.ndarray]]],
-                 tol: Tolerance) -> list[LayerCheck]:
+                 tol: Tolerance, calibrate: bool = True) -> list[LayerCheck]:
     """Each layer on every run: ``truths`` maps a layer name to its :class:`Truth` (weights,
-    description, the module's layer number); ``runs`` are (case label, every tensor's value by name)."""
+    description, the module's layer number); ``runs`` are (case label, every tensor's value by name).
+
+    With ``calibrate`` (nobody set a tolerance), each output is held to the calibrated rule
+    (:func:`rnnx.tolerance.compare_calibrated`): the reference's arithmetic run in the layer's
+    dtype on the same inputs sets the rounding floor; ``tol`` holds where it gives none."""
     checks = []
     for layer in layers:
         given = Truth(*truths[layer.name]) if layer.name in truths else None
@@ -232,6 +237,7 @@ def check_layers(layers: list[Layer], truths: dict[str, Truth], runs: list[tuple
                 break
             want = _as_node_outputs(layer, truth.spec, ref.y, ref.h_n, ref.c_n)
             run_tol = tol
+            honest = _honest_outputs(layer, truth, inputs, values) if calibrate and layer.quantization is None else {}
             if layer.quantization is not None and layer.own is not None:
                 from_float = truth is not layer.own and not truth.equal(layer.own)
                 run_tol = Tolerance(error_bound([layer.quantization], layer.own, inputs, from_float), 0.0)
@@ -240,22 +246,39 @@ def check_layers(layers: list[Layer], truths: dict[str, Truth], runs: list[tuple
             for role, tensor in layer.outputs.items():
                 if role not in want:
                     continue
-                stats = compare_arrays(values[tensor], want[role], run_tol)
+                dtype = np.asarray(values[tensor]).dtype.name
+                stats = (compare_calibrated(values[tensor], want[role], honest[role], dtype, run_tol) if role in honest
+                         else compare_arrays(values[tensor], want[role], run_tol))
                 check.outputs[role] = max(check.outputs.get(role, 0.0), stats.max_abs)
+                if stats.floor is not None:
+                    check.ratio = max(check.ratio or 0.0, stats.ratio or 0.0)
+                    check.tolerance = f"max abs within {stats.multiple:g}x the rounding floor (the reference in {dtype})"
                 if not stats.passed:
                     check.status = "drifts"
                 if role == "Y" and (worst is None or stats.max_abs > worst[0]):
                     time_axis = 1 if layer.layout == 1 and not layer.merged_y else 0
                     check.per_step = per_step_max(values[tensor], want[role], time_axis)
-                    worst = (stats.max_abs, label, inputs, _node_y_as_rnnx(layer, values[tensor]))
+                    held = calibrated(stats.floor, stats.multiple) if stats.floor is not None and stats.multiple is not None else run_tol
+                    worst = (stats.max_abs, label, inputs, _node_y_as_rnnx(layer, values[tensor]), held)
         if check.status == "not checked":
             continue
         check.max_abs = max(check.outputs.values(), default=0.0)
         if worst is not None:
             check.worst_case = worst[1]
         if check.status == "drifts" and worst is not None:
-            check.diagnosis, check.not_offered = _diagnose(layer, truth, given.layer if given is not None else None, worst[2], worst[3], tol)
+            check.diagnosis, check.not_offered = _diagnose(layer, truth, given.layer if given is not None else None, worst[2], worst[3], worst[4])
     return checks
+
+
+def _honest_outputs(layer: Layer, truth: RNNWeights, inputs: dict[str, np.ndarray], values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The reference's arithmetic in the dtype the layer ran in (float32, float16), by output role;
+    empty where there is none (float64, a dtype numpy cannot compute in)."""
+    y_tensor = layer.outputs.get("Y") or next(iter(layer.outputs.values()), None)
+    dtype = np.asarray(values[y_tensor]).dtype if y_tensor in values else np.dtype(np.float32)
+    if dtype.name not in ("float32", "float16"):
+        return {}
+    ref = reference.forward(truth, inputs["X"], inputs.get("h0"), inputs.get("c0"), inputs.get("seq_lens"), dtype=dtype.type)
+    return _as_node_outputs(layer, truth.spec, ref.y, ref.h_n, ref.c_n)
 
 
 def _diagnose(layer: Layer, truth: RNNWeights, number: int | None, inputs: dict[str, np.ndarray], y: np.ndarray,

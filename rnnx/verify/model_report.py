@@ -89,7 +89,9 @@ class WholeModelReport:
                 lines.append(f"{c.name:<{width}} {'skipped: ' + c.skipped if c.skipped else 'FAIL: ' + c.error}")
         for r in judged:
             s = r.stats
-            verdict = "ok" if s.passed else f"FAIL ({s.note or f'atol {s.atol:g}, rtol {s.rtol:g}, {s.stat}'})"
+            verdict = "ok" if s.passed else f"FAIL ({s.note or s.rule})"
+            if s.floor is not None:
+                verdict += f" ({s.ratio:.2g}x the rounding floor {s.floor:.1e}; {s.multiple:g}x allowed)"
             lines.append(f"{r.case:<{width}} {r.output[:14]:<14} {r.against:<14} {s.max_abs:>10.2e} {s.mean_abs:>10.2e} {s.quantile_abs:>10.2e} {s.max_rel:>10.2e}  {verdict}")
         if len(judged) < len(self.rows):
             worst = max((r.stats.max_abs for r in self.rows if r not in judged), default=0.0)
@@ -101,7 +103,8 @@ class WholeModelReport:
                 if la.status == "not checked":
                     lines.append(f"  {la.name:<28} {where}: not checked ({la.reason})")
                 else:
-                    lines.append(f"  {la.name:<28} {where}: max abs {la.max_abs:.2e} {'ok' if la.status == 'ok' else 'DRIFTS'}")
+                    ratio = f" ({la.ratio:.2g}x its rounding floor)" if la.ratio is not None else ""
+                    lines.append(f"  {la.name:<28} {where}: max abs {la.max_abs:.2e}{ratio} {'ok' if la.status == 'ok' else 'DRIFTS'}")
         first = self.first_drift
         if first is not None:
             steps = ", ".join(f"{e:.1e}" for e in first.per_step[:12]) + (" ..." if len(first.per_step) > 12 else "")

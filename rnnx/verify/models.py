@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.tolerance import Tolerances, compare_arrays
+from rnnx.tolerance import Tolerances, compare_arrays, compare_calibrated
 from rnnx.verify.calls import plan_call, torch_outputs
 from rnnx.verify.inputs import input_specs, make_feed, plan_cases, shape_note, wiring_note
 from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
@@ -147,24 +147,33 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
                  batches: list[int] | None = None, dims: dict[str, int] | None = None, seed: int = 0,
                  tolerances: Tolerances | None = None, progress: bool = False) -> WholeModelReport:
     """The ONNX file at ``model_path`` against the torch model ``against`` (see the module docstring)."""
+    torch_model, example = load_torch_model(against, checkpoint)
+    return verify_loaded(Path(model_path), torch_model, example, str(against), seq_lens, batches, dims, seed, tolerances, progress)
+
+
+def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str, seq_lens: list[int] | None = None,
+                  batches: list[int] | None = None, dims: dict[str, int] | None = None, seed: int = 0,
+                  tolerances: Tolerances | None = None, progress: bool = False, max_cases: int | None = None,
+                  isolated: bool = True, layers_calibrated: bool = False) -> WholeModelReport:
+    """:func:`verify_model` with the torch model already loaded (``against`` names it in
+    messages); ``max_cases`` keeps the first cases only; ``isolated=False`` runs ONNX Runtime
+    in this process (a file rnnx has just written); ``layers_calibrated`` holds the layers to the
+    calibrated rule even where the outputs have tolerances set (they name outputs, not layers)."""
     import torch
 
-
-    model_path = Path(model_path)
     proto = load_onnx(model_path, lazy=True)  # its weights read through memory maps: a model of any size
-    torch_model, example = load_torch_model(against, checkpoint)
     export, recurrences = read_metadata(proto)
     specs, roles = input_specs(proto, export)
     names = [s.name for s in specs]
     call = plan_call(proto, torch_model, example, names, str(against))
     example_arrays = call.example_arrays
     shapes = {**_recorded_example(export), **{k: list(v.shape) for k, v in example_arrays.items()}}
-    cases = plan_cases(specs, roles, shapes, seq_lens, batches, dims or {})
+    cases = plan_cases(specs, roles, shapes, seq_lens, batches, dims or {})[:max_cases]
     report = WholeModelReport(str(model_path), str(against), {s.name: s.dims for s in specs}, roles, called=call.shown)
     limits.check_claim("the largest case's inputs", max((sum(int(np.prod(c.shapes[s.name])) * 8 for s in specs) for c in cases), default=0)
                        * limits.WORKING_COPIES, model_path.stat().st_size)
     layers = find_layers(proto)
-    runner, known = _layer_runner(proto, layers, model_path, isolated=True)
+    runner, known = _layer_runner(proto, layers, model_path, isolated=isolated)
     graph_outputs = [o.name for o in proto.graph.output]
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
     report.notes += [n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n] + call.notes
@@ -200,14 +209,17 @@ def verify_model(model_path: Path, against: str, checkpoint: Path | None = None,
                             f"{len(want32)} tensors; is this the model the file was exported from?")
         for i, out in enumerate(graph_outputs):
             tol = tolerances.get(out, "float32")
-            if want64 is not None:
-                report.rows.append(OutputRow(case.name, out, "torch float64", compare_arrays(got[out], want64[i], tol)))
+            if want64 is not None:  # the float32 model's distance from it is the rounding floor (rnnx.tolerance)
+                dtype = np.asarray(want32[i]).dtype.name
+                stats = (compare_calibrated(got[out], want64[i], want32[i], dtype, tol) if tolerances.calibrates(out)
+                         else compare_arrays(got[out], want64[i], tol))
+                report.rows.append(OutputRow(case.name, out, "torch float64", stats))
             report.rows.append(OutputRow(case.name, out, "torch float32", compare_arrays(got[out], want32[i], tol)))
         runs.append((case.name, {**known, **feed, **got}))
     report.cases = cases
     if not report.ran:
         raise RNNXError(f"the torch model raised at every shape tried ({cases[0].skipped if cases else 'no cases'}); is it the model the file was exported from? If it is, give shapes it takes with seq_lens=, batches= or dims=")
-    report.layers = check_layers(layers, truths, runs, tolerances.get("", "float32"))
+    report.layers = check_layers(layers, truths, runs, tolerances.get("", "float32"), calibrate=layers_calibrated or tolerances.calibrates())
     report.notes += [n for n in [saturation_note([la.quantization for la in layers if la.quantization is not None])] if n]
     return report
 
@@ -242,7 +254,8 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
         runs.append((case.name, {**known, **feed, **got}))
     if not runs:
         raise RNNXError(f"{model_path}: ONNX Runtime could not run it at any of the shapes tried ({cases[0].error if cases else 'no shapes'})")
-    report.layers = check_layers(layers, {}, runs, (tolerances or Tolerances()).get("", _elem_dtype(proto)))
+    tolerances = tolerances or Tolerances()
+    report.layers = check_layers(layers, {}, runs, tolerances.get("", _elem_dtype(proto)), calibrate=tolerances.calibrates())
     report.notes += [n for n in [saturation_note([la.quantization for la in layers if la.quantization is not None])] if n]
     if not any(la.status != "not checked" for la in report.layers):
         raise RNNXError(f"{model_path}: it runs, but none of its recurrent layers can be checked on its own "
@@ -289,3 +302,25 @@ def _progress(items: list[Any], shown: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(items, desc="verify model", unit="case", file=sys.stderr, leave=False)
+
+
+EXPORT_LAYER_CASES = 2  # the export's layer check: the first two of verify's cases (the example's shape and batch 1)
+
+
+def export_layer_check(torch_model: Any, seed: int = 0, tolerances: Tolerances | None = None) -> Any:
+    """The layer-by-layer check ``rnnx.export`` runs on the file it is about to write (see
+    :data:`rnnx.exporters.selfcheck.LAYER_CHECK`): verify's check of every recurrent layer
+    against the float64 reference on the torch module's weights, on the inputs that layer
+    received. Returns (the first drifting layer's one line or "", the layers as JSON, notes)."""
+
+    def check(path: Path) -> tuple[str, list[dict[str, Any]], list[str]]:
+        report = verify_loaded(Path(path), torch_model, None, "the model being exported", seed=seed, tolerances=tolerances,
+                               max_cases=EXPORT_LAYER_CASES, isolated=False, layers_calibrated=True)
+        first = report.first_drift
+        line = ""
+        if first is not None:
+            cause = f"; {first.diagnosis[0]}" if first.diagnosis else ""
+            line = (f"layer check: {first.name} ({first.op}, {first.truth}) drifts from the float64 reference by {first.max_abs:.3e} "
+                    f"at {first.worst_case} ({first.tolerance}){cause}")
+        return line, [la.to_json() for la in report.layers], report.notes
+    return check

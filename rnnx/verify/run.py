@@ -13,7 +13,7 @@ import numpy as np
 
 from rnnx import parity
 from rnnx.errors import RNNXError
-from rnnx.tolerance import Tolerance, Tolerances, compare_arrays, quantile_label
+from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance, Tolerances, calibrated, compare_arrays, compare_calibrated, quantile_label
 from rnnx.verify.diagnose import explain, per_step_error, stored_weights
 from rnnx.weights import RNNWeights
 from rnnx.fileio import atomic_output
@@ -58,6 +58,9 @@ class Row:
     p99_rel: float = 0.0
     stat: str = "elemwise"  # what the tolerance was applied to: elemwise, max, mean, median or p99
     note: str = ""  # why it failed where the numbers do not say (NaN, shape)
+    floor: float | None = None  # the calibrated rule's rounding floor (None where a fixed tolerance held)
+    multiple: float | None = None
+    ratio: float | None = None  # max abs over the floor
 
 
 @dataclass
@@ -101,16 +104,18 @@ class VerifyReport:
             lines.append(f"  shapes: lengths {self.shapes['seq_lens']} x batches {self.shapes['batches']}" + (f" ({self.shapes['note']})" if self.shapes["note"] else ""))
         if self.tolerances:
             t = self.tolerances
-            lines.append("  tolerance (Polygraphy's: a value fails only past both atol and rtol): " + "; ".join(f"{k} {Tolerance(**v)}" for k, v in t.get("by_dtype", {}).items())
+            lines.append(f"  calibrated where no tolerance is set: max abs error within {CALIBRATED_MULTIPLE:g}x the rounding floor, the reference's "
+                         "arithmetic run in the same dtype (the 'floor' column: multiple x floor: ratio reached)")
+            lines.append("  otherwise, and for float64 (Polygraphy's: a value fails only past both atol and rtol): " + "; ".join(f"{k} {Tolerance(**v)}" for k, v in t.get("by_dtype", {}).items())
                          + (f"; set: {', '.join(f'{k}: {v}' for k, v in t['given'].items())}" if t.get("given") else "")
                          + (f"; per backend: {', '.join(f'{k}: {Tolerance(**v)}' for k, v in t['backends'].items())}" if t.get("backends") else ""))
         lines += [f"  {b.name:<10} {b.status}" + (f": {b.reason}" if b.reason else "") for b in self.backends]
         lines += [f"  note: {note}" for note in self.notes]
         lines.append(f"{'backend':<10} {'vs':<9} {'dtype':<5} {'output':<6} {'T':>4} {'B':>3} {'max abs':>9} {'mean abs':>9} {'p99 abs':>9} {'max rel':>9}  "
-                     f"{'atol, rtol, stat':<24} result")
+                     f"{'atol, rtol, stat | floor':<24} result")
         for r in self.rows:
             verdict = "ok" if r.passed else "FAIL" + (f" ({r.note})" if r.note else "")
-            tol = f"{r.atol:g}, {r.rtol:g}, {r.stat}"
+            tol = f"{r.multiple:g} x {r.floor:.1e}: {r.ratio:.2g}" if r.floor is not None else f"{r.atol:g}, {r.rtol:g}, {r.stat}"
             lines.append(f"{r.backend:<10} {r.against:<9} {r.dtype:<5} {r.output:<6} {r.seq_len:>4} {r.batch:>3} {r.max_abs:>9.2e} {r.mean_abs:>9.2e} "
                          f"{r.p99_abs:>9.2e} {r.max_rel:>9.2e}  {tol:<24} {verdict}")
         for d in self.diagnosis:
@@ -119,15 +124,18 @@ class VerifyReport:
         return "\n".join(lines)
 
 
-def _row(backend: str, name: str, got: np.ndarray, want: np.ndarray, T: int, B: int, dtype: str, against: str, tol: Tolerance) -> Row:
+def _row(backend: str, name: str, got: np.ndarray, want: np.ndarray, T: int, B: int, dtype: str, against: str, tol: Tolerance,
+         honest: np.ndarray | None = None, runs_in: str = "float32") -> Row:
+    """One output against ``want``: under the calibrated rule where ``honest`` (the reference's
+    arithmetic in ``runs_in``) gives a floor, else under ``tol``."""
     got = np.asarray(got)
     if got.shape != want.shape:
         raise RNNXError(f"{backend}: output {name} has shape {got.shape}, expected {want.shape}; is the model the stack the source describes?")
-    stats = compare_arrays(got, want, tol)
+    stats = compare_calibrated(got, want, honest, runs_in, tol) if honest is not None else compare_arrays(got, want, tol)
     per_step = per_step_error(got, want) if got.ndim == 3 and name == "Y" else []
     stat = quantile_label(stats.quantile) if stats.stat == "quantile" else stats.stat
     return Row(backend, name, T, B, dtype, against, stats.max_abs, stats.mean_abs, stats.max_rel, stats.mean_rel, stats.atol, stats.rtol,
-               stats.passed, per_step, stats.quantile_abs, stats.quantile_rel, stat, stats.note)
+               stats.passed, per_step, stats.quantile_abs, stats.quantile_rel, stat, stats.note, stats.floor, stats.multiple, stats.ratio)
 
 
 def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], input_map: dict[str, str] | None = None,
@@ -246,6 +254,7 @@ def verify(
             feed = {key: round_to(v, dtype) for key, v in inputs.items()}
             exact = {key: (v.astype(np.float64) if v.dtype.kind == "f" else v) for key, v in feed.items()}
             want = parity.reference_outputs(weights, exact)
+            honest = _honest_runs(weights, exact)
             torch_out = None
             if torch_ref is not None:
                 torch_out = torch_ref({key: (v.astype(torch_ref.carrier) if v.dtype.kind == "f" else v) for key, v in feed.items()})
@@ -263,12 +272,16 @@ def verify(
                     if out_name not in got:  # the file does not return it (say, a model returning only Y)
                         continue
                     tol = _tolerance(tolerances, per_backend, name, out_name, runs_in)
+                    floor_from = None
                     if quantized is not None and name == "ort":
                         tol = quantized.tolerance(exact, out_name)  # each output its own bound: c_n carries the most noise
-                    row = _row(name, out_name, got[out_name], ref, T, B, dtype_name, "reference", tol)
+                    elif name not in per_backend and tolerances.calibrates(out_name):
+                        floor_from = honest(runs_in).get(out_name)
+                    row = _row(name, out_name, got[out_name], ref, T, B, dtype_name, "reference", tol, floor_from, runs_in)
                     report.rows.append(row)
                     if not row.passed and name not in first_mismatch and out_name == "Y":
-                        first_mismatch[name] = (exact, got["Y"], tol, runs_in)
+                        held = calibrated(row.floor, row.multiple) if row.floor is not None and row.multiple is not None else tol
+                        first_mismatch[name] = (exact, got["Y"], held, runs_in)
                     if torch_out is not None and name != "torch":
                         report.rows.append(_row(name, out_name, got[out_name], np.asarray(torch_out[out_name], np.float64), T, B, dtype_name, "torch", tol))
     _require_an_artefact_row(model, report, dtypes)
@@ -279,6 +292,18 @@ def verify(
         report.diagnosis.append({"backend": name, "matches": found.matches, "hypotheses": [asdict(h) for h in found.hypotheses],
                                  "not_offered": found.not_offered, "lines": found.lines()})
     return report
+
+
+def _honest_runs(weights: RNNWeights, inputs: dict[str, np.ndarray]) -> Callable[[str], dict[str, np.ndarray]]:
+    """The reference's arithmetic in a dtype, on these inputs, run once per dtype when first
+    asked: the rounding floor of the calibrated rule (empty for a dtype with none)."""
+    runs: dict[str, dict[str, np.ndarray]] = {}
+
+    def run(dtype: str) -> dict[str, np.ndarray]:
+        if dtype not in runs:
+            runs[dtype] = parity.honest_outputs(weights, inputs, dtype) or {}
+        return runs[dtype]
+    return run
 
 
 def round_to(value: np.ndarray, dtype: str) -> np.ndarray:
