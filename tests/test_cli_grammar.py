@@ -92,7 +92,7 @@ def test_every_flag_the_table_names_exists() -> None:
         (["verify", "m.onnx", "--input-map", "x=Q"], "argument --input-map: 'x=Q': expected NAME=ROLE"),
         (["convert", "w.pt", "-o", "x.onnx", "--max-memory", "4X"], "argument --max-memory: '4X': expected a positive size"),
         (["convert", "w.pt", "-o", "x.onnx", "--time-limit", "0"], "argument --time-limit: expected a positive number of seconds"),
-        (["convert", "w.pt", "-o", "x.onnx", "--opset", "3"], "argument --opset: expected 14 to"),
+        (["convert", "w.pt", "-o", "x.onnx", "--opset", "3"], "argument --opset: expected 13 to"),
         (["convert", "w.pt", "-o", "x.onnx", "--atol", "x"], "argument --atol: 'x': expected a number"),
         (["fuse", "m.onnx", "-o", "f.onnx", "--check-error-stat", "p42"], "argument --check-error-stat: 'p42': expected one of"),
         (["export", "m.py:M", "-o", "x.onnx", "--dynamic", "x"], "argument --dynamic: 'x': expected NAME:DIM[=LABEL]"),
@@ -118,7 +118,7 @@ def test_every_verb_has_help(verb: str, capsys: pytest.CaptureFixture[str]) -> N
     [
         ("convert", "w.pt: 2 recurrent groups ('a', 'b'); pass select=GROUP", "w.pt: 2 recurrent groups ('a', 'b'); pass --select GROUP"),
         ("lower", "no node named 'x'; pass select=NODE", "no node named 'x'; pass --node NODE"),
-        ("convert", "opset: expected 14 to 23, found 99", "--opset: expected 14 to 23, found 99"),
+        ("convert", "opset: expected 13 to 23, found 99", "--opset: expected 13 to 23, found 99"),
         ("convert", "opset=, batch_first=, seq_lens= and states= apply to to_format=onnx only", "--opset, --batch-first, --seq-lens-input and --no-states apply to --to onnx only"),
         ("verify", "seq_lens= and batches= vary it", "--seq-lens and --batch vary it"),
         ("build", "rebuild it here or build with version_compatible=True", "rebuild it here or build with --version-compatible"),

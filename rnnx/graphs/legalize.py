@@ -15,7 +15,10 @@ from rnnx.graphs.index import all_graphs
 _DROPPABLE = {("Split", "num_outputs"): None, ("ReduceMean", "noop_with_empty_axes"): 0, ("ReduceMax", "noop_with_empty_axes"): 0,
               ("ReduceMin", "noop_with_empty_axes"): 0, ("ReduceProd", "noop_with_empty_axes"): 0, ("ReduceL1", "noop_with_empty_axes"): 0,
               ("ReduceL2", "noop_with_empty_axes"): 0, ("ReduceLogSum", "noop_with_empty_axes"): 0,
-              ("ReduceLogSumExp", "noop_with_empty_axes"): 0, ("ReduceSumSquare", "noop_with_empty_axes"): 0}
+              ("ReduceLogSumExp", "noop_with_empty_axes"): 0, ("ReduceSumSquare", "noop_with_empty_axes"): 0,
+              # new in 14: Reshape's allowzero 0 is opset 13's rule (a 0 copies the input's size), and
+              # BatchNormalization's training_mode 0 is inference, all opset 13 had
+              ("Reshape", "allowzero"): 0, ("BatchNormalization", "training_mode"): 0}
 
 
 
@@ -106,6 +109,8 @@ def convert_down(proto: Any, opset: int) -> Any:
     """
     if opset < 17:
         _layer_norms_decomposed(proto)
+    if opset < 14:
+        time_major_recurrences(proto)
     require_opset(proto, opset)
     if model_opset(proto) > 18:
         proto = _onnx_convert(proto, 18)
@@ -125,6 +130,50 @@ def convert_down(proto: Any, opset: int) -> Any:
             _relabel(proto, opset)
         drop_newer_attributes(proto)
     return proto
+
+
+_RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+# layout=1's batch-major tensors and the time-major ones of layout 0 (ONNX's LSTM/GRU/RNN text):
+# X (batch, seq, in) / (seq, batch, in); states (batch, dirs, size) / (dirs, batch, size); Y
+# (batch, seq, dirs, size) / (seq, dirs, batch, size). Each pair's Transpose, by input and output position.
+_TO_TIME_MAJOR = {0: [1, 0, 2], 5: [1, 0, 2], 6: [1, 0, 2]}
+_TO_BATCH_MAJOR = {0: [2, 0, 1, 3], 1: [1, 0, 2], 2: [1, 0, 2]}
+
+
+def time_major_recurrences(proto: Any) -> None:
+    """Every LSTM/GRU/RNN node with ``layout=1`` made ``layout=0`` between Transposes, so that it
+    means the same below opset 14, which has no layout attribute (TensorRT 8.0 and 8.2 parse up
+    to 13). Names stay: the node's inputs and outputs keep the tensors around it."""
+    from onnx import helper
+
+    for graph in all_graphs(proto.graph):
+        nodes = []
+        for node in graph.node:
+            layout = next((a for a in node.attribute if a.name == "layout"), None)
+            if node.op_type not in _RECURRENT_OPS or node.domain not in ("", "ai.onnx") or layout is None:
+                nodes.append(node)
+                continue
+            keep = [a for a in node.attribute if a.name != "layout"]
+            del node.attribute[:]
+            node.attribute.extend(keep)
+            if helper.get_attribute_value(layout) == 0:
+                nodes.append(node)
+                continue
+            tag = node.name or node.output[0]
+            for k, perm in _TO_TIME_MAJOR.items():
+                if k < len(node.input) and node.input[k]:
+                    moved = f"{tag}__time_major_in{k}"
+                    nodes.append(helper.make_node("Transpose", [node.input[k]], [moved], perm=perm, name=moved))
+                    node.input[k] = moved
+            after = []
+            for k, perm in _TO_BATCH_MAJOR.items():
+                if k < len(node.output) and node.output[k]:
+                    moved = f"{tag}__time_major_out{k}"
+                    after.append(helper.make_node("Transpose", [moved], [node.output[k]], perm=perm, name=f"{moved}_back"))
+                    node.output[k] = moved
+            nodes += [node, *after]
+        del graph.node[:]
+        graph.node.extend(nodes)
 
 
 def _layer_norms_decomposed(proto: Any) -> None:

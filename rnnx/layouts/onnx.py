@@ -65,8 +65,10 @@ STATE_INPUTS = {"X": 0, "seq_lens": 4, "h0": 5, "c0": 6}
 NODE_OUTPUTS = {"Y": 0, "Y_h": 1, "Y_c": 2}
 # rnnx's placeholder for a projected LSTM (lowered to Scans before a file is written): LSTM's inputs, then the projection
 PROJECTED_LSTM_INPUTS = ("X", "W", "R", "B", "seq_lens", "h0", "c0", "P", "proj")
-DEFAULT_OPSET = 17  # what rnnx writes: read by ONNX Runtime, TensorRT 8.6+ and onnx's checker
-MIN_OPSET = 14  # LSTM/GRU/RNN gained their layout attribute, and torch.onnx's reductions their form, in 14
+DEFAULT_OPSET = 17  # what rnnx writes: read by ONNX Runtime, TensorRT 8.5+ and onnx's checker
+# The lowest: TensorRT 8.0 and 8.2 (JetPack 4.6.x: Jetson Nano, TX2, Xavier) parse up to 13. rnnx
+# never writes LSTM/GRU/RNN's layout attribute (14 and later): a batch-major stack gets Transposes.
+MIN_OPSET = 13
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # each cell's per-direction list, as a node's activations attribute spells it (ONNX's defaults
 # for LSTM, GRU and RNN; Relu for rnn_relu)
