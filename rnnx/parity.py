@@ -184,15 +184,19 @@ def check(
     dtype: str = "float32",
     ran: bool = True,
     tolerances: Tolerances | None = None,
+    feed_dtype: str | None = None,
 ) -> ParityReport:
     """Run ``run`` at each (seq_len, batch) on fresh seeded inputs against the reference;
     ``dtype`` is what the backend takes (a float16 ONNX file takes float16 inputs), and the
     reference runs on those same rounded inputs. Each output is held to ``tolerances`` where
     set, else to the calibrated rule, its floor the reference's arithmetic run in ``dtype``
-    (:func:`honest_outputs`; :data:`rnnx.tolerance.BY_DTYPE`'s entry for a dtype with none)."""
+    (:func:`honest_outputs`; :data:`rnnx.tolerance.BY_DTYPE`'s entry for a dtype with none).
+    ``feed_dtype``: what the backend is fed where it differs from the dtype it computes in."""
     report = ParityReport()
     for k, (seq_len, batch) in enumerate(shapes):
         inputs = random_inputs(weights, seq_len, batch, seed=seed + k, ragged=ragged, states=states, dtype=dtype)
+        if feed_dtype is not None:  # a float16 file that takes float32 (Casts at its edges): values float16 holds exactly
+            inputs = {key: (v.astype(feed_dtype) if v.dtype.kind == "f" else v) for key, v in inputs.items()}
         feed = dict(inputs)
         if batch_first:
             feed["X"] = inputs["X"].transpose(1, 0, 2).copy()

@@ -19,11 +19,13 @@ from rnnx.cli.groups import BackendToleranceArgs, ShapeArgs, ToleranceArgs
 from rnnx.engines import doctor
 from rnnx.engines.acceptance import predict
 from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
+from rnnx.engines.trt_profiles import describe_dimensions, merge_shapes
 from rnnx.errors import ExportCheckFailed, ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats import cudnn_raw
 from rnnx.layouts import cudnn
+from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.formats.onnx_read import data_files, load_model as load_onnx
 from rnnx.graphs.inspect import as_json, as_text, file_format, fusable, inspect_model, inspect_weights, weights_as_json, weights_as_text
 from rnnx.pipelines.convert import convert as convert_file
@@ -33,6 +35,7 @@ from rnnx.pipelines.rewrite_check import check_rewrite_size, parse_input_shapes
 from rnnx.spec import RNNSpec
 from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map
+from rnnx.verify.inputs import input_specs
 from rnnx.verify.models import is_model_code, verify_file, verify_model
 from rnnx.verify.run import DTYPES
 from rnnx.verify.plots import write_html
@@ -55,6 +58,8 @@ def convert(args: argparse.Namespace) -> int:
         tolerances=ToleranceArgs.parse(args),
         quantize=args.quantize,
         dtype=_one_dtype(args.dtype),
+        precision=args.precision,
+        keep_io_types=args.keep_io_types,
     )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
@@ -101,7 +106,7 @@ def export(args: argparse.Namespace) -> int:
     try:
         report = api.export(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
                             input_names=args.input_names, output_names=args.output_names, check=not args.no_check, seed=args.seed,
-                            tolerances=tolerances)
+                            tolerances=tolerances, precision=args.precision, keep_io_types=args.keep_io_types)
     except ExportCheckFailed as failed:  # the report says which case failed; then exit status 1 with its one line
         _print_export(args, failed.report, loaded)
         raise
@@ -172,6 +177,9 @@ def build(args: argparse.Namespace) -> int:
     options = BuildOptions(
         precision=args.precision,
         profiles=args.profile or [],
+        min_shapes=merge_shapes(args.min_shapes, "--min-shapes"),
+        opt_shapes=merge_shapes(args.opt_shapes, "--opt-shapes"),
+        max_shapes=merge_shapes(args.max_shapes, "--max-shapes"),
         workspace_bytes=args.workspace * (1 << 20) if args.workspace else None,
         timing_cache=args.timing_cache,
         optimization_level=args.opt_level,
@@ -182,9 +190,25 @@ def build(args: argparse.Namespace) -> int:
     if args.from_weights:
         meta = build_from_weights(api.load(args.input, format=args.from_format, select=args.select, spec=args.spec), args.output, options)
     else:
+        options.roles = _dimension_roles(args.input)
         meta = build_engine(args.input, args.output, options)
-    print(json.dumps(meta, indent=2) if args.json else f"wrote {args.output} (TensorRT {meta['tensorrt']}, {meta['precision']}, {meta['gpu']['name']})")
+    if args.json:
+        print(json.dumps(meta, indent=2))
+    else:
+        profiles = "; ".join(describe_dimensions(d) for d in meta["profile_dimensions"]) or "static shapes"
+        print(f"wrote {args.output} (TensorRT {meta['tensorrt']}, {meta['precision']}, {meta['gpu']['name']}; profile {profiles})")
     return 0
+
+
+def _dimension_roles(path: Path) -> dict[str, str]:
+    """What each dynamic dimension of the ONNX file is (batch, length, other), read as verify
+    reads it: rnnx export's record, else the label's name, else the graph's wiring."""
+    proto = load_onnx(path, lazy=True)
+    export, _ = read_metadata(proto)
+    try:
+        return input_specs(proto, export)[1]
+    except RNNXError:  # an input verify could not feed; the roles then come from the record alone
+        return {}
 
 
 def verify(args: argparse.Namespace) -> int:

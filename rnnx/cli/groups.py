@@ -152,6 +152,11 @@ class OnnxArgs:
 
     def add_parser_args(self, parser: argparse.ArgumentParser) -> None:
         OPSET.add(parser)
+        parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                            help="what the ONNX file computes in (default fp32): fp16 rounds the weights to float16 once and checks the "
+                                 "file at float16's rounding floor (--dtype, where it exists, is a raw cuDNN blob's element type)")
+        parser.add_argument("--keep-io-types", action="store_true",
+                            help="with --precision fp16: the file takes and returns float32, with Casts at its edges")
         if self.stack:
             BATCH_FIRST.add(parser)
             SEQ_LENS_INPUT.add(parser)

@@ -29,6 +29,25 @@ KERNEL_RULES = BackendRules(
 EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 
 
+_SNIFF_BYTES = 256 << 20  # a larger file is not read twice to learn its dtype
+
+
+def _computes_in_float16(model: str | Path | Any) -> bool:
+    """Whether the graph's inputs or weights are float16 (a file is read without its external data, if small)."""
+    import onnx
+
+    if isinstance(model, (str, Path)):
+        try:
+            if Path(model).stat().st_size > _SNIFF_BYTES:
+                return False
+            model = onnx.load(str(model), load_external_data=False)
+        except Exception:  # noqa: BLE001  an unreadable file: the session's own error says why, below
+            return False
+    graph = model.graph
+    half = onnx.TensorProto.FLOAT16
+    return any(i.type.tensor_type.elem_type == half for i in graph.input) or any(t.data_type == half for t in graph.initializer)
+
+
 class OnnxRuntimeRunner:
     """Runs an ONNX model (path or ModelProto) in ONNX Runtime, on the CPU unless told otherwise."""
 
@@ -45,6 +64,13 @@ class OnnxRuntimeRunner:
             options.add_session_config_entry(EXTERNAL_DATA_FOLDER, str(data_folder))
         source = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
         self.providers = providers or ["CPUExecutionProvider"]
+        self.notes: list[str] = []
+        if _computes_in_float16(model):
+            # ONNX Runtime 1.32's CPU session crashes the process (SIGSEGV) building a float16 graph
+            # with a Conv at ORT_ENABLE_ALL (its layout transformer); one level down it runs.
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+            self.notes.append("a float16 graph: run at ORT_ENABLE_EXTENDED (ONNX Runtime 1.32's CPU provider crashes building some float16 "
+                              "graphs, a Conv's among them, at ORT_ENABLE_ALL); set that level where you run it on the CPU")
         try:
             self.session = ort.InferenceSession(source, options, providers=self.providers)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes

@@ -298,6 +298,7 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
     except RNNXError as exc:  # rnnx wrote a graph ONNX Runtime cannot load: the check has failed
         check.cases.append(CheckCase("loading", {}, {leaf.name: list(leaf.value.shape) for leaf in leaves if leaf.is_tensor}, error=str(exc)))
         return check
+    check.notes += runner.notes
     # The user's own example exactly as given comes first: a file that refuses it (a size-1
     # column that a grown trace made 2) is never written, whatever the other shapes show.
     for k, (name, sizes) in enumerate([(EXAMPLE_CASE, example_sizes(naming, leaves))] + plan_cases(naming, leaves)):

@@ -40,6 +40,10 @@ from rnnx.formats.onnx_read import choose_group, data_files, load_model, recurre
 from rnnx.formats.onnx_quantized import QUANTIZE_OPTIONS, error_bound, is_dequantized, main_graph_quantizations, quantize_file
 from rnnx.tolerance import BY_DTYPE, ErrorStats, Tolerance, compare_arrays
 from rnnx.formats.onnx_build import DEFAULT_OPSET, build_stack_model, plan_stack_model, save_model, save_planned
+from rnnx.graphs.precision import keep_io_types
+
+
+PRECISIONS = ("fp32", "fp16")  # what an ONNX file computes in: --precision (--dtype is a raw blob's element type)
 
 
 @dataclass
@@ -58,6 +62,8 @@ class ConvertResult:
     seconds: dict[str, float] = field(default_factory=dict)  # read, write and check, each apart: the check's cost is not the conversion's
     files: dict[str, int] = field(default_factory=dict)  # every file written, with its size: an ONNX model past 1.8 GB is two
     external_data: bool = False  # the ONNX output's weights went to <output>.data
+    precision: str | None = "fp32"  # what an ONNX output computes in (fp32 or fp16); None for other formats
+    keep_io_types: bool = False  # an fp16 ONNX output that takes and returns float32 (Casts at its edges)
 
     def check_shapes(self) -> list[tuple[int, int]]:
         """The (sequence length, batch) the check ran at (a blob's "values" row ran at none)."""
@@ -96,17 +102,22 @@ class ConvertResult:
             "written": self.written,
             "files": self.files,
             "quantization": self.quantization,
+            "precision": self.precision,
+            "keep_io_types": self.keep_io_types,
         }
 
 
 def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], batch_first: bool, seq_lens: bool, states: bool,
-                   tolerances: Tolerances | None = None, dtype: str | None = None) -> parity.ParityReport:
+                   tolerances: Tolerances | None = None, dtype: str | None = None, precision: str = "fp32",
+                   keep_io: bool = False) -> parity.ParityReport:
     why = f"{fmt_name} has no runtime here"
     if fmt_name == "onnx":
-        # The file's inputs have its weights' dtype (float16, float32 or float64).
+        # The file's inputs have its weights' dtype (float16, float32 or float64); an fp16 file
+        # computes in float16 and takes float16, or float32 with Casts at its edges.
+        computes = "float16" if precision == "fp16" else weights.dtype.name
         try:
             return parity.check("ort", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first, states=states,
-                                dtype=weights.dtype.name, tolerances=tolerances)
+                                dtype=computes, tolerances=tolerances, feed_dtype="float32" if keep_io else None)
         except RNNXError as exc:
             if "does not support" not in str(exc) or weights.dtype == np.float32:
                 raise
@@ -194,6 +205,8 @@ def convert(
     tolerances: Tolerances | None = None,
     quantize: str | None = None,
     dtype: str | None = None,
+    precision: str = "fp32",
+    keep_io_types: bool = False,
 ) -> ConvertResult:
     """Read ``source``, write ``output`` in the target format, and (unless ``check`` is False)
     run what was written against the float64 reference, holding each output to ``tolerances``
@@ -202,8 +215,16 @@ def convert(
     (``result.written`` is False, ``result.report`` says why). ``quantize="dynamic"`` writes
     an ONNX file quantized by ONNX Runtime's own tool (see the module's docstring). ``dtype``
     (float32, float16, bfloat16, float64; default float32) is the element type of a
-    headerless cuDNN ``.bin`` blob read or written, which needs ``spec`` to be read."""
+    headerless cuDNN ``.bin`` blob read or written, which needs ``spec`` to be read.
+    ``precision="fp16"`` writes an ONNX file that computes in float16 (its weights rounded
+    once; its inputs and outputs float16, or float32 with Casts at its edges with
+    ``keep_io_types``), checked against the float64 reference on the source's weights at
+    float16's rounding floor."""
     source, output = Path(source), Path(output)
+    if precision not in PRECISIONS:
+        raise RNNXError(f"precision: expected one of {', '.join(PRECISIONS)}, found {precision!r}")
+    if keep_io_types and precision == "fp32":
+        raise RNNXError("keep_io_types: a float32 file's inputs and outputs are float32 already; give precision=fp16 with it, or drop it")
     if quantize not in (None, "dynamic"):
         raise RNNXError(f"quantize: expected dynamic (ONNX Runtime's dynamic quantization), found {quantize!r}")
     refuse_overwriting([source], {"-o": output})
@@ -252,8 +273,13 @@ def convert(
                            tolerances=tolerances.to_json() if tolerances else {}, seconds={"read": round(read_seconds, 3)})
     # The defaults are what an ONNX file gets; another format has no use for them, so only a
     # choice away from them is refused (it would be silently ignored).
-    if out_fmt.name != "onnx" and (opset != DEFAULT_OPSET or batch_first or seq_lens or not states):
-        raise RNNXError(f"opset=N, batch_first=True, seq_lens=True and states=False apply to to_format=onnx only, not {out_fmt.name}")
+    if out_fmt.name != "onnx" and (opset != DEFAULT_OPSET or batch_first or seq_lens or not states or precision != "fp32"):
+        raise RNNXError(f"opset=N, batch_first=True, seq_lens=True, states=False and precision=fp16 apply to to_format=onnx only, not {out_fmt.name} "
+                        "(a weights file keeps the source's dtype; a cuDNN blob's is dtype=)")
+    if precision != "fp32" and quantize:
+        raise RNNXError("precision=fp16 and quantize=dynamic: give one (the quantizer takes float32 weights)")
+    result.precision = precision if out_fmt.name == "onnx" else None
+    result.keep_io_types = keep_io_types
     try:
         _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states, tolerances, quantize,
                        raw_dtype if raw_out else None, inputs)
@@ -297,7 +323,10 @@ def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name:
     progress.step(f"writing {output.name}")
     started = time.perf_counter()
     if fmt_name == "onnx":
-        plan = plan_stack_model(weights, opset=opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
+        stored = weights.astype(np.float16) if result.precision == "fp16" else weights  # rounded once, here
+        plan = plan_stack_model(stored, opset=opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
+        if result.keep_io_types:
+            keep_io_types(plan.model)
         result.external_data = save_planned(plan, output)  # into ``written``: the output's write is under way; weights streamed
     else:
         files.save(weights, output, format=fmt_name, dtype=dtype)
@@ -305,7 +334,8 @@ def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name:
     if check:
         progress.step("checking the written file against the float64 reference")
         started = time.perf_counter()
-        result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states, tolerances, dtype)
+        result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states, tolerances, dtype,
+                                       result.precision or "fp32", result.keep_io_types)
         result.seconds["check"] = round(time.perf_counter() - started, 3)
         if not result.report:
             raise _CheckFailed
