@@ -77,6 +77,7 @@ def export(model: Any, example_inputs: Any = _MISSING, path: str | Path | None =
     :class:`rnnx.RNNXError`.
     """
     # Deferred so that `import rnnx` stays light: the exporter and its passes load on first use.
+    from rnnx.exporters.precision import at_precision
     from rnnx.exporters.torch_export import export as _export
 
     example_inputs = _one_of("example inputs", ("example_inputs", example_inputs), ("args", options.pop("args", _MISSING)))
@@ -94,7 +95,7 @@ def export(model: Any, example_inputs: Any = _MISSING, path: str | Path | None =
     if unknown:
         raise RNNXError(f"export: expected a keyword of rnnx's ({', '.join(_OWN)}) or of torch.onnx.export's (dynamic_axes, "
                         f"opset_version, input_names, output_names, ...), found {unknown[0]!r}; see help(rnnx.export)")
-    model, example_inputs = _at_precision(model, example_inputs, options.pop("precision", "fp32"), options.pop("keep_io_types", False))
+    model, example_inputs = at_precision(model, example_inputs, options.pop("precision", "fp32"), options.pop("keep_io_types", False))
     internal.update(options)
     if internal.get("input_names") is not None:
         internal["input_names"] = _all_input_names(model, example_inputs, internal["input_names"])
@@ -105,66 +106,6 @@ def export(model: Any, example_inputs: Any = _MISSING, path: str | Path | None =
     if not report.passed:
         raise ExportCheckFailed(f"{report.check.failure()}; nothing was written to {path}", report)
     return report
-
-
-def _at_precision(model: Any, example: Any, precision: str, keep_io_types: bool) -> tuple[Any, Any]:
-    """The model (and example) that computes in ``precision``: for fp16, a float16 copy of the
-    model and float16 example tensors; with ``keep_io_types``, the float16 copy inside a module
-    that casts floating inputs to the model's dtype and floating outputs back to the inputs'
-    (so the file takes and returns float32 with Casts at its edges, and a float64 copy of it,
-    the self-check's reference, computes in float64)."""
-    import copy
-
-    import torch
-    from torch.utils._pytree import tree_map
-
-    if precision not in ("fp32", "fp16"):
-        raise RNNXError(f"precision: expected fp32 or fp16, found {precision!r}")
-    if precision == "fp32":
-        if keep_io_types:
-            raise RNNXError("keep_io_types: a float32 file's inputs and outputs are float32 already; give precision='fp16' with it, or drop it")
-        return model, example
-    half = copy.deepcopy(model).half()
-    if keep_io_types:
-        return _CastEdges(half), example
-    to_half = lambda v: v.half() if isinstance(v, torch.Tensor) and v.is_floating_point() else v  # noqa: E731
-    return half, tree_map(to_half, example)
-
-
-def _cast_edges_class(signature: Any) -> Any:
-    import torch
-    from torch.utils._pytree import tree_map
-
-    class CastEdges(torch.nn.Module):
-        """``module`` between Casts: floating inputs to its parameters' dtype, floating outputs
-        back to the dtype the inputs came in."""
-
-        def __init__(self, module: Any) -> None:
-            super().__init__()
-            self.module = module
-
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            inner = next((p.dtype for p in self.module.parameters() if p.is_floating_point()), torch.float32)
-            outer = next((a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point()), torch.float32)
-            cast = lambda to: lambda v: v.to(to) if isinstance(v, torch.Tensor) and v.is_floating_point() else v  # noqa: E731
-            out = self.module(*tree_map(cast(inner), args), **tree_map(cast(inner), kwargs))
-            return tree_map(cast(outer), out)
-
-    # the model's own parameter names, so that inputs are named and bound as the model's are
-    CastEdges.forward.__signature__ = signature  # type: ignore[attr-defined]
-    return CastEdges
-
-
-def _CastEdges(module: Any) -> Any:  # noqa: N802  a class made per model: torch is imported late, and each keeps its model's signature
-    import inspect
-
-    try:
-        signature = inspect.signature(module.forward)
-    except (TypeError, ValueError):
-        signature = None
-    wrapper = _cast_edges_class(signature.replace(parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-                                                              *signature.parameters.values()]) if signature else None)
-    return wrapper(module)
 
 
 def _layer_checked(model: Any, options: dict[str, Any], run: Any) -> Any:

@@ -42,6 +42,7 @@ from rnnx.verify.model_report import OutputRow, WholeModelReport
 from rnnx.verify.quantized import saturation_note
 from rnnx.weights import RNNWeights
 from rnnx.exporters.loading import load_checkpoint
+from rnnx.exporters.precision import cast_edges, computes_in_float16
 from rnnx.exporters.loading import load_model as load_torch_model_from
 from rnnx.formats.files import from_format
 from rnnx import limits
@@ -183,11 +184,15 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
         model64 = None
         report.notes.append(f"no float64 copy of the torch model ({type(exc).__name__}); outputs compared with torch in float32 only")
     tolerances = tolerances or Tolerances()
+    honest_model = torch_model
+    if computes_in_float16(proto):  # --precision fp16: the honest run is the model in float16, fed what the file takes
+        honest_model = cast_edges(copy.deepcopy(torch_model).half())
+        report.notes.append("the file computes in float16: its rounding floor is the torch model's in float16, against its float64 copy")
     runs = []
     for k, case in enumerate(_progress(cases, progress)):
         feed = make_feed(specs, case, example_arrays, seed + k)
         try:
-            want32 = torch_outputs(torch_model, call, feed)
+            want32 = torch_outputs(honest_model, call, feed)
         except Exception as exc:  # noqa: BLE001  the user's model may raise anything at a shape it does not take
             case.skipped = f"the torch model itself raised {type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
             continue

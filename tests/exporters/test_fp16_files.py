@@ -112,3 +112,55 @@ def test_precision_applies_to_onnx_only(tmp_path: Path) -> None:
     rnnx.save(weights, source)
     with pytest.raises(RNNXError, match="apply to to_format=onnx only"):
         convert(source, tmp_path / "w.pt", precision="fp16")
+
+
+TAGGER_CODE = '''
+import torch
+
+
+class Tagger(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv1d(4, 8, 3, padding=1)
+        self.rnn = torch.nn.LSTM(8, 16, batch_first=True, num_layers=2, bidirectional=True)
+        self.fc = torch.nn.Linear(32, 5)
+
+    def forward(self, feats):
+        y, _ = self.rnn(self.conv(feats).transpose(1, 2))
+        return torch.log_softmax(self.fc(y), -1)
+'''
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["float16 io", "float32 io"])
+def test_verify_an_fp16_file_against_its_model_code(keep: bool, tmp_path: Path) -> None:
+    """rnnx verify FILE --against code.py:NAME on an fp16 file: held at float16's floor (the model in
+    float16 against its float64 copy), each layer too; and a gate swap in it still fails."""
+    import io
+    from contextlib import redirect_stdout
+
+    from onnx import numpy_helper
+
+    from rnnx.cli.main import main
+
+    code = tmp_path / "tagger.py"
+    code.write_text(TAGGER_CODE)
+    path = tmp_path / "t16.onnx"
+    args = ["export", f"{code}:Tagger", "-o", str(path), "--precision", "fp16", "--input", "feats:2x4x20"] + (["--keep-io-types"] if keep else [])
+    with redirect_stdout(io.StringIO()):
+        assert main(args) == 0
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["verify", str(path), "--against", f"{code}:Tagger", "--dtype", "fp16"]) == 0, out.getvalue()
+    assert "computes in float16" in out.getvalue()
+    proto = onnx.load(str(path))  # f and o of layer 0's forward W swapped (ONNX order i, o, f, c)
+    lstm = next(n for n in proto.graph.node if n.op_type == "LSTM")
+    init = next(i for i in proto.graph.initializer if i.name == lstm.input[1])
+    w = numpy_helper.to_array(init).copy()
+    H = w.shape[1] // 4
+    w[0, H:2 * H], w[0, 2 * H:3 * H] = w[0, 2 * H:3 * H].copy(), w[0, H:2 * H].copy()
+    init.CopyFrom(numpy_helper.from_array(w, init.name))
+    bad = tmp_path / "bad16.onnx"
+    onnx.save(proto, str(bad))
+    with redirect_stdout(io.StringIO()):
+        assert main(["verify", str(bad), "--against", f"{code}:Tagger"]) == 1
