@@ -8,9 +8,10 @@ between the markers in README.md). Not part of the test run. Sections:
 4. rnnx.export with its self-check vs torch.onnx.export alone (Dim.AUTO): a 2-layer
    bidirectional LSTM with H=1024, and every corpus family (tests/exporters/corpus.py)
 5. on a GPU: the cuDNN runner vs torch's cuDNN path (where a GPU is visible)
-6. verify_large: `rnnx verify` of a 67M-parameter LSTM at its default shapes vs its ONNX Runtime
-   runs alone, and the float64 reference with its BLAS thread rule vs unlimited threads, with
-   no load added and with every usable core kept busy by other processes
+6. verify_large: the command `rnnx verify` of a 67M-parameter LSTM at its default shapes, less its
+   process's start-up and imports, vs its backends' own runs (ONNX Runtime, torch and the float64
+   reference on the same inputs), and the float64 reference with its BLAS thread rule vs
+   unlimited threads, with no load added and with every usable core kept busy by other processes
 7. fuse_scaling: `rnnx fuse` of an unrolled LSTMCell exported by torch.onnx at T = 100, 300 and
    1,000 steps, without and with its ONNX Runtime check, vs a plain onnx.load + onnx.save of
    the same file: seconds, ratio and cost per step, so that growth in T shows
@@ -259,12 +260,36 @@ def _burners(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
+def _run_command(argv: list[str]) -> None:
+    subprocess.run(argv, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+
+
+def _imports_of(argv: list[str]) -> list[str]:
+    """The modules a command imports at the top level of its import tree, read from one run of it
+    under ``python -X importtime``: what a process starting that command pays for before and
+    while it works (torch and onnx are imported lazily, inside verify)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", *argv[1:]], check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    names = []
+    for line in done.stderr.splitlines():
+        fields = line.split("|")
+        top_level = len(fields) == 3 and fields[1].strip().isdigit() and fields[2].startswith(" ") and not fields[2].startswith("  ")
+        if line.startswith("import time:") and top_level:
+            names.append(fields[2].strip())
+    return list(dict.fromkeys(names))
+
+
 def verify_large(tmp: Path, repeats: int) -> dict:
-    """verify at its defaults (ort, torch and the reference; lengths and batches shrunk for a model
-    this size) against ONNX Runtime running the same inputs alone, in this process with its
-    default threads and the session already loaded; and the float64 reference on those inputs
-    with rnnx's BLAS thread rule vs numpy's BLAS left unlimited (the rule switched off)."""
+    """`rnnx verify` at its defaults (ort, torch and the reference; lengths and batches shrunk for
+    a model this size), as a command in its own process, split into the process's start-up and
+    imports (a process that starts and imports what the command imports, and exits) and the
+    rest; the rest against the backends' own runs on the same inputs in this process: ONNX
+    Runtime with its session loaded beforehand, torch with its module built beforehand, and the
+    float64 reference. Also verify called in this process (imports already paid), and the
+    reference with rnnx's BLAS thread rule vs numpy's BLAS left unlimited (the rule switched off)."""
     from rnnx import blas_threads, parity
+    from rnnx.engines.torch import TorchRunner
     from rnnx.pipelines.convert import convert
     from rnnx.verify.run import _default_shapes, verify
 
@@ -277,10 +302,17 @@ def verify_large(tmp: Path, repeats: int) -> dict:
     t = time.perf_counter()
     ort = OnnxRuntimeRunner(model)
     session_s = time.perf_counter() - t
+    torch_runner = TorchRunner(weights.astype(np.float32))  # as verify builds it
+    command = [sys.executable, "-m", "rnnx", "verify", str(model), "--against", str(source)]
+    startup = [sys.executable, "-c", f"import {', '.join(_imports_of(command))}"]
 
     def ort_runs() -> None:
         for inp in inputs:
             ort({k: v for k, v in inp.items() if k in ort.input_names})
+
+    def torch_runs() -> None:
+        for inp in inputs:
+            torch_runner(inp)
 
     def reference_runs() -> None:
         for inp in inputs:
@@ -298,15 +330,20 @@ def verify_large(tmp: Path, repeats: int) -> dict:
 
     candidates = {
         "ORT runs alone": ort_runs,
+        "torch runs alone": torch_runs,
         "reference, thread rule": reference_runs,
         "reference, threads unlimited": unlimited(reference_runs),
         "verify, thread rule": verify_run,
         "verify, threads unlimited": unlimited(verify_run),
+        "rnnx verify command": lambda: _run_command(command),  # exits 0 only when verify passed
+        "start-up and imports": lambda: _run_command(startup),
     }
     cores = blas_threads.usable_cores()
     out: dict = {
         "setup": f"{LARGE_SPEC} ({weights.num_parameters():,} parameters), verify's defaults: lengths {seq_lens} x batches {batches}, "
-                 f"backends ort, torch, reference; ORT alone in-process with default threads, session loaded beforehand; {cores} usable cores",
+                 f"backends ort, torch, reference; the command `rnnx verify` in its own process, its start-up and imports timed as a "
+                 f"process importing what it imports ({len(startup[-1].split(','))} top-level modules, torch and onnx among them); "
+                 f"the backends alone in-process with default threads, ORT's session and torch's module made beforehand; {cores} usable cores",
         "parameters": weights.num_parameters(),
         "ORT session load s": round(session_s, 2),
     }
@@ -316,6 +353,7 @@ def verify_large(tmp: Path, repeats: int) -> dict:
             time.sleep(2 if burners else 0)
             load_before = os.getloadavg()[0]
             ort_runs()
+            torch_runs()
             reference_runs()  # warm up (the weights' float64 copies, ORT's arenas)
             print(f"   {condition}: bulk BLAS threads by the rule now {blas_threads.bulk_threads(cores, os.getloadavg()[0])}", flush=True)
             times: dict[str, list[float]] = {k: [] for k in candidates}
@@ -331,17 +369,42 @@ def verify_large(tmp: Path, repeats: int) -> dict:
             for p in burners:
                 p.kill()
                 p.wait()
-        med = {k: statistics.median(v) for k, v in times.items()}
-        out[condition] = {
-            "condition": "no load added by the benchmark" if condition == "quiet" else f"{cores} processes each keeping a core busy",
-            "1-minute load average before / after": [round(load_before, 2), round(load_after, 2)],
-            **{f"{k} s": round(v, 2) for k, v in med.items()},
-            "ratio verify / ORT runs": round(med["verify, thread rule"] / med["ORT runs alone"], 2),
-            "ratio verify / (ORT session load + runs)": round(med["verify, thread rule"] / (session_s + med["ORT runs alone"]), 2),
-            "ratio verify unlimited / rule": round(med["verify, threads unlimited"] / med["verify, thread rule"], 2),
-            "ratio reference unlimited / rule": round(med["reference, threads unlimited"] / med["reference, thread rule"], 2),
-        }
+        out[condition] = _verify_figures(condition, cores, times, (load_before, load_after))
+        print(f"   {condition}: {_verify_line(out[condition])}", flush=True)
     return out
+
+
+def _verify_figures(condition: str, cores: int, times: dict[str, list[float]], load: tuple[float, float]) -> dict:
+    """Medians of each candidate's seconds, and each ratio as the median of its rounds' own ratios:
+    a ratio's two sides from the same round, so that load drifting between rounds (other
+    users, the burners' scheduling) moves both."""
+    rounds = range(len(times["rnnx verify command"]))
+    backends = [times["ORT runs alone"][k] + times["torch runs alone"][k] + times["reference, thread rule"][k] for k in rounds]
+
+    def ratio(over: list[float], under: list[float]) -> float:
+        return round(statistics.median(a / b for a, b in zip(over, under)), 2)
+
+    rest = [times["rnnx verify command"][k] - times["start-up and imports"][k] for k in rounds]
+    return {
+        "condition": "no load added by the benchmark" if condition == "quiet" else f"{cores} processes each keeping a core busy",
+        "1-minute load average before / after": [round(load[0], 2), round(load[1], 2)],
+        **{f"{k} s": round(statistics.median(v), 2) for k, v in times.items()},
+        "backends, ORT + torch + reference s": round(statistics.median(backends), 2),
+        "command less start-up and imports s": round(statistics.median(rest), 2),
+        "ratio (command - start-up) / backends": ratio(rest, backends),
+        "ratio verify in-process / backends": ratio(times["verify, thread rule"], backends),
+        "ratio verify / ORT runs": ratio(times["verify, thread rule"], times["ORT runs alone"]),
+        "ratio verify unlimited / rule": ratio(times["verify, threads unlimited"], times["verify, thread rule"]),
+        "ratio reference unlimited / rule": ratio(times["reference, threads unlimited"], times["reference, thread rule"]),
+    }
+
+
+def _verify_line(r: dict) -> str:
+    """The figure of the table's verify row: start-up apart from the rest, and the ratio."""
+    return (f"{r['ratio (command - start-up) / backends']}x (medians: command {r['rnnx verify command s']} s, of which start-up and imports "
+            f"{r['start-up and imports s']} s and the rest {r['command less start-up and imports s']} s; backends {r['backends, ORT + torch + reference s']} s: "
+            f"ORT {r['ORT runs alone s']} s + torch {r['torch runs alone s']} s + reference {r['reference, thread rule s']} s; "
+            f"verify in-process {r['verify, thread rule s']} s: {r['ratio verify in-process / backends']}x)")
 
 
 FUSE_STEPS = (100, 300, 1000)
@@ -417,8 +480,14 @@ def markdown(results: dict) -> str:
     if v:
         for c in ("quiet", "busy"):
             r = v[c]
-            lines.append(f"| rnnx verify at its defaults / its ONNX Runtime runs alone, {LARGE_SPEC} ({v['parameters'] / 1e6:.0f}M parameters), {r['condition']} (1-minute load average {r['1-minute load average before / after'][0]}) | "
-                         f"{r['ratio verify / ORT runs']}x ({r['verify, thread rule s']} s / {r['ORT runs alone s']} s) | <= 3x {'(met)' if r['ratio verify / ORT runs'] <= 3 else '(MISSED)'} |")
+            if "ratio (command - start-up) / backends" not in r:  # figures recorded before the command was timed
+                lines.append(f"| rnnx verify at its defaults / its ONNX Runtime runs alone, {LARGE_SPEC} ({v['parameters'] / 1e6:.0f}M parameters), {r['condition']} | "
+                             f"{r['ratio verify / ORT runs']}x ({r['verify, thread rule s']} s / {r['ORT runs alone s']} s) | |")
+                continue
+            ratio = r["ratio (command - start-up) / backends"]
+            lines.append(f"| `rnnx verify` at its defaults less its start-up and imports / its backends' own runs (ORT + torch + float64 reference), "
+                         f"{LARGE_SPEC} ({v['parameters'] / 1e6:.0f}M parameters), {r['condition']} (1-minute load average {r['1-minute load average before / after'][0]}) | "
+                         f"{_verify_line(r)} | <= 3x {'(met)' if ratio <= 3 else '(MISSED)'} |")
         lines.append("| the same verify, numpy's BLAS threads unlimited / the reference's thread rule, no load added / busy | "
                      f"{v['quiet']['ratio verify unlimited / rule']}x / {v['busy']['ratio verify unlimited / rule']}x | |")
         lines.append("| its float64 reference alone, threads unlimited / the rule, no load added / busy | "

@@ -22,8 +22,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+# Only light modules here: the child imports this module too, and each import is paid again
+# at every session's start (rnnx.engines.onnxruntime pulls in the graph inspector).
 from rnnx import limits
-from rnnx.engines.onnxruntime import EXTERNAL_DATA_FOLDER
 from rnnx.errors import RNNXError
 
 _LENGTH = struct.Struct("<Q")
@@ -68,7 +69,7 @@ class IsolatedOnnxRuntime:
         )
         try:
             try:
-                _send(self._child.stdin, {"model": len(model_bytes), "folder": None if data_folder is None else str(data_folder)},  # type: ignore[arg-type]
+                _send(self._child.stdin, {"model": len(model_bytes), "config": _session_config(data_folder)},  # type: ignore[arg-type]
                       [np.frombuffer(model_bytes, np.uint8)])
             except BrokenPipeError:
                 self._died()
@@ -137,24 +138,40 @@ def _send(pipe: BinaryIO, header: dict[str, Any], arrays: list[np.ndarray]) -> N
     data = json.dumps(header).encode()
     pipe.write(_LENGTH.pack(len(data)) + data)
     for a in arrays:
-        pipe.write(memoryview(np.ascontiguousarray(a)).cast("B"))
+        pipe.write(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data)  # as bytes; an empty array too (memoryview.cast refuses it)
     pipe.flush()
 
 
-def _read_exactly(pipe: BinaryIO, n: int, deadline: float | None) -> bytes:
-    chunks, left = [], n
-    fd = pipe.fileno()
-    while left:
+def _session_config(data_folder: str | Path | None) -> dict[str, str]:
+    """The child's session config entries, chosen here so that the child need not import rnnx's ONNX Runtime module."""
+    from rnnx.engines.onnxruntime import EXTERNAL_DATA_FOLDER
+
+    # Between runs rnnx computes on the same cores (the reference, torch): ONNX Runtime's
+    # workers, spinning while they wait for a next run, would take those cores from it.
+    config = {"session.intra_op.allow_spinning": "0"}
+    if data_folder is not None:
+        config[EXTERNAL_DATA_FOLDER] = str(data_folder)
+    return config
+
+
+def _read_into(pipe: BinaryIO, buffer: memoryview, deadline: float | None) -> None:
+    """Fill ``buffer`` from the pipe: read straight into the array that keeps the bytes, no joining copy."""
+    done, fd = 0, pipe.fileno()
+    while done < len(buffer):
         if deadline is not None:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
                 raise TimeoutError
-        chunk = os.read(fd, min(left, 1 << 24))
-        if not chunk:
+        got = os.readv(fd, [buffer[done:done + (1 << 24)]])
+        if not got:
             raise EOFError
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+        done += got
+
+
+def _read_exactly(pipe: BinaryIO, n: int, deadline: float | None) -> bytes:
+    data = bytearray(n)
+    _read_into(pipe, memoryview(data), deadline)
+    return bytes(data)
 
 
 def _recv(pipe: BinaryIO, deadline: float | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
@@ -167,8 +184,12 @@ def _recv(pipe: BinaryIO, deadline: float | None = None) -> tuple[dict[str, Any]
         dtype = np.dtype(dtype_str)
         if dtype.hasobject:
             raise EOFError
-        count = int(np.prod(shape, dtype=np.int64))
-        arrays.append(np.frombuffer(_read_exactly(pipe, count * dtype.itemsize, deadline), dtype).reshape(shape).copy())
+        try:
+            array = np.empty(shape, dtype)
+        except (TypeError, ValueError, MemoryError):  # a shape no array has: the other side is not speaking the protocol
+            raise EOFError from None
+        _read_into(pipe, memoryview(array.reshape(-1).view(np.uint8)), deadline)
+        arrays.append(array)
     return header, arrays
 
 
@@ -187,8 +208,12 @@ def serve() -> None:
 
         options = ort.SessionOptions()
         options.log_severity_level = 4
-        if header.get("folder"):
-            options.add_session_config_entry(EXTERNAL_DATA_FOLDER, header["folder"])
+        # Every rewrite but the layout transformers: ONNX Runtime 1.32's CPU provider crashes the
+        # process (SIGSEGV) building some float16 graphs (a Conv's) at ORT_ENABLE_ALL, and the
+        # files run here come from anywhere. The layouts it leaves out change no operator's meaning.
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        for key, value in header.get("config", {}).items():
+            options.add_session_config_entry(key, value)
         session = ort.InferenceSession(model.tobytes(), options, providers=["CPUExecutionProvider"])
         del model
         names = [o.name for o in session.get_outputs()]

@@ -163,7 +163,7 @@ def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], i
 
                 runners[name] = ReferenceRunner(weights)
             elif name == "torch":
-                runners[name] = TorchRunner(weights.astype(np.float32))
+                runners[name] = TorchRunner(weights, dtype="float32")  # casts only weights not float32 already: no second copy of a large model
             elif name == "cudnn":
                 runners[name] = CudnnRunner(weights)
             elif name == "trt":
