@@ -3,6 +3,7 @@ from :mod:`rnnx.formats.files`."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 from rnnx.errors import ExportCheckFailed, RNNXError
 from rnnx.exporters import shapes
+from rnnx.exporters.precision import at_precision
 from rnnx.formats.files import from_format, groups, load, save, to_format
 
 __all__ = ["export", "from_format", "groups", "load", "save", "to_format"]
@@ -77,7 +79,6 @@ def export(model: Any, example_inputs: Any = _MISSING, path: str | Path | None =
     :class:`rnnx.RNNXError`.
     """
     # Deferred so that `import rnnx` stays light: the exporter and its passes load on first use.
-    from rnnx.exporters.precision import at_precision
     from rnnx.exporters.torch_export import export as _export
 
     example_inputs = _one_of("example inputs", ("example_inputs", example_inputs), ("args", options.pop("args", _MISSING)))

@@ -22,6 +22,7 @@ from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
 from rnnx.engines.trt_profiles import describe_dimensions, merge_shapes
 from rnnx.errors import ExportCheckFailed, ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
+from rnnx.exporters.precision import computes_in_float16
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats import cudnn_raw
 from rnnx.layouts import cudnn
@@ -137,6 +138,7 @@ def inspect(args: argparse.Namespace) -> int:
             g.unread = flagged(g.unread, "inspect") if g.unread is not None else None
         print(json.dumps(weights_as_json(args.model, fmt, groups), indent=2) if args.json else weights_as_text(args.model, fmt, groups))
         return 0
+    tensorrt = getattr(args, "tensorrt", None)  # which TensorRT's parser rules judge the nodes (default 10.x)
     if args.spec or args.dtype or args.select:
         raise RNNXError(f"{args.model}: an ONNX model says what it holds and inspect lists all of it; drop --spec, --dtype and --select (they read weight files)")
     model = load_onnx(args.model, lazy=True)  # weights through memory maps: inspect reads structure, and a few values
@@ -145,7 +147,7 @@ def inspect(args: argparse.Namespace) -> int:
         found = fusable(model)
     except RNNXError as exc:
         found = {"not_analysed": str(exc)}
-    reports = inspect_model(model, judge=predict)
+    reports = inspect_model(model, judge=predict.with_tensorrt(tensorrt) if tensorrt else predict)
     print(json.dumps(as_json(reports, found, model, args.model), indent=2, default=str) if args.json else as_text(reports, found, model, args.model))
     return 0
 
@@ -160,7 +162,7 @@ def fuse(args: argparse.Namespace) -> int:
 def lower(args: argparse.Namespace) -> int:
     tolerances, dims, shapes = ToleranceArgs.parse(args), ShapeArgs.dims(args), parse_input_shapes(args.input)
     report = lower_file(args.model, args.output, select=args.node, check=not args.no_check, seed=args.seed, tolerances=tolerances,
-                        dims=dims, input_shapes=shapes)
+                        dims=dims, input_shapes=shapes, for_tensorrt=args.for_target)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     return 0
 
@@ -252,7 +254,10 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
         if given:
             raise RNNXError(f"{flag} applies to a recurrent stack verified against its weights file; for a whole model use --atol/--rtol and --dim")
     if args.dtype not in (None, ["fp32"]):
-        raise RNNXError(f"--dtype {','.join(args.dtype)}: a whole model runs in the dtypes its file takes; --dtype applies to a stack verified against its weights")
+        computes = "fp16" if computes_in_float16(load_onnx(args.model, lazy=True)) else "fp32"
+        if args.dtype != [computes]:
+            raise RNNXError(f"--dtype {','.join(args.dtype)}: a whole model is checked in the precision its file computes in, here {computes}; "
+                            "write an fp16 file with rnnx export --precision fp16 (drop --dtype: it is found from the file)")
     inputs = [args.model, *data_files(args.model)] + [p for p in (Path(str(args.against)) if args.against else None, args.checkpoint) if p is not None and p.is_file()]
     refuse_overwriting(inputs, {"--report": args.report})
     dims = ShapeArgs.dims(args)

@@ -17,6 +17,7 @@ from typing import Any
 
 from rnnx import limits
 from rnnx.cli import types
+from rnnx.engines.tensorrt import PRECISIONS
 from rnnx.layouts.onnx import DEFAULT_OPSET
 from rnnx.tolerance import BY_DTYPE, Tolerance, Tolerances
 
@@ -55,7 +56,10 @@ SELECT = Option(("--select",), {"metavar": "GROUP", "help": "the recurrent group
 SPEC = Option(("--spec",), {"metavar": "SPEC", "help": "spec for weights that do not describe themselves (cudnn, jax) or cannot tell tanh from relu"})
 FROM = Option(("--from",), {"dest": "from_format", "metavar": "FORMAT", "help": "format of the weights file (default: from extension and content)"})
 OPSET = Option(("--opset",), {"type": types.opset, "default": DEFAULT_OPSET, "metavar": "N",
-                              "help": f"ONNX opset to write, 14 to the newest onnx knows (default {DEFAULT_OPSET}, what TensorRT 8.6 parses)"})
+                              "help": f"ONNX opset to write, 13 (TensorRT 8.0/8.2, JetPack 4.6) to the newest onnx knows (default {DEFAULT_OPSET}, what TensorRT 8.5 and later parse)"})
+# What a file or an engine computes in: one flag, one set of choices, in every verb that writes
+# one (an ONNX file takes fp32 or fp16, and says so in one line for the others).
+PRECISION = Option(("--precision",), {"default": "fp32", "choices": PRECISIONS})
 BATCH_FIRST = Option(("--batch-first",), {"action": "store_true", "help": "the ONNX model takes X and gives Y as (batch, seq, features)"})
 SEQ_LENS_INPUT = Option(("--seq-lens-input",), {"action": "store_true", "help": "the ONNX model takes per-sequence lengths as input seq_lens"})
 NO_STATES = Option(("--no-states",), {"action": "store_true", "help": "the ONNX model starts from zero states instead of taking h0/c0"})
@@ -152,9 +156,8 @@ class OnnxArgs:
 
     def add_parser_args(self, parser: argparse.ArgumentParser) -> None:
         OPSET.add(parser)
-        parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
-                            help="what the ONNX file computes in (default fp32): fp16 rounds the weights to float16 once and checks the "
-                                 "file at float16's rounding floor (--dtype, where it exists, is a raw cuDNN blob's element type)")
+        PRECISION.add(parser, help="what the ONNX file computes in: fp32 (default) or fp16, which rounds the weights to float16 once and "
+                                   "checks the file at float16's rounding floor (--dtype, where it exists, is a raw cuDNN blob's element type)")
         parser.add_argument("--keep-io-types", action="store_true",
                             help="with --precision fp16: the file takes and returns float32, with Casts at its edges")
         if self.stack:

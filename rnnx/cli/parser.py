@@ -9,10 +9,10 @@ from typing import NoReturn
 from rnnx import __version__
 from rnnx.cli import commands, types
 from rnnx.cli.groups import (
-    BATCH_FIRST, CHECKPOINT, DIM, DTYPE, FROM, OUTPUT, SEED, SELECT, SPEC, BackendToleranceArgs, CheckArgs, CommonArgs, OnnxArgs, Renamed, ShapeArgs,
+    BATCH_FIRST, CHECKPOINT, DIM, DTYPE, FROM, OUTPUT, PRECISION, SEED, SELECT, SPEC, BackendToleranceArgs, CheckArgs, CommonArgs, OnnxArgs, Renamed, ShapeArgs,
     SourceArgs, ToleranceArgs,
 )
-from rnnx.engines.tensorrt import PRECISIONS
+from rnnx.engines.tensorrt_parser import KNOWN_VERSIONS as TENSORRT_PARSER_VERSIONS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     SELECT.add(p, help="a weight file's recurrent group to read (with --spec where that group does not say its own)")
     SPEC.add(p, help="spec of weights that do not describe themselves (a headerless cuDNN .bin blob, jax) or cannot tell tanh from relu")
     DTYPE.add(p, help="element type of a headerless cuDNN .bin blob (with --spec): float32 (default), float16, bfloat16 or float64")
+    p.add_argument("--tensorrt", metavar="VERSION", choices=TENSORRT_PARSER_VERSIONS,
+                   help="judge the nodes by the ONNX parser rules of this TensorRT (%(choices)s; default 10.x, the newest read: 10.15)")
     p.set_defaults(func=commands.inspect)
 
     p = verb("fuse", help="turn decomposed LSTM/GRU/RNN cells, Loops and Scans over one step, and unrolled steps of an ONNX model into native nodes, checked",
@@ -129,6 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
              "order) plus a Scan holding only the recurrent product, as TensorRT builds from; check against the input in ONNX Runtime.")
     _graph_rewrite(p, "lowered")
     p.add_argument("--node", metavar="NODE", help="lower only this node")
+    p.add_argument("--for", dest="for_target", type=types.lowering_target, metavar="tensorrt[=VERSION]",
+                   help="lower exactly the nodes this TensorRT's ONNX parser would refuse or compute differently (its rules as "
+                        f"rnnx reads them from onnx-tensorrt's source; VERSION one of {', '.join(TENSORRT_PARSER_VERSIONS)}, default 10.x), "
+                        "keep the rest native, and judge the written file by the same rules")
     # --select names a recurrent group in every other verb
     p.add_argument("--select", dest="node", action=Renamed, now="--node", metavar="NODE", help=argparse.SUPPRESS)
     p.set_defaults(func=commands.lower)
@@ -140,9 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
     OUTPUT.add(p, help="engine file (metadata goes to ENGINE.json)")
     p.add_argument("--from-weights", action="store_true", help="INPUT is a weights file in any rnnx format")
     SourceArgs("the weights file").add_parser_args(p)
-    p.add_argument("--precision", default="fp32", choices=PRECISIONS, help="default fp32")
-    p.add_argument("--profile", type=types.profile, action="append", metavar="NAME:MIN,OPT,MAX[;...]",
-                   help="optimization profile, e.g. X:1x1x8,50x8x8,200x32x8;h0:...")
+    PRECISION.add(p, help="default fp32; int8 only from a file quantized with QuantizeLinear/DequantizeLinear nodes (implicit INT8, "
+                   "the flag with no scales, is refused), and a file so quantized only at int8")
+    shapes = p.add_argument_group(
+        "optimization profile", "By default one profile is decided from the file: rnnx export's record (each dynamic dimension's "
+        "role and the example), else the dimensions' names. A batch takes 1..32 (opt 8); a length 1..4x the example's (opt the "
+        "example's; without an example 1..256, opt 64); any other dynamic dimension the example's size, and without one it must be "
+        "given. A dynamic dimension no profile covers is refused before building (exit 2). ENGINE.json records the profiles.")
+    shapes.add_argument("--profile", type=types.profile, action="append", metavar="NAME:MIN,OPT,MAX[;...]",
+                        help="a whole optimization profile, repeated for several, e.g. X:1x1x8,50x8x8,200x32x8;h0:... (inputs it "
+                        "leaves out take the sizes it gives their dimensions, else the defaults)")
+    for end, kind in (("min", "smallest"), ("opt", "tuned-for"), ("max", "largest")):
+        shapes.add_argument(f"--{end}-shapes", type=getattr(types, f"{end}_shapes"), action="append", metavar="NAME:AxBxC[,...]",
+                            help=f"the {kind} shape of each input named, as trtexec's --{end}Shapes (e.g. x:1x16x80,h0:1x1x32); "
+                            "the rest of the profile stays the default")
     p.add_argument("--workspace", type=int, metavar="MiB", help="workspace memory limit")
     p.add_argument("--timing-cache", type=Path, metavar="FILE", help="timing cache to read and update")
     p.add_argument("--opt-level", type=int, choices=range(6), metavar="0-5", help="builder optimization level (TensorRT 8.6+)")

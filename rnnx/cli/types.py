@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 from rnnx import limits
 from rnnx.engines.tensorrt import Profile
+from rnnx.engines.tensorrt_parser import DEFAULT_VERSION, KNOWN_VERSIONS
+from rnnx.engines.trt_profiles import parse_shapes
 from rnnx.exporters.loading import parse_dim
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_build import check_opset
@@ -165,6 +167,9 @@ size = _usage(limits.parse_size, "size")
 opset = _usage(_opset, "opset")
 dim = _usage(_dim, "LABEL=SIZE")
 profile = _usage(Profile.parse, "profile")
+min_shapes = _usage(lambda text: parse_shapes(text, "--min-shapes"), "NAME:AxBxC[,...]")
+opt_shapes = _usage(lambda text: parse_shapes(text, "--opt-shapes"), "NAME:AxBxC[,...]")
+max_shapes = _usage(lambda text: parse_shapes(text, "--max-shapes"), "NAME:AxBxC[,...]")
 atol = _usage(_tolerance_item("atol"), "tolerance")
 rtol = _usage(_tolerance_item("rtol"), "tolerance")
 error_stat = _usage(_tolerance_item("stat"), "statistic")
@@ -172,3 +177,14 @@ backend_tolerance = _usage(_backend_tolerance, "BACKEND=ATOL,RTOL")
 role = _usage(_role, "NAME=ROLE")
 dynamic_dim = _usage(_dynamic_dim, "NAME:DIM[=LABEL[:MIN[:MAX]]]")
 static_dim = _usage(_static_dim, "NAME:DIM")
+
+
+def lowering_target(text: str) -> str:
+    """``lower --for tensorrt[=VERSION]``: the TensorRT version whose parser rules choose the nodes."""
+    target, _, version = text.partition("=")
+    if target.strip().lower() != "tensorrt":
+        raise argparse.ArgumentTypeError(f"{text!r}: expected tensorrt or tensorrt=VERSION (one of {', '.join(KNOWN_VERSIONS)})")
+    version = version.strip() or DEFAULT_VERSION
+    if version not in KNOWN_VERSIONS:
+        raise argparse.ArgumentTypeError(f"{text!r}: TensorRT {version} is not in rnnx's parser table; expected one of {', '.join(KNOWN_VERSIONS)}")
+    return version

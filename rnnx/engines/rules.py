@@ -1,7 +1,7 @@
 """A backend's documented limits on an ONNX recurrent node, written as data.
 
 Each engine module holds its own table (:data:`rnnx.engines.onnxruntime.KERNEL_RULES`,
-:data:`rnnx.engines.tensorrt.PARSER_RULES`, :data:`rnnx.engines.cudnn.RNN_MODE_RULES`);
+:data:`rnnx.engines.tensorrt_parser`'s table, :data:`rnnx.engines.cudnn.RNN_MODE_RULES`);
 :mod:`rnnx.engines.acceptance` applies them for ``rnnx inspect``. A table predicts: it says
 what the backend's documentation (or a pinned test) says it does, and its ``basis`` says so,
 so that nobody reads "accepts" as "was built and ran".

@@ -10,6 +10,13 @@ for (TensorRT, GPU, precision, profiles, the source and, for an rnnx stack, its 
 loading checks it and refuses a mismatch with a message rather than a crash in
 deserialization; a stack's states not fed start at zeros (:mod:`rnnx.engines.runner`).
 
+Before anything is built, and without TensorRT: the optimization profile comes from the file
+(:mod:`rnnx.engines.trt_profiles`), a dynamic dimension no profile covers is refused by name;
+``int8`` is built only from a file with QuantizeLinear/DequantizeLinear nodes (explicit
+quantization), never by the builder flag alone (implicit INT8, deprecated in TensorRT 10.1 and
+removed in 11); a TensorRT of a major version this code was not written against (it is written
+against 8.6 to 10.x; 11 removed the precision builder flags it sets) is refused by name.
+
 On the CPU machines the tests run on TensorRT's libraries cannot be installed, so nothing
 here that needs them runs there (see the README).
 """
@@ -19,74 +26,46 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rnnx.engines.rules import BackendRules, Rule, directions, same_activations
 from rnnx.engines.runner import with_zero_states
+from rnnx.engines.trt_profiles import Profile, ProfileChoice, Shape, file_inputs, plan_profiles, polygraphy_profiles
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, require_file
 from rnnx.formats.onnx_build import build_stack_model, save_model
+from rnnx.formats.onnx_read import load_model as load_onnx
 from rnnx.graphs.lower import lower_recurrences
 from rnnx.spec import RNNSpec
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
-
-
-def _reverse_differs(node: Any) -> bool:
-    half = len(node.activations) // 2
-    return directions(node) == 2 and bool(node.activations) and not same_activations(node.activations[:half], node.activations[half:])
-
-
-#: What TensorRT's ONNX parser refuses in LSTM/GRU/RNN nodes, from onnx-tensorrt's documented
-#: operator limits (docs/operators.md). A prediction: nothing here has been built.
-PARSER_RULES = BackendRules(
-    "tensorrt",
-    "predicted from TensorRT's documented rules; not built",
-    (
-        Rule(lambda n: n.layout != 0, lambda n: "layout=1 is not supported by the parser"),
-        Rule(_reverse_differs, lambda n: f"reverse activations {n.activations[len(n.activations) // 2:]} differ from forward {n.activations[:len(n.activations) // 2]}"),
-        Rule(lambda n: bool(n.input_forget), lambda n: "input_forget=1 is not supported by the parser"),
-    ),
-)
-
-
-@dataclass
-class Profile:
-    """min/opt/max shapes per input name, e.g. {"X": ((1, 1, 8), (50, 8, 8), (200, 32, 8))}."""
-
-    shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
-
-    @classmethod
-    def parse(cls, text: str) -> Profile:
-        """``X:1x1x8,50x8x8,200x32x8;h0:...`` (min, opt, max per input)."""
-        shapes = {}
-        for part in filter(None, (p.strip() for p in text.split(";"))):
-            name, _, dims = part.partition(":")
-            try:
-                triple = tuple(tuple(int(d) for d in s.split("x")) for s in dims.split(","))
-            except ValueError:
-                raise RNNXError(f"profiles: {part!r}: expected NAME:MIN,OPT,MAX with shapes like 1x1x8") from None
-            if len(triple) != 3 or len({len(s) for s in triple}) != 1:
-                raise RNNXError(f"profiles: {part!r}: expected three shapes of one rank (min, opt, max), found {len(triple)}")
-            lo, opt, hi = triple
-            if any(not (a <= b <= c) for a, b, c in zip(lo, opt, hi)):
-                raise RNNXError(f"profiles: {part!r}: expected min <= opt <= max in every dimension")
-            shapes[name.strip()] = (lo, opt, hi)
-        if not shapes:
-            raise RNNXError("profiles: expected at least one NAME:MIN,OPT,MAX")
-        return cls(shapes)
+#: The TensorRT major versions this code is written against: 8 (8.6 and later for every option),
+#: 9 and 10. TensorRT 11 removed BuilderFlag.FP16, INT8 and BF16 (precision comes from a strongly
+#: typed network's own types), which this code sets.
+KNOWN_MAJORS = (8, 9, 10)
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
 @dataclass
 class BuildOptions:
+    """What to build. ``profiles``: whole optimization profiles (``--profile``); else one profile
+    decided from the file (:func:`rnnx.engines.trt_profiles.plan_profiles`), whose ends
+    ``min_shapes``/``opt_shapes``/``max_shapes`` override per input (trtexec's flags). ``roles``:
+    what each dynamic dimension the file's own record does not name is (label -> ``batch``,
+    ``length`` or ``other``; ``rnnx build`` reads them from the names and wiring)."""
+
     precision: str = "fp32"
     profiles: list[Profile] = field(default_factory=list)
+    min_shapes: dict[str, Shape] = field(default_factory=dict)
+    opt_shapes: dict[str, Shape] = field(default_factory=dict)
+    max_shapes: dict[str, Shape] = field(default_factory=dict)
+    roles: dict[str, str] = field(default_factory=dict)
     workspace_bytes: int | None = None
     timing_cache: Path | None = None
     optimization_level: int | None = None
@@ -104,6 +83,61 @@ def _import_trt() -> Any:
             "on Jetson use JetPack's python3-libnvinfer"
         ) from None
     return trt
+
+
+def check_tensorrt_version(version: str) -> int:
+    """The major version of TensorRT ``version`` (``tensorrt.__version__``), or a refusal naming
+    it where this code was not written against that major (:data:`KNOWN_MAJORS`)."""
+    found = re.match(r"\s*(\d+)\.", str(version))
+    if found is None:
+        raise RNNXError(f"TensorRT reports its version as {version!r}, which rnnx cannot read; rnnx builds with TensorRT 8.6 to 10.x")
+    major = int(found.group(1))
+    if major in KNOWN_MAJORS:
+        return major
+    if major > KNOWN_MAJORS[-1]:
+        raise RNNXError(f"TensorRT {version} is a major version rnnx does not know: rnnx builds with TensorRT 8.6 to 10.x "
+                        f"(TensorRT 11 removed the FP16, INT8 and BF16 builder flags it sets, in favour of strongly typed networks); "
+                        f"install tensorrt<11 (pip install 'rnnx[gpu]' pins it)")
+    raise RNNXError(f"TensorRT {version} is older than rnnx supports: rnnx builds with TensorRT 8.6 to 10.x")
+
+
+def quantize_nodes(proto: Any) -> int:
+    """How many QuantizeLinear/DequantizeLinear nodes (ONNX's own domain) the model holds, in
+    its graph, its subgraphs and its local functions: explicit quantization, as TensorRT builds INT8."""
+    found = 0
+    graphs = [proto.graph] + [f for f in getattr(proto, "functions", [])]
+    while graphs:
+        graph = graphs.pop()
+        for node in graph.node:
+            if node.op_type in QDQ_OPS and node.domain in ("", "ai.onnx"):
+                found += 1
+            for attr in node.attribute:
+                graphs.extend([attr.g] if attr.HasField("g") else [])
+                graphs.extend(attr.graphs)
+    return found
+
+
+def precision_refusal(precision: str, proto: Any, what: str) -> str | None:
+    """Why ``precision`` cannot honestly be built from ``proto`` (``what`` names it), or None.
+
+    INT8 only from explicit quantization (Q/DQ nodes): the builder flag alone is implicit INT8,
+    which needs a calibrator rnnx does not have (without one TensorRT has no scales) and which
+    TensorRT deprecated in 10.1 and removed in 11. A file with Q/DQ nodes is built as int8
+    only: its Q/DQ nodes decide where TensorRT computes in INT8 (8.6 to 10 need the INT8 flag
+    for them), so any other precision would be recorded falsely."""
+    if precision not in PRECISIONS:
+        return f"precision: expected one of {', '.join(PRECISIONS)}, found {precision!r}"
+    qdq = quantize_nodes(proto)
+    if precision == "int8" and not qdq:
+        return (f"precision=int8 refused: {what} has no QuantizeLinear/DequantizeLinear nodes, and rnnx builds INT8 only from an "
+                "explicitly quantized file; the INT8 flag alone is implicit INT8, which needs a calibrator (TensorRT would have no "
+                "scales) and was deprecated in TensorRT 10.1 and removed in 11; quantize the model with Q/DQ nodes first (e.g. "
+                "NVIDIA's TensorRT Model Optimizer) or build at fp16 or fp32")
+    if precision != "int8" and qdq:
+        return (f"precision={precision} refused: {what} is explicitly quantized ({qdq} QuantizeLinear/DequantizeLinear nodes), "
+                "so its Q/DQ nodes, not a precision flag, decide where TensorRT computes in INT8 (and TensorRT 8.6 to 10 need the INT8 "
+                "flag for them); build it with precision=int8")
+    return None
 
 
 def _import_polygraphy() -> Any:
@@ -169,19 +203,6 @@ def refusals(trt: Any, options: BuildOptions) -> list[str]:
     return refused
 
 
-def polygraphy_profiles(profiles: list[Profile]) -> list[Any]:
-    """rnnx's min/opt/max shapes as Polygraphy's ``Profile`` objects (pure Python: no TensorRT needed)."""
-    from polygraphy.backend.trt import Profile as PolygraphyProfile
-
-    converted = []
-    for profile in profiles:
-        p = PolygraphyProfile()
-        for name, (lo, opt, hi) in profile.shapes.items():
-            p.add(name, min=lo, opt=opt, max=hi)
-        converted.append(p)
-    return converted
-
-
 def create_config(trt: Any, loaders: Any, options: BuildOptions) -> Any:
     """Polygraphy's ``CreateConfig`` for ``options``, after refusing what this TensorRT lacks.
 
@@ -228,20 +249,40 @@ def _stack_record(onnx_path: Path) -> dict[str, str]:
     return {"spec": props["rnnx.spec"], "batch_first": props.get("rnnx.batch_first", "0")}
 
 
-def build_engine(onnx_path: Path, engine_path: Path, options: BuildOptions) -> dict[str, Any]:
-    """Parse, configure, build and serialize with Polygraphy; write the engine and its metadata atomically."""
-    trt = _import_trt()
-    loaders = _import_polygraphy()
+def plan_build(proto: Any, options: BuildOptions, what: str, default: Profile | None = None) -> list[ProfileChoice]:
+    """What needs no TensorRT, checked before any is loaded: the precision is one the file can
+    honestly be built at (:func:`precision_refusal`), and the profiles, from ``options`` or the
+    file (``default``: a profile to start from instead), cover every dynamic dimension."""
+    refused = precision_refusal(options.precision, proto, what)
+    if refused:
+        raise RNNXError(refused)
+    return plan_profiles(file_inputs(proto, options.roles), options.profiles, options.min_shapes, options.opt_shapes,
+                         options.max_shapes, base=default)
+
+
+def build_engine(onnx_path: Path, engine_path: Path, options: BuildOptions, default: Profile | None = None) -> dict[str, Any]:
+    """Check, then parse, configure, build and serialize with Polygraphy; write the engine and
+    its metadata atomically. ``default``: the profile to start from instead of the file's own
+    (see :func:`plan_build`)."""
     onnx_path = require_file(Path(onnx_path))
+    proto = load_onnx(onnx_path, lazy=True)
+    choices = plan_build(proto, options, str(onnx_path), default)
+    qdq = quantize_nodes(proto)
+    del proto
+    trt = _import_trt()
+    check_tensorrt_version(trt.__version__)
+    loaders = _import_polygraphy()
     with polygraphy_errors("TensorRT cannot be configured as asked"):
-        config = create_config(trt, loaders, options)
-    with polygraphy_errors(f"{onnx_path}: TensorRT's ONNX parser refused the model (`rnnx inspect` lists what its documented rules predict)"):
+        config = create_config(trt, loaders, replace(options, profiles=[c.profile for c in choices]))
+    with polygraphy_errors(f"{onnx_path}: TensorRT's ONNX parser refused the model (`rnnx inspect` lists what onnx-tensorrt's importer source predicts, node by node)"):
         network = loaders.NetworkFromOnnxPath(str(onnx_path))()
     meta = {
         "tensorrt": trt.__version__,
         "gpu": _gpu(),
         "precision": options.precision,
-        "profiles": [{k: [list(s) for s in v] for k, v in p.shapes.items()} for p in options.profiles],
+        **({"quantization": f"explicit: {qdq} QuantizeLinear/DequantizeLinear nodes"} if options.precision == "int8" else {}),
+        "profiles": [c.profile.as_json() for c in choices],
+        "profile_dimensions": [c.dimensions for c in choices],
         "hardware_compatible": options.hardware_compatible,
         "version_compatible": options.version_compatible,
         "dla_core": options.dla_core,
@@ -266,15 +307,18 @@ def default_profile(spec: Any) -> Profile:
 
 
 def build_from_weights(weights: Any, engine_path: Path, options: BuildOptions) -> dict[str, Any]:
-    """Canonical weights -> the lowered ONNX stack (written beside the engine) -> engine."""
-    _import_polygraphy()  # fail before writing anything
+    """Canonical weights -> the lowered ONNX stack (written beside the engine) -> engine, from
+    :func:`default_profile` unless ``options`` give shapes."""
     model = build_stack_model(weights)
     lower_recurrences(model)
+    options = replace(options, roles={"seq": "length", "batch": "batch", **options.roles})
+    default = default_profile(weights.spec)
+    plan_build(model, options, "the lowered stack rnnx builds from weights", default)  # refuse before writing anything
+    check_tensorrt_version(_import_trt().__version__)
+    _import_polygraphy()
     onnx_path = Path(str(engine_path) + ".onnx")
     save_model(model, onnx_path)
-    if not options.profiles:
-        options.profiles = [default_profile(weights.spec)]
-    return build_engine(onnx_path, engine_path, options)
+    return build_engine(onnx_path, engine_path, options, default)
 
 
 def metadata_path(engine_path: Path) -> Path:

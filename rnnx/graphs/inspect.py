@@ -1,9 +1,11 @@
 """``rnnx inspect``: every recurrent node of an ONNX model, what it is, and who can run it.
 
 Who can run it is a prediction: the caller passes a ``judge`` (``rnnx inspect`` passes
-:func:`rnnx.engines.acceptance.predict`, which applies each engine's documented rules), and
-each backend's verdict is printed with its basis, e.g. "predicted from TensorRT's documented
-rules; not built", so that "accepts" is never read as "was built and ran".
+:data:`rnnx.engines.acceptance.predict`, which applies each engine's rules, TensorRT's read from
+onnx-tensorrt's source), and each backend's verdict is printed with its basis, e.g. "predicted
+from onnx-tensorrt's parser source for TensorRT 10.x (10.15); not built", so that "accepts" is
+never read as "was built and ran". TensorRT's verdict also names the TensorRT version and cites
+the source (file, function, condition) it rests on.
 """
 
 from __future__ import annotations
@@ -49,16 +51,22 @@ class NodeReport:
     quantization: dict[str, Any] | None = None  # a quantized node (com.microsoft.DynamicQuantizeLSTM): what is quantized, and how
     backends: dict[str, list[str]] = field(default_factory=dict)  # backend -> reasons it refuses; [] = accepts
     backend_basis: dict[str, str] = field(default_factory=dict)  # backend -> what its verdict rests on (a prediction unless it ran)
+    # backend -> accepted / refused / "builds but computes differently" / unknown, where the judge says more than its reasons
+    backend_verdicts: dict[str, str] = field(default_factory=dict)
+    backend_citations: dict[str, list[str]] = field(default_factory=dict)  # backend -> the source each verdict cites (TensorRT)
 
 
-#: backend -> (the reasons it refuses the node, [] if none; what that verdict rests on)
-Judge = Callable[[NodeReport], dict[str, tuple[list[str], str]]]
+#: backend -> (the reasons it refuses the node, [] if none; what that verdict rests on[, the
+#: verdict, the citations]); a judge with ``for_model(model)`` is bound to the model first
+Judge = Callable[[NodeReport], dict[str, tuple[Any, ...]]]
 
 
 def inspect_model(model: Any, judge: Judge | None = None) -> list[NodeReport]:
     """A report per recurrent node (subgraphs too); with ``judge``, its backends' verdicts and their basis."""
     reports = []
     quantized = _quantized_by_output(model)
+    if judge is not None and hasattr(judge, "for_model"):
+        judge = judge.for_model(model)  # TensorRT's table reads the graph (a lowered node's Scans)
     for group in recurrent_groups(model):
         for rnode in group.nodes:
             a = rnode.attributes
@@ -88,8 +96,11 @@ def inspect_model(model: Any, judge: Judge | None = None) -> list[NodeReport]:
             )
             if judge is not None:
                 verdicts = _quantized_verdicts(r, judge) if r.quantization is not None else judge(r)
-                r.backends = {backend: reasons for backend, (reasons, _) in verdicts.items()}
-                r.backend_basis = {backend: basis for backend, (_, basis) in verdicts.items()}
+                r.backends = {backend: list(answer[0]) for backend, answer in verdicts.items()}
+                r.backend_basis = {backend: answer[1] for backend, answer in verdicts.items()}
+                r.backend_verdicts = {backend: answer[2] if len(answer) > 2 else ("refused" if answer[0] else "accepted")
+                                      for backend, answer in verdicts.items()}
+                r.backend_citations = {backend: list(answer[3]) for backend, answer in verdicts.items() if len(answer) > 3}
             reports.append(r)
     return reports
 
@@ -112,14 +123,14 @@ def _activation_text(attributes: dict[str, Any], op_type: str, direction: str) -
     return "/".join(map(str, acts))
 
 
-def _quantized_verdicts(r: NodeReport, judge: Judge) -> dict[str, tuple[list[str], str]]:
+def _quantized_verdicts(r: NodeReport, judge: Judge) -> dict[str, tuple[Any, ...]]:
     """A com.microsoft op runs in ONNX Runtime only: the other backends get the float LSTM it
     stands for through ``rnnx convert --select``."""
     op = r.quantization["op"] if r.quantization else ""
-    verdicts = {}
-    for backend, (reasons, basis) in judge(r).items():
+    verdicts: dict[str, tuple[Any, ...]] = {}
+    for backend, answer in judge(r).items():
         if backend == "onnxruntime":
-            verdicts[backend] = (reasons, basis)
+            verdicts[backend] = answer
         else:
             verdicts[backend] = ([f"{op} is ONNX Runtime's own op; `rnnx convert --select {r.name}` gives the float LSTM it stands for"],
                                  f"the op's domain: only ONNX Runtime implements {op.rpartition('.')[0]} ops")
@@ -330,7 +341,10 @@ def as_text(reports: list[NodeReport], found: dict[str, Any], model: Any = None,
             lines.append("  quantized: " + "; ".join(QuantizedWeight(**w).summary() for w in q["weights"]))
             lines.append(f"  at run time: {', '.join(q['dynamic'])} quantized to uint8 per call (dynamic); float: {', '.join(q['float']) or 'none'}")
         for backend, reasons in r.backends.items():
-            verdict = "accepts" if not reasons else "refuses: " + "; ".join(reasons)
+            said = r.backend_verdicts.get(backend, "refused" if reasons else "accepted")
+            verdict = {"accepted": "accepts", "refused": "refuses", "unknown": "not known"}.get(said, said)
+            verdict += (": " + "; ".join(reasons)) if reasons else ""
             basis = r.backend_basis.get(backend)
             lines.append(f"  {backend:<12} {verdict}" + (f" ({basis})" if basis else ""))
+            lines += [f"  {'':<12} cites {c}" for c in r.backend_citations.get(backend, [])]
     return "\n".join(lines + fuse_lines)

@@ -13,13 +13,14 @@ from rnnx.layouts.onnx import DEFAULT_DOMAINS, NATIVE_OPS
 from rnnx.pass_result import Declined
 
 
-def lower_recurrences(model: Any, select: str | None = None) -> LowerResult:
+def lower_recurrences(model: Any, select: str | None = None, only: frozenset[str] | None = None) -> LowerResult:
     """The TensorRT-oriented form: every native LSTM/GRU/RNN node (or the one named
-    ``select``) of the main graph becomes hoisted-input Scans, in place."""
+    ``select``, or those named in ``only``) of the main graph becomes hoisted-input Scans, in place."""
     def want(n: Any) -> bool:
         if n.domain == DOMAIN and n.op_type == LSTM_PROJECTED:
             return True
-        return n.domain in DEFAULT_DOMAINS and n.op_type in NATIVE_OPS and (select is None or n.name == select)
+        return (n.domain in DEFAULT_DOMAINS and n.op_type in NATIVE_OPS and (select is None or n.name == select)
+                and (only is None or n.name in only))
 
     result = lower_graph(model, want)
     # a quantized LSTM has no float Scan form: say it was skipped rather than write a silent copy

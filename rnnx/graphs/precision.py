@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from onnx import TensorProto, helper
-
 _EDGE_SUFFIX = "__fp16"
 
 
 def keep_io_types(proto: Any) -> list[str]:
     """Every float16 graph input and output of ``proto``'s main graph made float32, with a Cast
     to float16 after each input and a Cast to float32 before each output; returns their names."""
+    from onnx import TensorProto, helper  # loaded on first use: the command line starts without onnx
+
     graph = proto.graph
     changed: list[str] = []
     casts_in = []

@@ -26,6 +26,7 @@ from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.graphs.fuse_passes import run_fuse_passes
 from rnnx.graphs.index import all_graphs
+from rnnx.graphs.prune import prune
 from rnnx.graphs.legalize import drop_newer_attributes
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
@@ -93,6 +94,8 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     drop_newer_attributes(original, strict=False)  # a graph from another tool: repair what the converter left, refuse nothing
     before = _count_nodes(original)
     model, passes = run_fuse_passes(copy.deepcopy(original))
+    if passes.changed:
+        prune(model)  # the replaced cells' weights and nodes: nothing reads them now
     cells, loops, directions, chains = passes.cells, passes.loops, passes.directions, passes.chains
     report = FuseReport(str(output), before, _count_nodes(model), cells.rewritten, chains.rewritten, loops.rewritten, directions.rewritten,
                         left_alone=passes.left_alone, tolerances=tolerances.to_json() if tolerances else {},

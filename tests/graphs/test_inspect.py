@@ -79,7 +79,7 @@ def test_verdicts_are_labelled_predictions_and_none_are_made_without_rules() -> 
     (bare,) = inspect_model(model)
     assert bare.backends == {} and bare.backend_basis == {}  # no judge, no claim
     (report,) = inspect_model(model, judge=predict)
-    assert report.backend_basis["tensorrt"] == "predicted from TensorRT's documented rules; not built"
+    assert report.backend_basis["tensorrt"] == "predicted from onnx-tensorrt's parser source for TensorRT 10.x (10.15); not built"
     assert report.backend_basis["cudnn"] == "predicted from cuDNN's documented RNN modes; not run"
     assert report.backend_basis == {table.backend: table.basis for table in BACKEND_RULES}
 
@@ -91,7 +91,9 @@ def test_inspect_text_says_each_verdict_is_a_prediction(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-m", "rnnx.cli", "inspect", str(path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert "  tensorrt     refuses: input_forget=1 is not supported by the parser (predicted from TensorRT's documented rules; not built)" in lines
+    at = lines.index("  tensorrt     refuses: input_forget=1: coupled input and forget gates "
+                     "(predicted from onnx-tensorrt's parser source for TensorRT 10.x (10.15); not built)")
+    assert lines[at + 1].startswith("               cites onnxOpCheckers.cpp DEFINE_OP_CHECKER(LSTM): STATIC_CHECK(inputForget == 0")
     assert "  cudnn        refuses: input_forget=1: cuDNN has no coupled gates (predicted from cuDNN's documented RNN modes; not run)" in lines
     assert not any(line.strip().startswith(("tensorrt", "cudnn")) and "predicted from" not in line for line in lines)
 
@@ -119,6 +121,9 @@ def test_inspect_json_field_by_field(tmp_path) -> None:
     onnx.save(_single_node_model("GRU", weights, direction="bidirectional", linear_before_reset=0, clip=5.0), str(path))
     out = subprocess.run([sys.executable, "-m", "rnnx.cli", "inspect", str(path), "--json"], capture_output=True, text=True, timeout=120)
     (node,) = json.loads(out.stdout)["nodes"]
+    assert node.pop("backend_verdicts") == {"onnxruntime": "accepted", "tensorrt": "accepted", "cudnn": "refused"}
+    cites = node.pop("backend_citations")["tensorrt"]  # the importer, and the rows for its clip and reset mode
+    assert cites[0].startswith("onnxOpImporters.cpp DEFINE_BUILTIN_OP_IMPORTER(GRU)") and any("addClip" in c for c in cites)
     assert node == {
         "name": "n", "graph": "main", "op_type": "GRU", "stack": "n", "input_size": 3, "hidden_size": 4,
         "direction": "bidirectional", "activations": [], "clip": 5.0, "activation_alpha": [], "activation_beta": [], "activation_text": "",

@@ -1,0 +1,362 @@
+"""TensorRT optimization profiles decided from the ONNX file: pure Python, no TensorRT needed.
+
+An engine runs only at the shapes its profile covers: for every input with a dynamic dimension,
+the smallest (min), the one its kernels are tuned for (opt) and the largest (max). Polygraphy,
+told nothing, sets each dynamic dimension to 1 for all three (``Profile.fill_defaults``), and
+an engine built so refuses every batch and length but 1. rnnx decides per dynamic dimension
+(a label, shared by every input that has it), from what the file says about it:
+
+- what the dimension is: ``rnnx export``'s record (``rnnx.export``'s roles), else the role the
+  caller read from its name or the graph's wiring (``rnnx build`` reads it as ``rnnx verify``
+  does), else "other";
+- a batch: min 1, opt 8, max 32;
+- a length: min 1, opt the example's length, max 4 x the example's length; a file without an
+  example (not exported by rnnx): min 1, opt 64, max 256, chosen to cover typical utterance
+  and sentence lengths, and written into ENGINE.json as chosen;
+- any other dynamic dimension: the example's size for min, opt and max (a size the model was
+  traced at); without an example it is refused, by name, before anything is built.
+
+Shapes given by the caller win over these for the inputs they name: ``--profile`` (whole
+profiles, one per flag) or trtexec's ``--min-shapes``/``--opt-shapes``/``--max-shapes`` (each
+one end of the one profile). A size given for a label in one input carries to the other inputs
+that share the label, so that a given batch of 64 in ``x`` makes ``h0``'s batch 64 as well.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from rnnx.errors import RNNXError
+from rnnx.formats.onnx_metadata import read_metadata
+
+BATCH, LENGTH, OTHER = "batch", "length", "other"
+ROLES = (BATCH, LENGTH, OTHER)
+BATCH_RANGE = (1, 8, 32)  # min, opt, max
+LENGTH_TIMES_EXAMPLE = 4  # a length's max, in multiples of the example's length (its opt)
+LENGTH_RANGE = (1, 64, 256)  # a length's min, opt, max where no example gives one
+ENDS = ("min", "opt", "max")
+SHAPE_FLAGS = ("--min-shapes", "--opt-shapes", "--max-shapes")
+_PARAMETERS = ("min_shapes=", "opt_shapes=", "max_shapes=")
+
+Shape = tuple[int, ...]
+Triple = tuple[Shape, Shape, Shape]
+
+
+def _shape_text(shape: Any) -> str:
+    return "x".join("?" if s is None else str(s) for s in shape)
+
+
+@dataclass
+class Profile:
+    """min/opt/max shapes per input name, e.g. {"X": ((1, 1, 8), (50, 8, 8), (200, 32, 8))}."""
+
+    shapes: dict[str, Triple]
+
+    @classmethod
+    def parse(cls, text: str) -> Profile:
+        """``X:1x1x8,50x8x8,200x32x8;h0:...`` (min, opt, max per input)."""
+        shapes = {}
+        for part in filter(None, (p.strip() for p in text.split(";"))):
+            name, _, dims = part.partition(":")
+            try:
+                triple = tuple(tuple(int(d) for d in s.split("x")) for s in dims.split(","))
+            except ValueError:
+                raise RNNXError(f"profiles: {part!r}: expected NAME:MIN,OPT,MAX with shapes like 1x1x8") from None
+            if len(triple) != 3 or len({len(s) for s in triple}) != 1:
+                raise RNNXError(f"profiles: {part!r}: expected three shapes of one rank (min, opt, max), found {len(triple)}")
+            lo, opt, hi = triple
+            if any(s < 0 for s in lo):
+                raise RNNXError(f"profiles: {part!r}: expected sizes of 0 or more")
+            if any(not (a <= b <= c) for a, b, c in zip(lo, opt, hi)):
+                raise RNNXError(f"profiles: {part!r}: expected min <= opt <= max in every dimension")
+            shapes[name.strip()] = (lo, opt, hi)
+        if not shapes:
+            raise RNNXError("profiles: expected at least one NAME:MIN,OPT,MAX")
+        return cls(shapes)
+
+    def as_json(self) -> dict[str, list[list[int]]]:
+        return {name: [list(s) for s in triple] for name, triple in self.shapes.items()}
+
+
+def parse_shapes(text: str, flag: str) -> dict[str, Shape]:
+    """trtexec's ``--minShapes`` syntax: ``x:1x16x80,h0:1x1x32``; a name holding ``:`` or ``,``
+    in single quotes (``'input:0':1x3``). ``flag`` names the option in a refusal."""
+    usage = "expected NAME:AxBxC[,NAME:AxBxC...] as trtexec takes them, e.g. x:1x16x80,h0:1x1x32"
+    shapes: dict[str, Shape] = {}
+    for item in _items(text, flag, usage):
+        if item.startswith("'"):
+            name, quote, rest = item[1:].partition("'")
+            if not quote or not rest.startswith(":"):
+                raise RNNXError(f"{flag} {text!r}: {item!r}: an unclosed quote; {usage}")
+            dims = rest[1:]
+        else:
+            name, _, dims = item.rpartition(":")
+        if not name or not re.fullmatch(r"\d+(x\d+)*", dims.strip()):
+            raise RNNXError(f"{flag} {text!r}: {usage}" if item == text.strip() else f"{flag} {text!r}: {item!r}: {usage}")
+        if name in shapes:
+            raise RNNXError(f"{flag} {text!r}: {name!r} is given twice")
+        shapes[name] = tuple(int(d) for d in dims.strip().split("x"))
+    if not shapes:
+        raise RNNXError(f"{flag} {text!r}: {usage}")
+    return shapes
+
+
+def _items(text: str, flag: str, usage: str) -> list[str]:
+    """``text`` split at the commas outside single quotes."""
+    items, current, quoted = [], "", False
+    for ch in text:
+        if ch == "'":
+            quoted = not quoted
+        if ch == "," and not quoted:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    items.append(current.strip())
+    if quoted or not all(items):
+        raise RNNXError(f"{flag} {text!r}: {usage}")
+    return items
+
+
+def merge_shapes(given: list[dict[str, Shape]] | None, flag: str) -> dict[str, Shape]:
+    """The shapes of a repeated flag as one table; an input named twice is refused."""
+    merged: dict[str, Shape] = {}
+    for shapes in given or []:
+        for name, shape in shapes.items():
+            if name in merged:
+                raise RNNXError(f"{flag}: {name!r} is given twice")
+            merged[name] = shape
+    return merged
+
+
+@dataclass
+class FileInputs:
+    """What the file says about its inputs: each graph input's dims (a size, or the label of a
+    dynamic dimension), each label's role, where that role was read, and the example's shapes."""
+
+    dims: dict[str, list[int | str]]
+    roles: dict[str, str] = field(default_factory=dict)
+    role_from: dict[str, str] = field(default_factory=dict)
+    example: dict[str, list[int]] = field(default_factory=dict)
+
+    def labels(self) -> dict[str, tuple[str, int]]:
+        """Each dynamic label and where it first occurs (input, dimension)."""
+        found: dict[str, tuple[str, int]] = {}
+        for name, dims in self.dims.items():
+            for d, dim in enumerate(dims):
+                if isinstance(dim, str):
+                    found.setdefault(dim, (name, d))
+        return found
+
+    def example_size(self, label: str) -> int | None:
+        for name, dims in self.dims.items():
+            shape = self.example.get(name)
+            if shape is None:
+                continue
+            for d, dim in enumerate(dims):
+                if dim == label and d < len(shape):
+                    return shape[d]
+        return None
+
+
+def graph_input_dims(proto: Any) -> dict[str, list[int | str]]:
+    """Each graph input (initializers excluded) and its dims: a size, or the label of a dynamic
+    dimension (``dim_param``; ``NAME_dimK`` for an unnamed one, as ``rnnx verify`` names them)."""
+    inits = {i.name for i in proto.graph.initializer}
+    found: dict[str, list[int | str]] = {}
+    for vi in proto.graph.input:
+        if vi.name in inits:
+            continue
+        dims: list[int | str] = []
+        for d, dim in enumerate(vi.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value > 0:
+                dims.append(int(dim.dim_value))
+            else:
+                dims.append(dim.dim_param or f"{vi.name}_dim{d}")
+        found[vi.name] = dims
+    return found
+
+
+def file_inputs(proto: Any, roles: dict[str, str] | None = None) -> FileInputs:
+    """The graph's inputs with ``rnnx export``'s record (roles, example) where the file has one;
+    ``roles`` (label -> batch, length or other) for the labels the record does not name."""
+    dims = graph_input_dims(proto)
+    export, _ = read_metadata(proto)
+    recorded = export.get("roles") if isinstance(export, dict) else None
+    recorded = {k: v for k, v in recorded.items() if isinstance(k, str) and v in ROLES} if isinstance(recorded, dict) else {}
+    example_entry = export.get("example") if isinstance(export, dict) else None
+    example = {}
+    if isinstance(example_entry, dict):
+        for name, shape in example_entry.items():
+            if name in dims and isinstance(shape, list) and len(shape) == len(dims[name]) \
+                    and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):
+                example[name] = list(shape)
+    inputs = FileInputs(dims, example=example)
+    for label in inputs.labels():
+        if label in recorded:
+            inputs.roles[label], inputs.role_from[label] = recorded[label], "rnnx export's record"
+        elif roles and roles.get(label) in ROLES:
+            inputs.roles[label], inputs.role_from[label] = roles[label], "its name or the graph's wiring"
+        else:
+            inputs.roles[label], inputs.role_from[label] = OTHER, "nothing names it a batch or a length"
+    return inputs
+
+
+def default_range(role: str, example: int | None) -> tuple[tuple[int, int, int] | None, str]:
+    """(min, opt, max) of a dynamic dimension with ``role``, and what decided them; None for an
+    "other" dimension no example sizes."""
+    if role == BATCH:
+        return BATCH_RANGE, f"rnnx's batch default ({BATCH_RANGE[0]}..{BATCH_RANGE[2]}, opt {BATCH_RANGE[1]})"
+    if role == LENGTH:
+        if example is not None:
+            found = (1, example, LENGTH_TIMES_EXAMPLE * example)
+            return found, f"the example's length {example} (rnnx's length default: 1..{LENGTH_TIMES_EXAMPLE}x it, opt it)"
+        return LENGTH_RANGE, (f"rnnx's length default without an example ({LENGTH_RANGE[0]}..{LENGTH_RANGE[2]}, "
+                              f"opt {LENGTH_RANGE[1]})")
+    if example is not None:
+        return (example, example, example), f"the example's size {example} (fixed)"
+    return None, "no example size"
+
+
+def _ends_from(why: list[str]) -> str:
+    """``min and opt from A; max from B``: each basis once, with the ends it decided."""
+    grouped: dict[str, list[str]] = {}
+    for end, basis in zip(ENDS, why):
+        grouped.setdefault(basis, []).append(end)
+    if len(grouped) == 1:
+        return why[0]
+    return "; ".join(f"{' and '.join(ends)} from {basis}" for basis, ends in grouped.items())
+
+
+@dataclass
+class ProfileChoice:
+    """One profile rnnx will build with, and, per dynamic dimension, its sizes and their basis."""
+
+    profile: Profile
+    dimensions: dict[str, dict[str, Any]]
+
+    def summary(self) -> str:
+        return describe_dimensions(self.dimensions)
+
+
+def describe_dimensions(dimensions: dict[str, dict[str, Any]]) -> str:
+    """``batch 1..32 (opt 8), seq 1..40 (opt 10)``: one profile's dynamic dimensions."""
+    parts = [f"{label} {d['min']}..{d['max']} (opt {d['opt']})" if d["min"] != d["max"] else f"{label} {d['min']}"
+             for label, d in dimensions.items()]
+    return ", ".join(parts) or "static shapes"
+
+
+def plan_profiles(inputs: FileInputs, profiles: list[Profile] | None = None, min_shapes: dict[str, Shape] | None = None,
+                  opt_shapes: dict[str, Shape] | None = None, max_shapes: dict[str, Shape] | None = None,
+                  base: Profile | None = None) -> list[ProfileChoice]:
+    """The profiles to build with, every dynamic dimension of every input covered, or a refusal
+    naming the first dimension nothing covers (see the module docstring for the defaults).
+
+    ``profiles``: whole profiles given (one each); the inputs one leaves out take the sizes it
+    gives their labels, else the defaults. ``min_shapes``/``opt_shapes``/``max_shapes``: one end
+    of the one profile for the inputs they name. ``base``: a profile to start from instead of
+    the defaults (``--from-weights`` has its own). A file with no dynamic dimension needs none
+    (an empty list)."""
+    overrides = [dict(min_shapes or {}), dict(opt_shapes or {}), dict(max_shapes or {})]
+    if profiles and any(overrides):
+        raise RNNXError("profiles= and min_shapes=, opt_shapes= or max_shapes= were both given: give whole profiles or the "
+                        "trtexec-style ends of one, not both")
+    if profiles:
+        return [_complete(inputs, [{n: t[i] for n, t in p.shapes.items()} for i in range(3)], ("profiles=",) * 3, base) for p in profiles]
+    if not inputs.labels() and not any(overrides):
+        return []
+    return [_complete(inputs, overrides, _PARAMETERS, base)]
+
+
+def _complete(inputs: FileInputs, given: list[dict[str, Shape]], given_from: tuple[str, ...], base: Profile | None) -> ProfileChoice:
+    names = ", ".join(inputs.dims) or "none"
+    for end, shapes in enumerate(given):
+        for name, shape in shapes.items():
+            where = f"{given_from[end]} {name}:{_shape_text(shape)}"
+            if name not in inputs.dims:
+                raise RNNXError(f"{where}: the file has no input {name!r}; its inputs are {names}")
+            dims = inputs.dims[name]
+            if len(shape) != len(dims):
+                raise RNNXError(f"{where}: {name!r} has {len(dims)} dimensions ({', '.join(map(str, dims))}), not {len(shape)}")
+            for d, (size, dim) in enumerate(zip(shape, dims)):
+                if isinstance(dim, int) and size != dim:
+                    raise RNNXError(f"{where}: dimension {d} of {name!r} is fixed at {dim} in the file, not {size}")
+    labels = inputs.labels()
+    sizes: dict[str, list[int | None]] = {}
+    basis: dict[str, list[str]] = {}
+    for label in labels:
+        found, why = default_range(inputs.roles.get(label, OTHER), inputs.example_size(label))
+        sizes[label] = list(found) if found else [None, None, None]
+        basis[label] = [why] * 3
+    layers = ([([{n: t[i] for n, t in base.shapes.items()} for i in range(3)], ("the default profile for weights",) * 3)] if base else [])
+    layers.append((given, tuple(_given_basis(g) for g in given_from)))
+    for shapes_by_end, sources in layers:
+        taken: set[tuple[str, int]] = set()  # a label's end set once per layer: the first input that gives it wins
+        for end, shapes in enumerate(shapes_by_end):
+            for name, shape in shapes.items():
+                for dim, size in zip(inputs.dims.get(name, []), shape):
+                    if isinstance(dim, str) and (dim, end) not in taken:
+                        taken.add((dim, end))
+                        sizes[dim][end], basis[dim][end] = size, sources[end]
+    chosen: dict[str, Triple] = {}
+    for name, dims in inputs.dims.items():
+        if not any(isinstance(d, str) for d in dims) and not any(name in g for g in given):
+            continue  # a static input needs no profile entry: TensorRT takes its one shape
+        ends = []
+        for end in range(3):
+            if name in given[end]:
+                ends.append(tuple(given[end][name]))
+                continue
+            shape = [dim if isinstance(dim, int) else sizes[dim][end] for dim in dims]
+            ends.append(tuple(shape))  # type: ignore[arg-type]
+        for d, dim in enumerate(dims):
+            missing = [ENDS[e] for e in range(3) if ends[e][d] is None]
+            if missing:
+                raise RNNXError(_uncovered(inputs, name, d, str(dim), missing))
+            lo, opt, hi = (ends[e][d] for e in range(3))
+            if not (0 <= lo <= opt <= hi):  # type: ignore[operator]
+                label = f" ({dim!r})" if isinstance(dim, str) else ""
+                said = _ends_from([basis[dim][e] if isinstance(dim, str) and name not in given[e] else _given_basis(given_from[e])
+                                   for e in range(3)])
+                raise RNNXError(f"input {name!r} dimension {d}{label}: min {lo}, opt {opt}, max {hi} ({said}): expected 0 <= min <= opt "
+                                f"<= max; give the other ends too (min_shapes=, opt_shapes=, max_shapes=)")
+        chosen[name] = (ends[0], ends[1], ends[2])  # type: ignore[assignment]
+    dimensions = {}
+    for label in labels:
+        why = basis[label]
+        dimensions[label] = {"role": inputs.roles.get(label, OTHER), "role_from": inputs.role_from.get(label, ""),
+                             "min": sizes[label][0], "opt": sizes[label][1], "max": sizes[label][2],
+                             "from": _ends_from(why)}
+    return ProfileChoice(Profile(chosen), dimensions)
+
+
+def _given_basis(parameter: str) -> str:
+    """``max_shapes=`` as ENGINE.json and refusals say it: the parameter and its flag."""
+    flag = {"profiles=": "--profile", **dict(zip(_PARAMETERS, SHAPE_FLAGS))}[parameter]
+    return f"given ({parameter.rstrip('=')}, {flag})"
+
+
+def _uncovered(inputs: FileInputs, name: str, d: int, label: str, missing: list[str]) -> str:
+    role = inputs.roles.get(label, OTHER)
+    what = (f"a {role} ({inputs.role_from.get(label, '')})" if role != OTHER
+            else f"neither a batch nor a length ({inputs.role_from.get(label, 'nothing names it')})")
+    hint = _shape_text([s if isinstance(s, int) else None for s in inputs.dims[name]])
+    ends = " and ".join(missing)
+    return (f"input {name!r} dimension {d} ({label!r}) is dynamic and no profile covers it: it is {what} and the file records no "
+            f"example size for it, so no {ends} can be chosen; give its sizes with min_shapes=, opt_shapes= and max_shapes= "
+            f"({name}:{hint} with ? filled in) or profiles=")
+
+
+def polygraphy_profiles(profiles: list[Profile]) -> list[Any]:
+    """rnnx's min/opt/max shapes as Polygraphy's ``Profile`` objects (pure Python: no TensorRT needed)."""
+    from polygraphy.backend.trt import Profile as PolygraphyProfile
+
+    converted = []
+    for profile in profiles:
+        p = PolygraphyProfile()
+        for name, (lo, opt, hi) in profile.shapes.items():
+            p.add(name, min=lo, opt=opt, max=hi)
+        converted.append(p)
+    return converted
