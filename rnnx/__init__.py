@@ -11,6 +11,7 @@ from rnnx.weights import RNNWeights
 
 if TYPE_CHECKING:
     from rnnx.api import export, from_format, groups, load, save, to_format
+    from rnnx.streaming import StreamingSession
 
 __all__ = [
     "ExportCheckFailed",
@@ -18,6 +19,7 @@ __all__ = [
     "RNNSpec",
     "RNNWeights",
     "RNNXError",
+    "StreamingSession",
     "__version__",
     "export",
     "from_format",
@@ -37,8 +39,12 @@ def __getattr__(name: str) -> Any:
         from rnnx import api
 
         return getattr(api, name)
+    if name == "StreamingSession":  # numpy only; onnxruntime loads when a session is made
+        from rnnx.streaming import StreamingSession
+
+        return StreamingSession
     raise AttributeError(f"module 'rnnx' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(_API) | {"StreamingSession"})

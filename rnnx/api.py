@@ -53,6 +53,11 @@ def export(model: Any, example_inputs: Any = _MISSING, path: str | Path | None =
     format), ``dynamic`` / ``static`` (``{"x": {1: "frames"}}``, ``{"x": [2]}``; a label may be
     ``("frames", min, max)`` or a ``torch.export.Dim``), ``input_names``, ``output_names``,
     ``check``, ``seed`` and ``tolerances`` (``rnnx.tolerance.Tolerances.parse(["1e-3"])``).
+    ``streaming=True`` makes every nn.LSTM/GRU/RNN's initial states graph inputs
+    (``<module>.h_in``, ``.c_in``; zeros to start) and its final states graph outputs
+    (``.h_out``, ``.c_out``), records the pairs in the file (``rnnx.streaming``, read by
+    :class:`rnnx.StreamingSession`) and checks the file chunk by chunk against the whole
+    sequence; a bidirectional recurrence is refused.
 
     It also takes torch.onnx.export's keywords, with torch.onnx's meaning, so that a call to
     ``torch.onnx.export(model, args, f, ...)`` runs as it is with ``rnnx.export``:
@@ -92,17 +97,24 @@ def export(model: Any, example_inputs: Any = _MISSING, path: str | Path | None =
     internal, notes = _torch_onnx_options(model, options)
     example_inputs = _with_keyword_inputs(model, example_inputs, options.pop("kwargs", None))
     dynamic_axes = options.pop("dynamic_axes", None)
+    streaming = bool(options.pop("streaming", False))
     unknown = sorted(set(options) - set(_OWN))
     if unknown:
         raise RNNXError(f"export: expected a keyword of rnnx's ({', '.join(_OWN)}) or of torch.onnx.export's (dynamic_axes, "
                         f"opset_version, input_names, output_names, ...), found {unknown[0]!r}; see help(rnnx.export)")
     model, example_inputs = at_precision(model, example_inputs, options.pop("precision", "fp32"), options.pop("keep_io_types", False))
+    stream = None
+    if streaming:  # the model's recurrent states as graph inputs and outputs (rnnx.exporters.streaming)
+        from rnnx.exporters.streaming import prepare_streaming
+
+        model, example_inputs, dynamic_axes, stream = prepare_streaming(model, example_inputs, options, dynamic_axes)
     internal.update(options)
     if internal.get("input_names") is not None:
         internal["input_names"] = _all_input_names(model, example_inputs, internal["input_names"])
     if dynamic_axes is not None:
         internal.update(_from_dynamic_axes(model, example_inputs, dynamic_axes, internal))
-    report = _layer_checked(model, internal, lambda: _export(model, example_inputs, path, **internal))
+    with stream.active() if stream is not None else contextlib.nullcontext():
+        report = _layer_checked(model, internal, lambda: _export(model, example_inputs, path, **internal))
     report.notes += notes
     if not report.passed:
         raise ExportCheckFailed(f"{report.check.failure()}; nothing was written to {path}", report)

@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--static", type=types.static_dim, action="append", metavar="NAME:DIM", help="keep this input dimension at the example's size")
     p.add_argument("--input-names", type=types.names, metavar="A,B,...", help="names of the graph inputs, one per tensor input (default: forward's parameter names)")
     p.add_argument("--output-names", type=types.names, metavar="A,B,...", help="names of the graph outputs (default: dict keys or output_0, output_1, ...)")
+    p.add_argument("--streaming", action="store_true",
+                   help="every LSTM/GRU/RNN's initial states become graph inputs (<module>.h_in, .c_in; zeros to start) and its final "
+                        "states graph outputs (.h_out, .c_out), recorded in the file; checked chunk by chunk against the whole sequence; "
+                        "a bidirectional recurrence is refused (exit 2)")
     OnnxArgs(stack=False).add_parser_args(p)
     CheckArgs().add_parser_args(p)
     ToleranceArgs("graph output (see --output-names)").add_parser_args(p)

@@ -153,7 +153,9 @@ class NativeRecurrence:
             h0, c0 = hx if spec.cell == "lstm" else (hx, None)
         lens = input.lengths.to(torch.int32) if packed else None
         for name, state in (("h_0", h0), ("c_0", c0)):
-            if state is not None:  # nn.LSTM checks this too; while tracing it makes the leading dim static
+            # nn.LSTM checks this too; while tracing it makes the leading dim static. torch.jit.trace
+            # (the TorchScript route) gives shapes as tensors, which torch._check refuses: skipped there.
+            if state is not None and not torch.jit.is_tracing():
                 torch._check(state.dim() == 3 and state.shape[0] == spec.num_layers * D,
                              lambda: f"expected {name} of {spec.num_layers * D} layers*directions, found shape {tuple(state.shape)}")
         hs, cs = [], []

@@ -19,6 +19,7 @@ from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.exporters import record
 from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, refused_dimensions, run_self_check
+from rnnx.exporters.streaming import STREAMING
 from rnnx.fileio import atomic_output
 from rnnx.formats.onnx_build import write_model
 from rnnx.layouts.onnx import NATIVE_OPS
@@ -244,12 +245,17 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
             report.axes = naming.axes()
             for label, why in refused.items():
                 report.notes.append(f"{label} is static at {fixed[label]}: torch kept it dynamic, but the model itself raised at another size ({why})")
+    stream = STREAMING.get()  # a streaming export: its state pairs recorded in the file, and its chunked check
+    if stream is not None:
+        stream.annotate(proto, report)
     data = path.with_name(path.name + ".data")
     try:
         with atomic_output(path) as tmp:
             report.external_data = write_model(proto, tmp, path.name)
             if check:
                 report.check = run_self_check(model, leaves, structure, naming, tmp, seed=seed, tolerances=tolerances)
+                if report.check and stream is not None:
+                    stream.check(report.check, tmp, model, leaves, structure, naming, seed)
                 if report.check:
                     run_layer_check(report.check, tmp)
                 if not report.check:

@@ -1,0 +1,417 @@
+"""``rnnx.export(..., streaming=True)``: every recurrence's states as graph inputs and outputs, proven chunk by chunk.
+
+The usual model's forward(x) starts each nn.LSTM / GRU / RNN from zero states and drops its
+final states; a streaming deployment needs both at the file's boundary. Rather than rewrite
+the user's forward, rnnx exports a shallow copy of the model whose class puts
+:class:`_StreamingForward` in front: its forward takes the original inputs plus one tensor
+per state, installs for that call a pre-hook on each recurrent module that replaces the
+``hx`` it is called with (None, or zeros the model made) by the state input, and a hook that
+keeps the final states, then returns (the model's output tensors..., the final states...).
+Module names, parameters and the recurrent modules' swap to native nodes are untouched, so
+the rest of the exporter sees an ordinary model that takes and returns states.
+
+What cannot stream is refused before tracing, in one line naming the module: a
+bidirectional recurrence (its output at frame t needs the frames after t), a cell stepped
+in Python (its state is not carried yet), a module called more than once per forward, an
+initial state that is not zeros. What the refusals cannot see (a centered convolution, a
+pooling over time, a conv whose left context is not cached) the chunked check catches: the
+file is run in ONNX Runtime chunk by chunk, feeding each chunk's state outputs to the next,
+and must match the torch model run on the whole sequence (:meth:`StreamPlan.check`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnx import progress
+from rnnx.errors import RNNXError
+from rnnx.exporters import shapes
+from rnnx.exporters.selfcheck import CheckCase, SelfCheck, _compare, as_float64, example_sizes, float64_copy, fresh_inputs, run_eager
+from rnnx.formats.onnx_metadata import read_metadata, set_metadata
+from rnnx.streaming import STREAMING_KEY, StatePair, StreamingRecord
+
+# The chunked check: sequences of FRAMES frames cut into chunks of each size (and run whole),
+# at each batch size. 7 is odd and does not divide 19, so the last chunk is short (5).
+FRAMES = 19
+CHUNKS = (1, 7, FRAMES)
+BATCHES = (1, 3)
+
+# The plan of the streaming export under way, read by writing.write_checked (which records it
+# in the file and runs its chunked check before the file is renamed into place).
+STREAMING: ContextVar[StreamPlan | None] = ContextVar("rnnx_streaming", default=None)
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One recurrent module's states: ``names`` (h, then c for an LSTM) as inputs and outputs."""
+
+    module: str
+    lstm: bool
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass
+class StreamPlan:
+    """What the streaming model takes and returns, and how the file is annotated and checked."""
+
+    n_inputs: int  # positional inputs of the user's forward; the states follow them
+    slots: list[_Slot]
+    record: StreamingRecord | None = None  # set by annotate, from the translated graph
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def state_inputs(self) -> list[str]:
+        return [n for s in self.slots for n in s.inputs]
+
+    @property
+    def state_outputs(self) -> list[str]:
+        return [n for s in self.slots for n in s.outputs]
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        token = STREAMING.set(self)
+        try:
+            yield
+        finally:
+            STREAMING.reset(token)
+
+    def annotate(self, proto: Any, report: Any = None) -> None:
+        """Write the ``rnnx.streaming`` record (see :mod:`rnnx.streaming`) from the graph's
+        named dimensions; refuse a graph with no single dynamic time axis to cut."""
+        import onnx
+
+        BATCH, LENGTH = shapes.BATCH, shapes.LENGTH
+        export, _ = read_metadata(proto)
+        if export is None:
+            raise RuntimeError("streaming: the graph has no rnnx.export record to read its axes from")  # a bug in rnnx: exit 3
+        roles: dict[str, str] = export.get("roles") or {}
+        in_dims: dict[str, list[Any]] = export.get("inputs") or {}
+        out_dims: dict[str, list[Any]] = export.get("outputs") or {}
+        states_in, states_out = set(self.state_inputs), set(self.state_outputs)
+        times = sorted({d for name, dims in in_dims.items() if name not in states_in for d in dims if isinstance(d, str) and roles.get(d) == LENGTH})
+        if len(times) != 1:
+            found = "none (the time axis is static)" if not times else f"{len(times)} independent ones ({', '.join(times)})"
+            raise RNNXError(f"streaming: expected one dynamic time axis in the inputs to cut into chunks, found {found}; "
+                            "make the frames axis dynamic (dynamic={'x': {1: 'frames'}} / --dynamic x:1=frames) or export without streaming")
+        time = times[0]
+
+        def axis(dims: list[Any], role: str) -> int | None:
+            return next((d for d, v in enumerate(dims) if isinstance(v, str) and (v == time if role == LENGTH else roles.get(v) == role)), None)
+
+        elem = {i.name: i.type.tensor_type.elem_type for i in proto.graph.input}
+        pairs = []
+        for slot in self.slots:
+            for name_in, name_out in zip(slot.inputs, slot.outputs):
+                dims = in_dims[name_in]
+                pairs.append(StatePair(slot.module, name_in, name_out, tuple(dims), axis(dims, BATCH),
+                                       str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem[name_in])))))
+        inputs = {name: {"dims": dims, "time_axis": axis(dims, LENGTH), "batch_axis": axis(dims, BATCH)}
+                  for name, dims in in_dims.items() if name not in states_in}
+        outputs = {name: {"dims": dims, "time_axis": axis(dims, LENGTH)} for name, dims in out_dims.items() if name not in states_out}
+        self.record = StreamingRecord(time, tuple(pairs), inputs, outputs)
+        set_metadata(proto, {STREAMING_KEY: self.record.to_json()})
+        if report is not None:
+            report.notes.append("streaming: states carried chunk to chunk, zeros first: "
+                                + ", ".join(f"{p.input} -> {p.output}" for p in pairs) + f"; time axis {time}")
+
+    def check(self, check: SelfCheck, path: Path, model: Any, leaves: Sequence[shapes.Leaf], structure: Any, naming: Any, seed: int = 0) -> None:
+        """Run the file at ``path`` in ONNX Runtime chunk by chunk (chunks of :data:`CHUNKS`
+        frames, batches :data:`BATCHES`), each chunk's state outputs fed to the next, and hold
+        the joined outputs to the torch model run on the whole sequence from zero states, by
+        the self-check's rule (calibrated against the model's float64 copy). Each run is a case
+        of ``check``, so a failure fails the export and names the chunk size and batch."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+
+        BATCH = shapes.BATCH
+
+        record = self.record
+        if record is None:
+            return
+        runner = OnnxRuntimeRunner(path)
+        model64 = float64_copy(model, check.notes)
+        base = example_sizes(naming, leaves)
+        batches = [label for label in base if naming.roles.get(label) == BATCH]
+        states = {s.input for s in record.states}
+        for k, batch in enumerate(BATCHES if batches else (None,)):
+            sizes = {**base, record.time: FRAMES, **dict.fromkeys(batches, batch)}
+            values = fresh_inputs(leaves, naming, sizes, seed + 1000 + k)
+            values = [torch.zeros_like(v) if leaf.name in states else v for leaf, v in zip(leaves, values)]  # a stream starts at zeros
+            shown = {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor) and leaf.name not in states}
+            want: list[Any] | None = None
+            want64: list[Any] | None = None
+            try:
+                want = [w for w in tree_flatten(run_eager(model, values, structure))[0] if isinstance(w, torch.Tensor)]
+                if model64 is not None:
+                    want64 = [w for w in tree_flatten(run_eager(model64, as_float64(values), structure))[0] if isinstance(w, torch.Tensor)]
+            except Exception as exc:  # noqa: BLE001  the user's model may raise anything; a model that cannot run whole cannot be proven
+                if want is None:
+                    error = f"the torch model raised {type(exc).__name__} on the whole sequence: {' '.join(str(exc).split())[:200]}"
+                    for chunk in CHUNKS:
+                        check.cases.append(CheckCase(_case_name(chunk, batch), sizes, shown, error=error))
+                    continue
+            for chunk in CHUNKS:
+                progress.step(f"checking streaming in chunks of {chunk}" + (f" at batch {batch}" if batch else ""))
+                case = CheckCase(_case_name(chunk, batch), sizes, shown)
+                check.cases.append(case)
+                self._run_chunks(case, check, runner, leaves, values, chunk, want, want64)
+
+    def _run_chunks(self, case: CheckCase, check: SelfCheck, runner: Any, leaves: Sequence[shapes.Leaf], values: list[Any], chunk: int,
+                    want: list[Any], want64: list[Any] | None) -> None:
+        import torch
+
+        record = self.record
+        assert record is not None
+        states = {s.input: s for s in record.states}
+        carried = {name: values[leaf.index].numpy() for leaf in leaves for name in [leaf.name] if name in states}
+        pieces: dict[str, list[np.ndarray]] = {}
+        for start in range(0, FRAMES, chunk):
+            feed = dict(carried)
+            for leaf, value in zip(leaves, values):
+                if not isinstance(value, torch.Tensor) or leaf.name in states:
+                    continue
+                axis = record.inputs.get(leaf.name, {}).get("time_axis")
+                value = value if axis is None else value.narrow(axis, start, min(chunk, FRAMES - start))
+                feed[leaf.name] = value.numpy()
+            try:
+                out = runner(feed)
+            except RNNXError as exc:
+                case.error = f"frames {start}..{min(start + chunk, FRAMES)}: {exc}"
+                return
+            for name, value in out.items():
+                pieces.setdefault(name, []).append(np.asarray(value))
+            carried = _carried(out, record)
+        if len(runner.output_names) != len(want):
+            case.error = f"the ONNX model has {len(runner.output_names)} outputs, the torch model returned {len(want)} tensors"
+            return
+        for i, name in enumerate(runner.output_names):
+            axis = record.outputs.get(name, {}).get("time_axis")
+            # Frames are joined along the time axis; a state, or an output that holds no frames,
+            # is compared as it stands after the last chunk.
+            got = pieces[name][-1] if axis is None else np.concatenate(pieces[name], axis=axis)
+            case.outputs.append(_compare(name, got, want[i], check, want64[i] if want64 is not None and len(want64) == len(want) else None))
+
+
+def _case_name(chunk: int, batch: int | None) -> str:
+    what = "whole, as one chunk" if chunk >= FRAMES else f"in chunks of {chunk} frame{'s' if chunk > 1 else ''}"
+    return f"streamed {what}" + (f", batch {batch}" if batch is not None else "")
+
+
+def _carried(out: Mapping[str, np.ndarray], record: StreamingRecord) -> dict[str, np.ndarray]:
+    """The next chunk's state inputs: this chunk's state outputs (one function, so that a test
+    can plant a stream that drops its states and see the check fail)."""
+    return {s.input: out[s.output] for s in record.states}
+
+
+# --- the streaming model ---------------------------------------------------------------------
+
+
+def _feed(hx: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Pre-hook: call the recurrent module with the state inputs as its ``hx``, whatever the
+    model passed (None, or the zeros it made)."""
+    kwargs = dict(kwargs)
+    x = args[0] if args else kwargs.pop("input")
+    kwargs.pop("hx", None)
+    return (x, hx, *args[2:]), kwargs
+
+
+def _keep(sink: dict[str, Any], name: str, module: Any, args: tuple[Any, ...], output: Any) -> None:
+    """Hook: keep the module's final states, (h_n, c_n) or h_n."""
+    sink[name] = output[1]
+
+
+class _StreamingForward:
+    """Put in front of the user's model class (see the module docstring)."""
+
+    _rnnx_streaming: StreamPlan
+
+    def forward(self, *args: Any) -> tuple[Any, ...]:
+        from torch.utils._pytree import tree_flatten
+
+        import torch
+
+        plan = self.__dict__["_rnnx_streaming"]
+        inputs, states = args[:plan.n_inputs], args[plan.n_inputs:]
+        sink: dict[str, Any] = {}
+        handles = []
+        k = 0
+        try:
+            for slot in plan.slots:
+                module = self.get_submodule(slot.module)  # type: ignore[attr-defined]
+                given = states[k:k + len(slot.inputs)]
+                k += len(slot.inputs)
+                hx = (given[0], given[1]) if slot.lstm else given[0]
+                # prepend: rnnx's own probes (which tensor reaches a module as its state) see the state input
+                handles.append(module.register_forward_pre_hook(functools.partial(_feed, hx), prepend=True, with_kwargs=True))
+                handles.append(module.register_forward_hook(functools.partial(_keep, sink, slot.module)))
+            out = super().forward(*inputs)  # type: ignore[misc]
+        finally:
+            for handle in handles:
+                handle.remove()
+        finals = []
+        for slot in plan.slots:
+            if slot.module not in sink:
+                raise RNNXError(f"streaming: expected {slot.module} to be called, as on the example, found it skipped; streaming needs the same "
+                                "recurrences on every call")
+            finals += list(sink[slot.module]) if slot.lstm else [sink[slot.module]]
+        return (*[t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)], *finals)
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _streaming_class(cls: type) -> type:
+    """``cls`` with the streaming forward in front; same name, so messages read as before."""
+    if cls not in _CLASSES:
+        _CLASSES[cls] = type(cls.__name__, (_StreamingForward, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    return _CLASSES[cls]
+
+
+@dataclass
+class _Call:
+    times: int = 0
+    x: Any = None
+    hx: Any = None
+
+
+def _refuse(name: str, found: str, why: str, do: str) -> RNNXError:
+    return RNNXError(f"streaming: expected recurrences that run frame by frame from zero states, found {found} at {name or '(the model)'} ({why}); {do}")
+
+
+def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic_axes: Any) -> tuple[Any, tuple[Any, ...], Any, StreamPlan]:
+    """The model to export in streaming form, its example with zero states appended, the
+    ``dynamic_axes`` with the states' batch axes added (where given), and the plan. Sets
+    ``options``' input and output names to cover the states. Refuses what cannot stream."""
+    import torch
+    from torch.nn.utils.rnn import PackedSequence
+
+    from rnnx.exporters.modules import CELL_MODULES, RECURRENT_MODULES, swappable
+
+    if isinstance(model, torch.jit.ScriptModule) or not isinstance(model, torch.nn.Module):
+        raise RNNXError(f"streaming: expected a torch.nn.Module (rnnx wraps its Python forward), found a {type(model).__name__}; "
+                        "export the Python model, or pass its states as inputs yourself")
+    if isinstance(model, RECURRENT_MODULES + CELL_MODULES):
+        raise RNNXError(f"streaming: expected a model around its recurrences, found a bare {type(model).__name__}; it already streams "
+                        "when exported with its states: rnnx.export(rnn, (x, hx), path)")
+    if options.get("dynamic_shapes") is not None:
+        raise RNNXError("streaming: expected dynamic= or dynamic_axes (by input name), found dynamic_shapes (by forward's parameters, "
+                        "which the streaming model extends with states); give the axes by name")
+    recurrent = []
+    for name, m in model.named_modules():
+        if isinstance(m, CELL_MODULES):
+            raise _refuse(name, f"nn.{type(m).__name__}", "a cell stepped in Python: rnnx does not carry its state across chunks yet",
+                          "use nn.LSTM/GRU/RNN over the sequence, or export without streaming")
+        if isinstance(m, RECURRENT_MODULES):
+            if m.bidirectional:
+                raise _refuse(name, f"a bidirectional nn.{type(m).__name__}", "its output at frame t needs the frames after t, which a chunk "
+                              "does not have", "make it unidirectional, or export without streaming")
+            if not swappable(m):
+                base = next(b for b in RECURRENT_MODULES if isinstance(m, b)).__name__
+                raise _refuse(name, f"a {type(m).__name__} (an nn.{base} subclass) with a forward of its own",
+                              "rnnx cannot tell which of its arguments are the states", "use the plain module, or pass the states as inputs yourself")
+            recurrent.append((name, m))
+    if not recurrent:
+        raise RNNXError("streaming: expected at least one nn.LSTM, nn.GRU or nn.RNN, found none; a model without recurrences has no "
+                        "state to carry: export it without streaming")
+    args = tuple(example) if isinstance(example, (tuple, list)) else (example,)
+    calls, out = _probe(model, args, recurrent)
+    example_ids = {id(a) for a in torch.utils._pytree.tree_flatten(args)[0]}
+    slots, zeros = [], []
+    for name, m in recurrent:
+        call = calls[name]
+        if call.times == 0:
+            continue  # not on this model's path: it holds no state to carry
+        if call.times > 1:
+            raise _refuse(name, f"a module called {call.times} times in one forward", "streaming carries one state per module", "call it once per forward")
+        if isinstance(call.x, PackedSequence):
+            raise _refuse(name, "a PackedSequence input", "per-sequence lengths end the sequences at different frames", "feed it padded chunks")
+        given = [h for h in (call.hx if isinstance(call.hx, (tuple, list)) else (call.hx,)) if isinstance(h, torch.Tensor)]
+        if any(id(h) in example_ids for h in given):
+            raise _refuse(name, "initial states taken from the inputs", "the model already streams", "export it without streaming=True")
+        if any(bool(h.detach().ne(0).any()) for h in given):
+            raise _refuse(name, "initial states that are not zeros", "a learned or computed start state; streaming starts every stream at zeros",
+                          "start from zeros, or pass the states as inputs yourself")
+        lstm = isinstance(m, torch.nn.LSTM)
+        weight = m.weight_ih_l0
+        layers = m.num_layers
+        batch = () if call.x.dim() == 2 else (int(call.x.shape[0 if m.batch_first else 1]),)
+        h_size = getattr(m, "proj_size", 0) or m.hidden_size
+        zeros.append(torch.zeros((layers, *batch, h_size), dtype=weight.dtype, device=weight.device))
+        kinds = ("h", "c") if lstm else ("h",)
+        if lstm:
+            zeros.append(torch.zeros((layers, *batch, m.hidden_size), dtype=weight.dtype, device=weight.device))
+        slots.append(_Slot(name, lstm, tuple(f"{name}.{k}_in" for k in kinds), tuple(f"{name}.{k}_out" for k in kinds)))
+    plan = StreamPlan(len(args), slots)
+
+    # Names: the user's (or forward's) for the original inputs and outputs, then the states'.
+    leaves, _ = shapes.leaves_of(model, args)
+    tensors = [leaf.name for leaf in leaves if leaf.is_tensor]
+    given_in = list(options.get("input_names") or [])
+    if len(given_in) > len(tensors):
+        raise RNNXError(f"input names: expected at most {len(tensors)} (the model's tensor inputs; rnnx names the states), found {given_in}")
+    options["input_names"] = given_in + tensors[len(given_in):] + plan.state_inputs
+    names_out = _output_names(out)
+    given_out = list(options.get("output_names") or [])
+    if given_out and len(given_out) not in (len(names_out), len(names_out) + len(plan.state_outputs)):
+        raise RNNXError(f"output names: expected {len(names_out)} (the model's output tensors; rnnx names the states), found {given_out}")
+    options["output_names"] = given_out if len(given_out) > len(names_out) else (given_out or names_out) + plan.state_outputs
+    if isinstance(dynamic_axes, Mapping):
+        # torch.onnx's dynamic_axes makes every axis it does not list static: list the states' batch axes.
+        dynamic_axes = {**dynamic_axes, **{name: {1: None} for name, z in zip(plan.state_inputs, zeros) if z.dim() == 3}}
+
+    streaming = copy.copy(model)  # shares the modules and parameters; only the class of the copy changes
+    streaming.__class__ = _streaming_class(type(model))
+    streaming.__dict__["_rnnx_streaming"] = plan
+    return streaming, (*args, *zeros), dynamic_axes, plan
+
+
+def _probe(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str, Any]]) -> tuple[dict[str, _Call], Any]:
+    """Run the model once on the example, recording each recurrent module's calls: how many,
+    its input and the ``hx`` it was given. Also returns the model's output."""
+    from torch.utils._pytree import tree_flatten
+
+    calls = {name: _Call() for name, _ in recurrent}
+
+    def record(name: str, module: Any, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        call = calls[name]
+        call.times += 1
+        call.x = a[0] if a else kw.get("input")
+        call.hx = a[1] if len(a) > 1 else kw.get("hx")
+
+    handles = [m.register_forward_pre_hook(functools.partial(record, name), with_kwargs=True) for name, m in recurrent]
+    flat, structure = tree_flatten(args)
+    try:
+        out = run_eager(model, flat, structure)
+    except Exception as exc:  # noqa: BLE001  the user's model may raise anything
+        raise RNNXError(f"streaming: expected the model to run on the example, found it raised {type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:200]}; check the example inputs") from exc
+    finally:
+        for h in handles:
+            h.remove()
+    return calls, out
+
+
+def _output_names(out: Any) -> list[str]:
+    """Names of the model's output tensors, as rnnx names a model's outputs (dict keys and
+    namedtuple fields where it has them, ``output_<i>`` otherwise, ``output`` for one)."""
+    import torch
+    from torch.utils._pytree import tree_flatten_with_path
+
+    paths = [p for p, v in tree_flatten_with_path(out)[0] if isinstance(v, torch.Tensor)]
+    names = []
+    for path in paths:
+        keys = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
+        names.append("output" if not keys else "output_" + "_".join(keys) if all(k.isdigit() for k in keys) else "_".join(keys))
+    return names if len(set(names)) == len(names) else [f"output_{i}" for i in range(len(names))]

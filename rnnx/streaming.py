@@ -1,0 +1,158 @@
+"""Running a streaming file: chunks in, outputs out, the recurrent states carried between calls.
+
+``rnnx.export(model, example, path, streaming=True)`` writes a file whose every nn.LSTM /
+GRU / RNN takes its initial states as graph inputs and returns its final states as graph
+outputs, and records the pairs in ``metadata_props`` under :data:`STREAMING_KEY`, as JSON::
+
+    {"version": 1,
+     "time": "seq",                                    # the label of the time axis
+     "states": [{"module": "encoder.rnn", "input": "encoder.rnn.h_in", "output": "encoder.rnn.h_out",
+                 "dims": [2, "batch", 64], "batch_axis": 1, "dtype": "float32", "initial": "zeros"}, ...],
+     "inputs": {"x": {"dims": ["batch", "seq", 40], "time_axis": 1, "batch_axis": 0}},
+     "outputs": {"prob": {"dims": ["batch", "seq", 1], "time_axis": 1}}}
+
+so that any runtime can loop without reading code: feed each state input zeros of its dims
+(the batch label at the batch size) for the first chunk, then the paired output of the chunk
+before. A null ``time_axis`` is an input fed whole with every chunk, or an output that
+holds no frames (its value after the last chunk is the whole sequence's).
+
+:class:`StreamingSession` does exactly that over ONNX Runtime. It imports onnxruntime on
+first use only, so that ``import rnnx`` stays light.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnx.errors import RNNXError
+
+STREAMING_KEY = "rnnx.streaming"
+STREAMING_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StatePair:
+    """One state carried between chunks: fed from ``input``, returned as ``output``."""
+
+    module: str
+    input: str
+    output: str
+    dims: tuple[int | str, ...]
+    batch_axis: int | None
+    dtype: str
+
+    def zeros(self, batch: int | None) -> np.ndarray:
+        """The initial value (zeros) at this batch size."""
+        shape = []
+        for d, size in enumerate(self.dims):
+            if isinstance(size, int):
+                shape.append(size)
+            elif d == self.batch_axis and batch is not None:
+                shape.append(batch)
+            else:
+                raise RNNXError(f"state {self.input}: expected its dims to be sizes or the batch, found {size!r} at dim {d}; "
+                                "feed this state yourself")
+        return np.zeros(shape, dtype=self.dtype)
+
+
+@dataclass(frozen=True)
+class StreamingRecord:
+    """The ``rnnx.streaming`` entry of a file (see the module docstring)."""
+
+    time: str
+    states: tuple[StatePair, ...]
+    inputs: dict[str, dict[str, Any]]
+    outputs: dict[str, dict[str, Any]]
+
+    def to_json(self) -> str:
+        states = [{"module": s.module, "input": s.input, "output": s.output, "dims": list(s.dims), "batch_axis": s.batch_axis,
+                   "dtype": s.dtype, "initial": "zeros"} for s in self.states]
+        return json.dumps({"version": STREAMING_VERSION, "time": self.time, "states": states, "inputs": self.inputs, "outputs": self.outputs})
+
+    @property
+    def streamed_inputs(self) -> list[str]:
+        """The inputs cut into chunks along their time axis, in graph order."""
+        return [name for name, info in self.inputs.items() if info.get("time_axis") is not None]
+
+
+def read_streaming(metadata: Mapping[str, str]) -> StreamingRecord | None:
+    """The record in a file's metadata map (ONNX Runtime's ``custom_metadata_map`` or
+    ``{p.key: p.value}``); None where there is none. A damaged one is refused (files are
+    untrusted, but a wrong state pairing would run silently wrong)."""
+    text = metadata.get(STREAMING_KEY)
+    if text is None:
+        return None
+    try:
+        raw = json.loads(text)
+        if raw.get("version") != STREAMING_VERSION:
+            raise ValueError(f"version {raw.get('version')!r}")
+        states = tuple(StatePair(str(s["module"]), str(s["input"]), str(s["output"]), tuple(s["dims"]),
+                                 None if s.get("batch_axis") is None else int(s["batch_axis"]), str(np.dtype(s["dtype"])))
+                       for s in raw["states"])
+        record = StreamingRecord(str(raw["time"]), states, dict(raw["inputs"]), dict(raw["outputs"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise RNNXError(f"{STREAMING_KEY}: expected rnnx's streaming record (version {STREAMING_VERSION}), found one that does not read "
+                        f"({type(exc).__name__}: {exc}); re-export with streaming=True") from None
+    return record
+
+
+class StreamingSession:
+    """A streaming file run chunk by chunk in ONNX Runtime, the states held between calls.
+
+    >>> session = rnnx.StreamingSession("vad.onnx")
+    >>> for chunk in chunks:               # (batch, frames, features), any number of frames
+    ...     prob = session.process(chunk)["prob"]
+    >>> session.reset()                    # the next call starts a new stream, from zeros
+
+    ``process(chunk, **other_inputs)``: ``chunk`` feeds the first input with a time axis;
+    other inputs are given by name (cut into chunks by the caller, as ``chunk`` is). Returns
+    the graph's outputs other than the states, by name.
+    """
+
+    def __init__(self, path: str | Path, providers: list[str] | None = None) -> None:
+        from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+
+        self.runner = OnnxRuntimeRunner(path, providers=providers)
+        record = read_streaming(self.runner.session.get_modelmeta().custom_metadata_map)
+        if record is None:
+            raise RNNXError(f"{path}: expected a file exported with streaming=True (its {STREAMING_KEY} metadata), found none; "
+                            "export it with rnnx.export(..., streaming=True) or rnnx export --streaming")
+        self.record = record
+        self._outputs = {s.output for s in record.states}
+        self.states: dict[str, np.ndarray] | None = None  # by state input name; None before the first chunk
+        self.batch: int | None = None  # the stream's batch size, set by its first chunk
+
+    def reset(self) -> None:
+        """Forget the states: the next chunk starts a new stream from zeros."""
+        self.states = None
+
+    def process(self, chunk: Any = None, /, **inputs: Any) -> dict[str, np.ndarray]:
+        feed = {name: np.asarray(value) for name, value in inputs.items()}
+        streamed = self.record.streamed_inputs
+        if chunk is not None:
+            if not streamed:
+                raise RNNXError("process: expected inputs by name (this file has no input with a time axis), found a positional chunk")
+            feed[streamed[0]] = np.asarray(chunk)
+        batch = self._batch(feed)
+        if self.states is None:
+            self.states = {s.input: s.zeros(batch) for s in self.record.states}
+            self.batch = batch
+        elif batch != self.batch:  # ONNX Runtime would say only that two shapes differ
+            raise RNNXError(f"process: expected batch {self.batch}, as in this stream's chunks so far, found {batch}; call reset() to start a stream at another batch")
+        out = self.runner({**feed, **self.states})
+        self.states = {s.input: out[s.output] for s in self.record.states}
+        return {name: value for name, value in out.items() if name not in self._outputs}
+
+    def _batch(self, feed: Mapping[str, np.ndarray]) -> int | None:
+        """The batch size of this stream, read from the first input fed that has a batch axis."""
+        for name, info in self.record.inputs.items():
+            axis = info.get("batch_axis")
+            if name in feed and axis is not None and feed[name].ndim > axis:
+                return int(feed[name].shape[axis])
+        return None
