@@ -60,6 +60,17 @@ class StatePair:
                                 "feed this state yourself")
         return np.zeros(shape, dtype=self.dtype)
 
+    def check(self, value: np.ndarray, batch: int | None, where: str) -> None:
+        """Refuse a state value whose shape or dtype is not this state's (its dims, the batch label
+        at ``batch``): ONNX Runtime would say only that some shape differs, or run a wrong one."""
+        want = [size if isinstance(size, int) else (batch if d == self.batch_axis and batch is not None else None)
+                for d, size in enumerate(self.dims)]
+        shape_ok = value.ndim == len(want) and all(w is None or w == n for w, n in zip(want, value.shape))
+        if not shape_ok or str(value.dtype) != self.dtype:
+            shown = "[" + ", ".join("?" if w is None else str(w) for w in want) + "]"
+            raise RNNXError(f"state {self.input} ({where}): expected {self.dtype} of shape {shown}, found {value.dtype} of shape {list(value.shape)}; "
+                            f"give it as the file's rnnx.streaming record says, or call reset() to start from zeros")
+
 
 @dataclass(frozen=True)
 class StreamingRecord:
@@ -111,8 +122,10 @@ class StreamingSession:
     >>> session.reset()                    # the next call starts a new stream, from zeros
 
     ``process(chunk, **other_inputs)``: ``chunk`` feeds the first input with a time axis;
-    other inputs are given by name (cut into chunks by the caller, as ``chunk`` is). Returns
-    the graph's outputs other than the states, by name.
+    other inputs are given by name (cut into chunks by the caller, as ``chunk`` is); a state
+    input given by name replaces the carried state (the stream goes on from it). Each state
+    is checked against the record's dims and dtype before the run. Returns the graph's
+    outputs other than the states, by name.
     """
 
     def __init__(self, path: str | Path, providers: list[str] | None = None) -> None:
@@ -134,6 +147,7 @@ class StreamingSession:
 
     def process(self, chunk: Any = None, /, **inputs: Any) -> dict[str, np.ndarray]:
         feed = {name: np.asarray(value) for name, value in inputs.items()}
+        given = {s.input: feed.pop(s.input) for s in self.record.states if s.input in feed}  # a state given by name: the stream goes on from it
         streamed = self.record.streamed_inputs
         if chunk is not None:
             if not streamed:
@@ -145,7 +159,10 @@ class StreamingSession:
             self.batch = batch
         elif batch != self.batch:  # ONNX Runtime would say only that two shapes differ
             raise RNNXError(f"process: expected batch {self.batch}, as in this stream's chunks so far, found {batch}; call reset() to start a stream at another batch")
-        out = self.runner({**feed, **self.states})
+        states = {**self.states, **given}
+        for s in self.record.states:  # before running: a wrong state would fail in ONNX Runtime's words, or run
+            s.check(states[s.input], batch, "given" if s.input in given else "carried from the chunk before")
+        out = self.runner({**feed, **states})
         self.states = {s.input: out[s.output] for s in self.record.states}
         return {name: value for name, value in out.items() if name not in self._outputs}
 

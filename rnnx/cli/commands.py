@@ -221,7 +221,7 @@ def verify(args: argparse.Namespace) -> int:
     if args.against.suffix.lower() == ".py":
         raise RNNXError(f"--against {args.against}: model code is named file.py:NAME, NAME being the module-level model, class or factory "
                         f"(e.g. --against {args.against}:model)")
-    for flag, given in (("--checkpoint", args.checkpoint), ("--dim", args.dim)):
+    for flag, given in (("--checkpoint", args.checkpoint), ("--dim", args.dim), ("--chunks", args.chunks), ("--state", args.state)):
         if given:
             raise RNNXError(f"{flag} applies when --against names model code (file.py:NAME or a TorchScript file), found the weights file {args.against}")
     model_files = [args.model, *data_files(args.model)] if args.model and args.model.suffix.lower() == ".onnx" else [args.model]
@@ -263,6 +263,8 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
     refuse_overwriting(inputs, {"--report": args.report})
     dims = ShapeArgs.dims(args)
     progress = sys.stderr.isatty() and not args.json
+    if getattr(args, "chunks", None) is not None or getattr(args, "state", None):
+        return _verify_chunks(args, tolerances, dims)
     if args.against is None:
         if args.checkpoint:
             raise RNNXError("--checkpoint needs --against file.py:NAME (the model code to load it into)")
@@ -275,6 +277,24 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
     if not report.passed:
         first = report.first_drift
         raise ParityError("verification failed" + (f": layer {first.name} is the first out of tolerance" if first is not None else ""))
+    return 0
+
+
+def _verify_chunks(args: argparse.Namespace, tolerances: Any, dims: dict[str, int]) -> int:
+    """``--chunks 1,7,32``: a streaming file run chunk by chunk, its states carried (rnnx.verify.chunked)."""
+    from rnnx.verify.chunked import DEFAULT_CHUNKS, parse_state, verify_chunked
+
+    if args.against is None:
+        raise RNNXError("--chunks: expected --against file.py:NAME, the model run on the whole sequence, found none")
+    states = [parse_state(s) for s in args.state or []]
+    report = verify_chunked(args.model, str(args.against), list(args.chunks or DEFAULT_CHUNKS), args.checkpoint, states, args.seq_lens,
+                            args.batch, dims, args.seed, tolerances)
+    if args.report:
+        args.report.write_text(json.dumps(report.to_json(), indent=2))
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    if not report.passed:
+        first = report.first_failure()
+        raise ParityError("chunked verification failed" + (f": output {first.output} in chunks of {first.chunk} frame(s)" if first else ""))
     return 0
 
 

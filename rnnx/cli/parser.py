@@ -198,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "seq_lens, Y, h_n, c_n), where neither rnnx export's record nor the graph's wiring says; repeated")
     BATCH_FIRST.add(p, help="the model takes X and gives Y as (batch, seq, features), where its wiring does not show it")
     SEED.add(p, help="seed of the inputs (default 0)")
+    p.add_argument("--chunks", type=types.chunk_sizes, metavar="N,N,...", help="a streaming file (states as inputs and outputs) run in "
+                   "ONNX Runtime in chunks of these many frames, each chunk's states fed to the next, against --against on the whole sequence")
+    p.add_argument("--state", action="append", metavar="IN=OUT", help="with --chunks: the state fed through input IN and returned as "
+                   "output OUT, where the file's rnnx.streaming record or the names do not pair them; repeated")
     p.add_argument("--report", type=Path, metavar="FILE", help="write the JSON report here")
     p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML page with plots here")
     p.set_defaults(func=commands.verify)

@@ -66,6 +66,20 @@ def sizes_to_check(text: str) -> list[int]:
     return _positive_ints(text)
 
 
+def _chunk_sizes(text: str) -> list[int]:
+    """``--chunks 1,7,32``: frames per chunk (a chunk of 0 frames is refused)."""
+    from rnnx.verify.chunked import check_chunks
+
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise RNNXError(f"--chunks: expected comma-separated frame counts like 1,7,32, found {text!r}") from None
+    check_chunks(values)
+    if max(values) > MAX_CHECK_SIZE or len(values) > MAX_CHECK_VALUES:
+        raise RNNXError(f"--chunks: expected at most {MAX_CHECK_VALUES} sizes of at most {MAX_CHECK_SIZE} frames, found {text!r}")
+    return values
+
+
 def _names(text: str, known: tuple[str, ...], what: str, aliases: dict[str, str] | None = None) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     for name in names:
@@ -163,6 +177,7 @@ def _names_list(text: str) -> list[str]:
 
 
 names = _usage(_names_list, "list of names")
+chunk_sizes = _usage(_chunk_sizes, "chunk sizes")
 size = _usage(limits.parse_size, "size")
 opset = _usage(_opset, "opset")
 dim = _usage(_dim, "LABEL=SIZE")

@@ -1,0 +1,359 @@
+"""``rnnx verify FILE --against code.py:NAME --chunks 1,7,32``: a streaming file run chunk by chunk.
+
+The file takes its recurrent states as graph inputs and returns them as graph outputs (one
+``rnnx export --streaming`` wrote, or one made by hand). It is run in ONNX Runtime chunk by
+chunk, each chunk's state outputs fed to the next chunk's state inputs (zeros for the first),
+at batch 1 and a larger batch; the outputs joined along the time axis are held against the
+torch model run once on the whole sequence (it takes only the non-state inputs and starts from
+zeros), under the calibrated rule (:func:`rnnx.tolerance.compare_calibrated`: the torch model's
+float64 copy is the reference, its float32 run the honest one).
+
+States are paired by the file's ``rnnx.streaming`` record (:mod:`rnnx.streaming`); else by
+their names (``X_in``/``X_out``, ``*.h_in``/``*.h_out``; an input ``state`` with an output
+``stateN``, ``state_out`` or ``new_state``); ``--state IN=OUT`` (repeatable) pairs them
+explicitly and wins over both. The time axis is the record's, else the input dimension named
+like a length (as :mod:`rnnx.verify.inputs` reads roles). An output holding the time label is
+joined along it; an output that holds no frames (a final state) is compared as it stands after
+the last chunk.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnx.engines.isolated import IsolatedOnnxRuntime
+from rnnx.errors import RNNXError
+from rnnx.formats.onnx_lazy import for_runtime
+from rnnx.formats.onnx_metadata import read_metadata
+from rnnx.streaming import read_streaming
+from rnnx.tolerance import ErrorStats, Tolerances, compare_arrays, compare_calibrated
+from rnnx.verify.inputs import BATCH, LENGTH, make_feed, plan_cases
+
+DEFAULT_CHUNKS = (1, 7, 32)
+DEFAULT_BATCHES = (1, 3)
+GUESS = -1  # an output's time axis read from the chunks' sizes (its dims are not named)
+MIN_FRAMES = 19  # the sequence is at least this long, and longer than the largest chunk so that it is cut
+
+
+@dataclass(frozen=True)
+class Pair:
+    input: str
+    output: str
+
+
+@dataclass
+class ChunkRow:
+    frames: int
+    batch: int | None
+    chunk: int
+    output: str
+    stats: ErrorStats | None
+    error: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not self.error and self.stats is not None and self.stats.passed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"frames": self.frames, "batch": self.batch, "chunk": self.chunk, "output": self.output, "passed": self.passed,
+                "error": self.error, "stats": None if self.stats is None else self.stats.to_json()}
+
+
+@dataclass
+class ChunkedReport:
+    model: str
+    against: str
+    time: str
+    pairs: list[Pair]
+    paired_by: str
+    chunks: list[int]
+    rows: list[ChunkRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.passed for r in self.rows)
+
+    def first_failure(self) -> ChunkRow | None:
+        return next((r for r in self.rows if not r.passed), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "against": self.against, "check": "chunked", "time": self.time, "paired_by": self.paired_by,
+                "states": [{"input": p.input, "output": p.output} for p in self.pairs], "chunks": self.chunks,
+                "passed": self.passed, "rows": [r.to_json() for r in self.rows], "notes": self.notes}
+
+    def __str__(self) -> str:
+        lines = [f"{self.model}, chunk by chunk, against {self.against} on the whole sequence",
+                 f"time axis {self.time}; states ({self.paired_by}): " + ", ".join(f"{p.input} -> {p.output}" for p in self.pairs), ""]
+        lines.append(f"{'chunk':>6}  {'frames':>6}  {'batch':>5}  {'output':<20} {'max abs':>10}  {'x floor':>8}  result")
+        for chunk in self.chunks:
+            for r in (r for r in self.rows if r.chunk == chunk):
+                batch = "-" if r.batch is None else str(r.batch)
+                if r.error:
+                    lines.append(f"{chunk:>6}  {r.frames:>6}  {batch:>5}  {r.output:<20} {'':>10}  {'':>8}  FAIL: {r.error}")
+                    continue
+                assert r.stats is not None
+                ratio = "" if r.stats.ratio is None else f"{r.stats.ratio:.3g}"
+                lines.append(f"{chunk:>6}  {r.frames:>6}  {batch:>5}  {r.output:<20} {r.stats.max_abs:>10.3e}  {ratio:>8}  "
+                             f"{'ok' if r.stats.passed else 'FAIL'} ({r.stats.rule})" + (f"; {r.stats.note}" if r.stats.note else ""))
+        lines += [f"note: {n}" for n in self.notes]
+        lines.append("")
+        by_chunk = {c: all(r.passed for r in self.rows if r.chunk == c) for c in self.chunks}
+        lines.append("per chunk size: " + ", ".join(f"{c}: {'PASS' if ok else 'FAIL'}" for c, ok in by_chunk.items()))
+        lines.append("PASS" if self.passed else "FAIL")
+        return "\n".join(lines)
+
+
+# --- pairing the states -----------------------------------------------------------------------
+
+
+def parse_state(text: str) -> tuple[str, str]:
+    """``--state IN=OUT``."""
+    name_in, sep, name_out = text.partition("=")
+    if not sep or not name_in.strip() or not name_out.strip():
+        raise RNNXError(f"--state {text!r}: expected IN=OUT, a state input and the output that carries it to the next chunk (e.g. h0=hn)")
+    return name_in.strip(), name_out.strip()
+
+
+def _by_name(inputs: list[str], outputs: list[str]) -> list[Pair]:
+    """Pairs read from names: ``X_in``/``X_out`` (``*.h_in``/``*.h_out``); ``state`` with ``stateN``,
+    ``state_out`` or ``new_state``."""
+    pairs = []
+    taken: set[str] = set()
+    for name in inputs:
+        candidates = []
+        if name.endswith("_in"):
+            candidates.append(name[:-3] + "_out")
+        candidates += [name + "N", name + "_out", "new_" + name]
+        found = next((c for c in candidates if c in outputs and c not in taken), None)
+        if found is not None:
+            taken.add(found)
+            pairs.append(Pair(name, found))
+    return pairs
+
+
+def pair_states(proto: Any, given: list[tuple[str, str]] | None, record: Any) -> tuple[list[Pair], str]:
+    """The state pairs and what paired them (see the module docstring)."""
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i.name for i in proto.graph.input if i.name not in inits]
+    outputs = [o.name for o in proto.graph.output]
+    if given:
+        pairs = []
+        for name_in, name_out in given:
+            if name_in not in inputs:
+                raise RNNXError(f"--state {name_in}={name_out}: expected a graph input named {name_in!r}, found inputs {', '.join(inputs)}; "
+                                "name the input the state is fed through")
+            if name_out not in outputs:
+                raise RNNXError(f"--state {name_in}={name_out}: expected a graph output named {name_out!r}, found outputs {', '.join(outputs)}; "
+                                "name the output that returns the new state")
+            pairs.append(Pair(name_in, name_out))
+        for what, names in (("input", [p.input for p in pairs]), ("output", [p.output for p in pairs])):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise RNNXError(f"--state: expected each state {what} once, found {twice[0]!r} in several pairings; pair each state once")
+        return pairs, "--state"
+    if record is not None:
+        pairs = [Pair(s.input, s.output) for s in record.states]
+        missing = [n for p in pairs for n in (p.input, p.output) if n not in inputs + outputs]
+        if missing:
+            raise RNNXError(f"rnnx.streaming: expected the states it pairs to be graph inputs and outputs, found no {missing[0]!r}; "
+                            "re-export with streaming=True or pair them with --state IN=OUT")
+        if pairs:
+            return pairs, "the file's rnnx.streaming record"
+    pairs = _by_name(inputs, outputs)
+    if not pairs:
+        raise RNNXError(f"--chunks: expected state inputs and outputs to carry from chunk to chunk, found none the file's metadata or names pair "
+                        f"(inputs {', '.join(inputs)}; outputs {', '.join(outputs)}); pair them with --state IN=OUT, repeated "
+                        "(e.g. --state h0=hn --state c0=cn)")
+    return pairs, "their names"
+
+
+# --- running ----------------------------------------------------------------------------------
+
+
+def verify_chunked(model_path: Path, against: str, chunks: list[int], checkpoint: Path | None = None, states: list[tuple[str, str]] | None = None,
+                   seq_lens: list[int] | None = None, batches: list[int] | None = None, dims: dict[str, int] | None = None, seed: int = 0,
+                   tolerances: Tolerances | None = None) -> ChunkedReport:
+    """The streaming file at ``model_path`` run chunk by chunk, against the torch model ``against``."""
+    from rnnx.verify.models import load_torch_model
+
+    check_chunks(chunks)
+    model_path = Path(model_path)
+    proto, pairs, paired_by, record = _plan(model_path, states)  # refused before the torch model is loaded
+    torch_model, example = load_torch_model(against, checkpoint)
+    return verify_chunked_loaded(model_path, torch_model, example, str(against), chunks, states, seq_lens, batches, dims, seed, tolerances,
+                                 planned=(proto, pairs, paired_by, record))
+
+
+def check_chunks(chunks: list[int]) -> None:
+    if not chunks:
+        raise RNNXError("--chunks: expected chunk sizes in frames, like 1,7,32, found none")
+    bad = [c for c in chunks if c < 1]
+    if bad:
+        raise RNNXError(f"--chunks: expected chunks of at least 1 frame, found a chunk of {bad[0]} frames; give sizes like 1,7,32")
+
+
+def _plan(model_path: Path, states: list[tuple[str, str]] | None) -> tuple[Any, list[Pair], str, Any]:
+    from rnnx.formats.onnx_read import load_model as load_onnx
+
+    proto = load_onnx(model_path, lazy=True)
+    record = read_streaming({p.key: p.value for p in proto.metadata_props})
+    pairs, paired_by = pair_states(proto, states, record)
+    return proto, pairs, paired_by, record
+
+
+def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, against: str, chunks: list[int],
+                          states: list[tuple[str, str]] | None = None, seq_lens: list[int] | None = None, batches: list[int] | None = None,
+                          dims: dict[str, int] | None = None, seed: int = 0, tolerances: Tolerances | None = None,
+                          planned: tuple[Any, list[Pair], str, Any] | None = None) -> ChunkedReport:
+    import torch
+
+    from rnnx.formats.onnx_read import file_bytes
+    from rnnx.verify.calls import plan_call, torch_outputs
+    from rnnx.verify.inputs import input_specs
+    from rnnx.verify.models import _recorded_example
+
+    check_chunks(chunks)
+    model_path = Path(model_path)
+    proto, pairs, paired_by, record = planned or _plan(model_path, states)
+    export, _ = read_metadata(proto)
+    specs, roles = input_specs(proto, export)
+    state_in = {p.input for p in pairs}
+    state_out = {p.output for p in pairs}
+    streamed = [s for s in specs if s.name not in state_in]
+    if not streamed:
+        raise RNNXError(f"{model_path}: expected an input other than the states (the frames to cut into chunks), found only {', '.join(state_in)}")
+    time, time_axes = _time_axes(record, streamed, roles, model_path)
+    roles[time] = LENGTH
+    output_dims = {o.name: [d.dim_param or (d.dim_value if d.HasField("dim_value") else None) for d in o.type.tensor_type.shape.dim]
+                   for o in proto.graph.output}
+    graph_outputs = list(output_dims)
+    plain_outputs = [o for o in graph_outputs if o not in state_out]
+    out_axes: dict[str, int | None] = {}
+    for name in graph_outputs:
+        info = (record.outputs.get(name) if record is not None else None) or {}
+        if "time_axis" in info:
+            out_axes[name] = info["time_axis"]
+        else:
+            found = next((d for d, v in enumerate(output_dims[name]) if v == time), None)
+            if found is None and name not in state_out and record is None:
+                found = GUESS  # a hand-made file whose output's dims are unnamed: joined where its frames are, if they are
+            out_axes[name] = None if name in state_out else found
+
+    names = [s.name for s in streamed]
+    call = plan_call(proto, torch_model, example, names, against)
+    call.notes = [n for n in call.notes if "call record feeds graph inputs" not in n]  # a streaming record feeds the states too
+    shapes = {**_recorded_example(export), **{k: list(v.shape) for k, v in call.example_arrays.items()}}
+    frames_list = list(seq_lens or [max(MIN_FRAMES, max(chunks) + max(chunks) // 2 + 1)])
+    has_batch = any(r == BATCH for r in roles.values())
+    batch_list = list(batches or DEFAULT_BATCHES) if has_batch else [None]
+    report = ChunkedReport(str(model_path), against, time, pairs, paired_by, list(chunks), notes=list(call.notes))
+    if not has_batch:
+        report.notes.append("no dimension of the file reads as a batch: run at its one batch size")
+    try:
+        model64 = copy.deepcopy(torch_model).double()
+    except Exception as exc:  # noqa: BLE001  a model that cannot be copied or cast
+        model64 = None
+        report.notes.append(f"no float64 copy of the torch model ({type(exc).__name__}); outputs compared with torch in float32 only")
+    tolerances = tolerances or Tolerances()
+    runner = IsolatedOnnxRuntime(for_runtime(proto, model_path.resolve().parent).SerializeToString(), str(model_path),
+                                 data_folder=model_path.resolve().parent, data_bytes=file_bytes(model_path))
+    spec_of = {s.name: s for s in specs}
+    try:
+        for k, (frames, batch) in enumerate((f, b) for f in frames_list for b in batch_list):
+            case = plan_cases(specs, roles, shapes, [frames], [batch] if batch is not None else None, dims or {})[0]
+            feed = make_feed(specs, case, call.example_arrays, seed + k)
+            for p in pairs:  # a stream starts from zeros
+                feed[p.input] = np.zeros(case.shapes[p.input], dtype=spec_of[p.input].dtype)
+            whole = {n: feed[n] for n in names}
+            want32 = torch_outputs(torch_model, call, whole)
+            want64 = None
+            if model64 is not None:
+                try:
+                    want64 = torch_outputs(model64, call, whole, dtype=torch.float64)
+                except Exception as exc:  # noqa: BLE001  e.g. a forward that makes float32 tensors of its own
+                    model64 = None
+                    report.notes.append(f"the float64 copy of the torch model raised {type(exc).__name__}; outputs compared with torch in float32 only")
+            if len(want32) == len(plain_outputs):
+                compared = plain_outputs
+            elif len(want32) == len(graph_outputs):
+                compared = graph_outputs  # the torch model returns its final states too: held against the last chunk's
+            else:
+                raise RNNXError(f"the torch model returned {len(want32)} tensors, the file has {len(plain_outputs)} outputs besides the states "
+                                f"({', '.join(plain_outputs)}); is this the model the file was exported from, and are the states paired right?")
+            for chunk in chunks:
+                got, error = _run_chunks(runner, feed, pairs, names, time_axes, out_axes, frames, chunk, spec_of, case.shapes)
+                for i, out in enumerate(compared):
+                    if error:
+                        report.rows.append(ChunkRow(frames, batch, chunk, out, None, error))
+                        continue
+                    tol = tolerances.get(out, "float32")
+                    if want64 is not None:
+                        dtype = np.asarray(want32[i]).dtype.name
+                        stats = (compare_calibrated(got[out], want64[i], want32[i], dtype, tol) if tolerances.calibrates(out)
+                                 else compare_arrays(got[out], want64[i], tol))
+                    else:
+                        stats = compare_arrays(got[out], want32[i], tol)
+                    report.rows.append(ChunkRow(frames, batch, chunk, out, stats))
+    finally:
+        close = getattr(runner, "close", None)
+        if close is not None:
+            close()
+    return report
+
+
+def _time_axes(record: Any, streamed: list[Any], roles: dict[str, str], model_path: Path) -> tuple[str, dict[str, int | None]]:
+    """The time label and each non-state input's time axis (None: fed whole with every chunk)."""
+    if record is not None:
+        axes = {s.name: (record.inputs.get(s.name) or {}).get("time_axis") for s in streamed}
+        if any(a is not None for a in axes.values()):
+            return record.time, axes
+    labels = sorted({d for s in streamed for d in s.dims if isinstance(d, str) and roles.get(d) == LENGTH})
+    if len(labels) != 1:
+        found = "none" if not labels else f"{len(labels)} ({', '.join(labels)})"
+        raise RNNXError(f"{model_path}: expected one input dimension named like a length (seq, time, frames, ...) to cut into chunks, found {found}; "
+                        "export the frames axis as a dynamic dimension named seq or frames")
+    return labels[0], {s.name: (s.dims.index(labels[0]) if labels[0] in s.dims else None) for s in streamed}
+
+
+def _run_chunks(runner: Any, feed: dict[str, np.ndarray], pairs: list[Pair], names: list[str], time_axes: dict[str, int | None],
+                out_axes: dict[str, int | None], frames: int, chunk: int, spec_of: dict[str, Any],
+                shapes: dict[str, list[int]]) -> tuple[dict[str, np.ndarray], str]:
+    """The file run over ``frames`` frames in chunks of ``chunk``: (the joined outputs, an error or "")."""
+    carried = {p.input: feed[p.input] for p in pairs}
+    pieces: dict[str, list[np.ndarray]] = {}
+    for start in range(0, frames, chunk):
+        stop = min(start + chunk, frames)
+        step = dict(carried)
+        for name in names:
+            axis = time_axes.get(name)
+            step[name] = feed[name] if axis is None else np.take(feed[name], np.arange(start, stop), axis=axis)
+        try:
+            out = runner(step)
+        except RNNXError as exc:
+            return {}, f"frames {start}..{stop}: {' '.join(str(exc).split())[:200]}"
+        for name, value in out.items():
+            pieces.setdefault(name, []).append(np.asarray(value))
+        carried = {}
+        for p in pairs:
+            value = np.asarray(out[p.output])
+            want = tuple(shapes[p.input])
+            if value.shape != want or value.dtype != spec_of[p.input].dtype:
+                return {}, (f"frames {start}..{stop}: state output {p.output} is {value.dtype}{list(value.shape)}, its input {p.input} takes "
+                            f"{spec_of[p.input].dtype}{list(want)}; are the states paired right?")
+            carried[p.input] = value
+    lead = next((a for a in time_axes.values() if a is not None), None)
+    sizes = [min(chunk, frames - start) for start in range(0, frames, chunk)]
+    got = {}
+    for name, parts in pieces.items():
+        axis = out_axes.get(name)
+        if axis == GUESS:  # the first streamed input's time axis, where every chunk's output holds that chunk's frames
+            fits = lead is not None and all(p.ndim > lead and p.shape[lead] == n for p, n in zip(parts, sizes))
+            axis = lead if fits else None
+        got[name] = parts[-1] if axis is None else np.concatenate(parts, axis=axis)
+    return got, ""
