@@ -98,8 +98,8 @@ def atomic_output(path: Path) -> Iterator[Path]:
         _fsync(path.parent or Path("."), folder=True)
         _log_written(path)
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.ENAMETOOLONG, errno.EFBIG):
-            raise RNNXError(f"{path}: writing failed ({exc.strerror}); nothing was written, free space or choose another path") from None
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.EFBIG):
+            raise write_failure(path, exc) from None
         raise
     finally:
         _pending.reset(token)
@@ -110,7 +110,38 @@ def atomic_output(path: Path) -> Iterator[Path]:
 
 # How a library's own write error reads when the disk, quota or file-size limit is the cause:
 # h5py, safetensors and torch wrap the OS error in their own exception types.
-_IO_FAILURE = ("errno", "os error", "i/o error", "no space", "file too large", "quota", "read-only file system", "failed writing")
+# torch.save's writer, on a full disk, says "unexpected pos N vs M" or "file write failed".
+_IO_FAILURE = ("errno", "os error", "i/o error", "no space", "file too large", "quota", "read-only file system", "failed writing",
+               "unexpected pos", "file write failed")
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(folder: Path) -> bool:
+    """Whether the file system holding ``folder`` has (next to) no room left for this user."""
+    try:
+        found = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return False
+    return found.f_bavail * found.f_frsize < 1 << 20
+
+
+def write_failure(path: Path, exc: BaseException) -> RNNXError:
+    """The one line for an output that could not be written: the disk is full, the folder is not
+    writable, or the library's own words where neither is the cause. Nothing was written either way
+    (:func:`atomic_output` removes the temporary file)."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    code = getattr(exc, "errno", None)
+    if code in _FULL or (code is None and _disk_full(folder)):
+        return RNNXError(f"{path}: the disk holding {folder} is full (no space left on device); nothing was written: free space or choose another path")
+    if code == errno.EFBIG:
+        return RNNXError(f"{path}: the file is too large for this file system or its size limit (ulimit -f); nothing was written: choose another path")
+    if code == errno.EROFS:
+        return RNNXError(f"{path}: the file system holding {folder} is read-only; nothing was written: choose another path")
+    if code in (errno.EACCES, errno.EPERM):
+        return RNNXError(f"{path}: permission denied writing in {folder}; nothing was written: choose a folder you can write")
+    detail = getattr(exc, "strerror", None) or " ".join(str(exc).split())
+    return RNNXError(f"{path}: writing failed ({detail[:160]}); nothing was written: free space or choose another path")
 
 
 @contextlib.contextmanager
@@ -124,7 +155,7 @@ def library_write(path: Path) -> Iterator[None]:
     except Exception as exc:
         text = " ".join(str(exc).split())
         if isinstance(exc, OSError) or any(marker in text.lower() for marker in _IO_FAILURE):
-            raise RNNXError(f"{path}: writing failed ({text[:160]}); nothing was written, free space or choose another path") from None
+            raise write_failure(path, exc) from None
         raise
 
 
@@ -217,6 +248,10 @@ def require_file(path: Path) -> Path:
         raise RNNXError(f"{str(path)[:60]}: expected an existing file, found a path that cannot be opened ({getattr(exc, 'strerror', None) or exc})") from None
     if not found:
         raise RNNXError(f"{path}: expected an existing file, found {'a folder' if path.is_dir() else 'nothing'}")
+    try:  # a file this user may not read is refused here, not as whatever its format's reader makes of the error
+        os.close(os.open(path, os.O_RDONLY))
+    except PermissionError:
+        raise RNNXError(f"{path}: expected a file you can read, found one you may not (permission denied); change its permissions or run as a user who can") from None
     return path
 
 

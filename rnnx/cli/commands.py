@@ -305,6 +305,9 @@ def layout(args: argparse.Namespace) -> int:
     if args.spec is not None:
         spec, itemsize = RNNSpec.parse(args.spec), cudnn_raw.itemsize(cudnn_raw.dtype_name(dtype))
     else:
+        if args.file.suffix.lower() == cudnn_raw.SUFFIX and args.from_format in (None, "cudnn"):  # its table is the spec's alone
+            raise RNNXError(f"{args.file}: a headerless {cudnn_raw.SUFFIX} blob does not say what it holds, so its table is the spec's: "
+                            "run rnnx layout --spec SPEC [--dtype DTYPE] without the file")
         weights = api.load(args.file, format=args.from_format, select=args.select)
         spec, itemsize = weights.spec, cudnn_raw.itemsize(dtype) if dtype else weights.dtype.itemsize
     rows = cudnn.table_as_dicts(spec, itemsize)

@@ -53,6 +53,7 @@ class ExportReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "passed": self.passed,  # as verify's report: false when the self-check failed (nothing written)
             "path": self.path,
             "written": self.written,
             "opset": self.opset,

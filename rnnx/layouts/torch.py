@@ -111,9 +111,19 @@ def choose_group(groups: Mapping[str, Any], select: str | None, where: str) -> s
     return next(iter(groups))
 
 
+def _refuse_mixed_naming(group: Mapping[str, Any], name: str) -> None:
+    """nn.LSTM numbers its keys (weight_ih_l0), nn.LSTMCell does not (weight_ih); a group with both is neither."""
+    plain = sorted(k for k in group if (m := KEY.match(k)) is not None and m["layer"] is None)
+    numbered = sorted(k for k in group if (m := KEY.match(k)) is not None and m["layer"] is not None)
+    if plain and numbered:
+        raise RNNXError(f"group {name!r}: expected one key naming, found layer-numbered keys ({', '.join(numbered[:3])}) mixed with "
+                        f"unnumbered ones ({', '.join(plain[:3])}); rename them all as nn.LSTM's (bias_ih_l0) or all as nn.LSTMCell's (bias_ih)")
+
+
 def infer_spec(group: Mapping[str, np.ndarray], name: str) -> RNNSpec:
     """One group's spec from its keys and shapes; a plain RNN is refused naming both specs it may be."""
     cell_style = "weight_ih" in group
+    _refuse_mixed_naming(group, name)
     sfx0 = "" if cell_style else "_l0"
     for key in (f"weight_ih{sfx0}", f"weight_hh{sfx0}"):
         if key not in group:
@@ -150,6 +160,7 @@ def infer_spec(group: Mapping[str, np.ndarray], name: str) -> RNNSpec:
 def from_group(arrays: Mapping[str, np.ndarray], spec: RNNSpec | None, name: str) -> RNNWeights:
     """Canonical weights from one group's arrays (keys without the group's prefix)."""
     cell_style = "weight_ih" in arrays
+    _refuse_mixed_naming(arrays, name)
     if spec is None:
         spec = infer_spec(arrays, name)
     else:
