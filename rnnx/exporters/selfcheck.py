@@ -331,19 +331,19 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
         if want64 is not None and len(want64) != len(want):
             want64 = None
         for i, (out_name, g) in enumerate(got.items()):
-            case.outputs.append(_compare(out_name, np.asarray(g), want[i], check, want64[i] if want64 is not None else None))
+            case.outputs.append(compare_output(out_name, np.asarray(g), want[i], check, want64[i] if want64 is not None else None))
     return check
 
 
-def float64_copy(model: Any, notes: list[str]) -> Any:
+def float64_copy(model: Any, notes: list[str], without: str = "outputs held to the fixed tolerance against torch in its own dtype") -> Any:
     """A float64 copy of the torch model (the reference of the calibrated rule), or None, with
-    a note, where it cannot be copied or cast."""
+    a note saying ``without`` (what is compared instead), where it cannot be copied or cast."""
     import copy
 
     try:
         return copy.deepcopy(model).double()
-    except Exception as exc:  # noqa: BLE001  a model that cannot be copied or cast: the fixed tolerance holds
-        notes.append(f"no float64 copy of the torch model ({type(exc).__name__}): outputs held to the fixed tolerance against torch in its own dtype")
+    except Exception as exc:  # noqa: BLE001  a model that cannot be copied or cast: the caller's fallback holds
+        notes.append(f"no float64 copy of the torch model ({type(exc).__name__}): {without}")
         return None
 
 
@@ -354,7 +354,7 @@ def as_float64(values: Sequence[Any]) -> list[Any]:
     return [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
 
 
-def _compare(name: str, got: np.ndarray, want: Any, check: SelfCheck, want64: Any = None) -> OutputError:
+def compare_output(name: str, got: np.ndarray, want: Any, check: SelfCheck, want64: Any = None) -> OutputError:
     """ONNX Runtime's output against torch's (a tensor, in whatever dtype the model returned):
     against the float64 model's under the calibrated rule, torch's own output the honest run
     that sets the rounding floor, where the float64 model ran and nobody set a tolerance."""

@@ -35,7 +35,7 @@ import numpy as np
 from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.exporters import shapes
-from rnnx.exporters.selfcheck import CheckCase, SelfCheck, _compare, as_float64, example_sizes, float64_copy, fresh_inputs, run_eager
+from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_output, example_sizes, float64_copy, fresh_inputs, run_eager
 from rnnx.formats.onnx_metadata import read_metadata, set_metadata
 from rnnx.streaming import STREAMING_KEY, StatePair, StreamingRecord
 
@@ -201,7 +201,7 @@ class StreamPlan:
             # Frames are joined along the time axis; a state, or an output that holds no frames,
             # is compared as it stands after the last chunk.
             got = pieces[name][-1] if axis is None else np.concatenate(pieces[name], axis=axis)
-            case.outputs.append(_compare(name, got, want[i], check, want64[i] if want64 is not None and len(want64) == len(want) else None))
+            case.outputs.append(compare_output(name, got, want[i], check, want64[i] if want64 is not None and len(want64) == len(want) else None))
 
 
 def _case_name(chunk: int, batch: int | None) -> str:

@@ -19,7 +19,6 @@ the last chunk.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import numpy as np
 
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.errors import RNNXError
+from rnnx.exporters.selfcheck import float64_copy
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.streaming import read_streaming
@@ -255,11 +255,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     report = ChunkedReport(str(model_path), against, time, pairs, paired_by, list(chunks), notes=list(call.notes))
     if not has_batch:
         report.notes.append("no dimension of the file reads as a batch: run at its one batch size")
-    try:
-        model64 = copy.deepcopy(torch_model).double()
-    except Exception as exc:  # noqa: BLE001  a model that cannot be copied or cast
-        model64 = None
-        report.notes.append(f"no float64 copy of the torch model ({type(exc).__name__}); outputs compared with torch in float32 only")
+    model64 = float64_copy(torch_model, report.notes, "outputs compared with torch in float32 only")
     tolerances = tolerances or Tolerances()
     runner = IsolatedOnnxRuntime(for_runtime(proto, model_path.resolve().parent).SerializeToString(), str(model_path),
                                  data_folder=model_path.resolve().parent, data_bytes=file_bytes(model_path))

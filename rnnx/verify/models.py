@@ -43,6 +43,7 @@ from rnnx.verify.quantized import saturation_note
 from rnnx.weights import RNNWeights
 from rnnx.exporters.loading import load_checkpoint
 from rnnx.exporters.precision import cast_edges, computes_in_float16
+from rnnx.exporters.selfcheck import float64_copy
 from rnnx.exporters.loading import load_model as load_torch_model_from
 from rnnx.formats.files import from_format
 from rnnx import limits
@@ -178,11 +179,7 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
     graph_outputs = [o.name for o in proto.graph.output]
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
     report.notes += [n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n] + call.notes
-    try:
-        model64 = copy.deepcopy(torch_model).double()
-    except Exception as exc:  # noqa: BLE001  a model that cannot be copied or cast: compare in float32 only
-        model64 = None
-        report.notes.append(f"no float64 copy of the torch model ({type(exc).__name__}); outputs compared with torch in float32 only")
+    model64 = float64_copy(torch_model, report.notes, "outputs compared with torch in float32 only")
     tolerances = tolerances or Tolerances()
     honest_model = torch_model
     if computes_in_float16(proto):  # --precision fp16: the honest run is the model in float16, fed what the file takes
