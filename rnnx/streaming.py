@@ -9,12 +9,16 @@ outputs, and records the pairs in ``metadata_props`` under :data:`STREAMING_KEY`
      "states": [{"module": "encoder.rnn", "input": "encoder.rnn.h_in", "output": "encoder.rnn.h_out",
                  "dims": [2, "batch", 64], "batch_axis": 1, "dtype": "float32", "initial": "zeros"}, ...],
      "inputs": {"x": {"dims": ["batch", "seq", 40], "time_axis": 1, "batch_axis": 0}},
-     "outputs": {"prob": {"dims": ["batch", "seq", 1], "time_axis": 1}}}
+     "outputs": {"prob": {"dims": ["batch", "seq", 1], "time_axis": 1}},
+     "chunk_multiple": 1}                              # chunks must be a multiple of this many frames
 
 so that any runtime can loop without reading code: feed each state input zeros of its dims
 (the batch label at the batch size) for the first chunk, then the paired output of the chunk
-before. A null ``time_axis`` is an input fed whole with every chunk, or an output that
-holds no frames (its value after the last chunk is the whole sequence's).
+before. A convolution's cache is a state like any other (``"module": "frontend.conv"``,
+``.cache_in`` / ``.cache_out``); a model with strides along time takes chunks of a multiple
+of ``chunk_multiple`` frames. A null ``time_axis`` is an input fed whole with every chunk,
+or an output that holds no frames (its value after the last chunk is the whole sequence's).
+
 
 :class:`StreamingSession` does exactly that over ONNX Runtime. It imports onnxruntime on
 first use only, so that ``import rnnx`` stays light.
@@ -80,11 +84,20 @@ class StreamingRecord:
     states: tuple[StatePair, ...]
     inputs: dict[str, dict[str, Any]]
     outputs: dict[str, dict[str, Any]]
+    multiple: int = 1  # chunks are a multiple of this many frames (the strides along time)
 
     def to_json(self) -> str:
         states = [{"module": s.module, "input": s.input, "output": s.output, "dims": list(s.dims), "batch_axis": s.batch_axis,
                    "dtype": s.dtype, "initial": "zeros"} for s in self.states]
-        return json.dumps({"version": STREAMING_VERSION, "time": self.time, "states": states, "inputs": self.inputs, "outputs": self.outputs})
+        return json.dumps({"version": STREAMING_VERSION, "time": self.time, "states": states, "inputs": self.inputs, "outputs": self.outputs,
+                           "chunk_multiple": self.multiple})
+
+    def check_chunk(self, frames: int, where: str) -> None:
+        """Refuse a chunk the model's strides do not allow (its frames would not line up with
+        the whole sequence's), or an empty one."""
+        if frames < 1 or frames % self.multiple:
+            need = "at least 1 frame" if self.multiple == 1 else f"a multiple of {self.multiple} frames (the model's strides along time)"
+            raise RNNXError(f"{where}: expected a chunk of {need}, found {frames}; cut the stream into such chunks")
 
     @property
     def streamed_inputs(self) -> list[str]:
@@ -106,7 +119,10 @@ def read_streaming(metadata: Mapping[str, str]) -> StreamingRecord | None:
         states = tuple(StatePair(str(s["module"]), str(s["input"]), str(s["output"]), tuple(s["dims"]),
                                  None if s.get("batch_axis") is None else int(s["batch_axis"]), str(np.dtype(s["dtype"])))
                        for s in raw["states"])
-        record = StreamingRecord(str(raw["time"]), states, dict(raw["inputs"]), dict(raw["outputs"]))
+        multiple = int(raw.get("chunk_multiple", 1))
+        if multiple < 1:
+            raise ValueError(f"chunk_multiple {multiple}")
+        record = StreamingRecord(str(raw["time"]), states, dict(raw["inputs"]), dict(raw["outputs"]), multiple)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise RNNXError(f"{STREAMING_KEY}: expected rnnx's streaming record (version {STREAMING_VERSION}), found one that does not read "
                         f"({type(exc).__name__}: {exc}); re-export with streaming=True") from None
@@ -153,6 +169,10 @@ class StreamingSession:
             if not streamed:
                 raise RNNXError("process: expected inputs by name (this file has no input with a time axis), found a positional chunk")
             feed[streamed[0]] = np.asarray(chunk)
+        for name in streamed:
+            axis = self.record.inputs[name].get("time_axis")
+            if name in feed and axis is not None and feed[name].ndim > axis:
+                self.record.check_chunk(int(feed[name].shape[axis]), f"process ({name})")
         batch = self._batch(feed)
         if self.states is None:
             self.states = {s.input: s.zeros(batch) for s in self.record.states}

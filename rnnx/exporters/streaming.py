@@ -10,11 +10,16 @@ keeps the final states, then returns (the model's output tensors..., the final s
 Module names, parameters and the recurrent modules' swap to native nodes are untouched, so
 the rest of the exporter sees an ordinary model that takes and returns states.
 
+A convolution along time keeps the frames its left padding stood for: its cache is one more
+state in and out (:mod:`rnnx.exporters.stream_context`, which also finds the time axis and
+proves the model causal by running it).
+
 What cannot stream is refused before tracing, in one line naming the module: a
 bidirectional recurrence (its output at frame t needs the frames after t), a cell stepped
 in Python (its state is not carried yet), a module called more than once per forward, an
-initial state that is not zeros. What the refusals cannot see (a centered convolution, a
-pooling over time, a conv whose left context is not cached) the chunked check catches: the
+initial state that is not zeros, and whatever the causality probe finds reading later
+frames (a centered convolution, attention or a normalization over time). What the probe
+cannot see (a cumulative sum, a functional convolution) the chunked check catches: the
 file is run in ONNX Runtime chunk by chunk, feeding each chunk's state outputs to the next,
 and must match the torch model run on the whole sequence (:meth:`StreamPlan.check`).
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -35,12 +41,14 @@ import numpy as np
 from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.exporters import shapes
+from rnnx.exporters.stream_context import ConvCache, cached_conv_forward, study
 from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_output, example_sizes, float64_copy, fresh_inputs, run_eager
 from rnnx.formats.onnx_metadata import read_metadata, set_metadata
 from rnnx.streaming import STREAMING_KEY, StatePair, StreamingRecord
 
 # The chunked check: sequences of FRAMES frames cut into chunks of each size (and run whole),
-# at each batch size. 7 is odd and does not divide 19, so the last chunk is short (5).
+# at each batch size, all in units of the chunk multiple (the strides along time). 7 is odd
+# and does not divide 19, so the last chunk is short (5).
 FRAMES = 19
 CHUNKS = (1, 7, FRAMES)
 BATCHES = (1, 3)
@@ -52,12 +60,14 @@ STREAMING: ContextVar[StreamPlan | None] = ContextVar("rnnx_streaming", default=
 
 @dataclass(frozen=True)
 class _Slot:
-    """One recurrent module's states: ``names`` (h, then c for an LSTM) as inputs and outputs."""
+    """One module's states as inputs and outputs: a recurrence's h (then c for an LSTM), or a
+    convolution's cache (``conv`` set)."""
 
     module: str
     lstm: bool
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    conv: ConvCache | None = None
 
 
 @dataclass
@@ -66,6 +76,8 @@ class StreamPlan:
 
     n_inputs: int  # positional inputs of the user's forward; the states follow them
     slots: list[_Slot]
+    multiple: int = 1  # chunk lengths must be a multiple of this (the strides along time)
+    output_axes: list[int | None] | None = None  # each model output's time axis, as the probe ran it
     record: StreamingRecord | None = None  # set by annotate, from the translated graph
     notes: list[str] = field(default_factory=list)
 
@@ -106,7 +118,7 @@ class StreamPlan:
         time = times[0]
 
         def axis(dims: list[Any], role: str) -> int | None:
-            return next((d for d, v in enumerate(dims) if isinstance(v, str) and (v == time if role == LENGTH else roles.get(v) == role)), None)
+            return next((d for d, v in enumerate(dims) if isinstance(v, str) and (_reads(v, time) if role == LENGTH else roles.get(v) == role)), None)
 
         elem = {i.name: i.type.tensor_type.elem_type for i in proto.graph.input}
         pairs = []
@@ -118,11 +130,15 @@ class StreamPlan:
         inputs = {name: {"dims": dims, "time_axis": axis(dims, LENGTH), "batch_axis": axis(dims, BATCH)}
                   for name, dims in in_dims.items() if name not in states_in}
         outputs = {name: {"dims": dims, "time_axis": axis(dims, LENGTH)} for name, dims in out_dims.items() if name not in states_out}
-        self.record = StreamingRecord(time, tuple(pairs), inputs, outputs)
+        for k, info in enumerate(outputs.values()):  # frames a graph left unnamed (TorchScript's Add178_dim_0): where the probe saw them
+            if info["time_axis"] is None and self.output_axes is not None and k < len(self.output_axes):
+                info["time_axis"] = self.output_axes[k]
+        self.record = StreamingRecord(time, tuple(pairs), inputs, outputs, self.multiple)
         set_metadata(proto, {STREAMING_KEY: self.record.to_json()})
         if report is not None:
             report.notes.append("streaming: states carried chunk to chunk, zeros first: "
                                 + ", ".join(f"{p.input} -> {p.output}" for p in pairs) + f"; time axis {time}")
+            report.notes += self.notes
 
     def check(self, check: SelfCheck, path: Path, model: Any, leaves: Sequence[shapes.Leaf], structure: Any, naming: Any, seed: int = 0) -> None:
         """Run the file at ``path`` in ONNX Runtime chunk by chunk (chunks of :data:`CHUNKS`
@@ -145,8 +161,9 @@ class StreamPlan:
         base = example_sizes(naming, leaves)
         batches = [label for label in base if naming.roles.get(label) == BATCH]
         states = {s.input for s in record.states}
+        frames = FRAMES * record.multiple
         for k, batch in enumerate(BATCHES if batches else (None,)):
-            sizes = {**base, record.time: FRAMES, **dict.fromkeys(batches, batch)}
+            sizes = {**base, record.time: frames, **dict.fromkeys(batches, batch)}
             values = fresh_inputs(leaves, naming, sizes, seed + 1000 + k)
             values = [torch.zeros_like(v) if leaf.name in states else v for leaf, v in zip(leaves, values)]  # a stream starts at zeros
             shown = {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor) and leaf.name not in states}
@@ -160,16 +177,16 @@ class StreamPlan:
                 if want is None:
                     error = f"the torch model raised {type(exc).__name__} on the whole sequence: {' '.join(str(exc).split())[:200]}"
                     for chunk in CHUNKS:
-                        check.cases.append(CheckCase(_case_name(chunk, batch), sizes, shown, error=error))
+                        check.cases.append(CheckCase(_case_name(chunk * record.multiple, frames, batch), sizes, shown, error=error))
                     continue
-            for chunk in CHUNKS:
+            for chunk in (c * record.multiple for c in CHUNKS):
                 progress.step(f"checking streaming in chunks of {chunk}" + (f" at batch {batch}" if batch else ""))
-                case = CheckCase(_case_name(chunk, batch), sizes, shown)
+                case = CheckCase(_case_name(chunk, frames, batch), sizes, shown)
                 check.cases.append(case)
-                self._run_chunks(case, check, runner, leaves, values, chunk, want, want64)
+                self._run_chunks(case, check, runner, leaves, values, chunk, frames, want, want64)
 
     def _run_chunks(self, case: CheckCase, check: SelfCheck, runner: Any, leaves: Sequence[shapes.Leaf], values: list[Any], chunk: int,
-                    want: list[Any], want64: list[Any] | None) -> None:
+                    frames: int, want: list[Any], want64: list[Any] | None) -> None:
         import torch
 
         record = self.record
@@ -177,18 +194,18 @@ class StreamPlan:
         states = {s.input: s for s in record.states}
         carried = {name: values[leaf.index].numpy() for leaf in leaves for name in [leaf.name] if name in states}
         pieces: dict[str, list[np.ndarray]] = {}
-        for start in range(0, FRAMES, chunk):
+        for start in range(0, frames, chunk):
             feed = dict(carried)
             for leaf, value in zip(leaves, values):
                 if not isinstance(value, torch.Tensor) or leaf.name in states:
                     continue
                 axis = record.inputs.get(leaf.name, {}).get("time_axis")
-                value = value if axis is None else value.narrow(axis, start, min(chunk, FRAMES - start))
+                value = value if axis is None else value.narrow(axis, start, min(chunk, frames - start))
                 feed[leaf.name] = value.numpy()
             try:
                 out = runner(feed)
             except RNNXError as exc:
-                case.error = f"frames {start}..{min(start + chunk, FRAMES)}: {exc}"
+                case.error = f"frames {start}..{min(start + chunk, frames)}: {exc}"
                 return
             for name, value in out.items():
                 pieces.setdefault(name, []).append(np.asarray(value))
@@ -204,8 +221,14 @@ class StreamPlan:
             case.outputs.append(compare_output(name, got, want[i], check, want64[i] if want64 is not None and len(want64) == len(want) else None))
 
 
-def _case_name(chunk: int, batch: int | None) -> str:
-    what = "whole, as one chunk" if chunk >= FRAMES else f"in chunks of {chunk} frame{'s' if chunk > 1 else ''}"
+def _reads(dim: str, label: str) -> bool:
+    """Whether a dimension is the time label or computed from it (``(frames + 4)//4 - 1`` after
+    strides): the outputs' frames, joined chunk after chunk."""
+    return re.search(rf"(?<![\w.]){re.escape(label)}(?![\w.])", dim) is not None
+
+
+def _case_name(chunk: int, frames: int, batch: int | None) -> str:
+    what = "whole, as one chunk" if chunk >= frames else f"in chunks of {chunk} frame{'s' if chunk > 1 else ''}"
     return f"streamed {what}" + (f", batch {batch}" if batch is not None else "")
 
 
@@ -246,12 +269,17 @@ class _StreamingForward:
         inputs, states = args[:plan.n_inputs], args[plan.n_inputs:]
         sink: dict[str, Any] = {}
         handles = []
+        patched = []
         k = 0
         try:
             for slot in plan.slots:
                 module = self.get_submodule(slot.module)  # type: ignore[attr-defined]
                 given = states[k:k + len(slot.inputs)]
                 k += len(slot.inputs)
+                if slot.conv is not None:  # where nn.Conv1d/2d.forward (or a subclass's) ends: its input, padded as the model padded it
+                    module._conv_forward = functools.partial(cached_conv_forward, module, slot.conv, given[0], sink)
+                    patched.append(module)
+                    continue
                 hx = (given[0], given[1]) if slot.lstm else given[0]
                 # prepend: rnnx's own probes (which tensor reaches a module as its state) see the state input
                 handles.append(module.register_forward_pre_hook(functools.partial(_feed, hx), prepend=True, with_kwargs=True))
@@ -260,12 +288,14 @@ class _StreamingForward:
         finally:
             for handle in handles:
                 handle.remove()
+            for module in patched:
+                del module._conv_forward
         finals = []
         for slot in plan.slots:
             if slot.module not in sink:
                 raise RNNXError(f"streaming: expected {slot.module} to be called, as on the example, found it skipped; streaming needs the same "
                                 "recurrences on every call")
-            finals += list(sink[slot.module]) if slot.lstm else [sink[slot.module]]
+            finals += list(sink[slot.module]) if slot.lstm and slot.conv is None else [sink[slot.module]]
         return (*[t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)], *finals)
 
 
@@ -353,7 +383,16 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         if lstm:
             zeros.append(torch.zeros((layers, *batch, m.hidden_size), dtype=weight.dtype, device=weight.device))
         slots.append(_Slot(name, lstm, tuple(f"{name}.{k}_in" for k in kinds), tuple(f"{name}.{k}_out" for k in kinds)))
-    plan = StreamPlan(len(args), slots)
+    from torch.utils._pytree import tree_flatten
+
+    flat, structure = tree_flatten(args)
+    notes: list[str] = []
+    context = study(model, flat, structure, [(name, m) for name, m in recurrent if calls[name].times], notes)
+    for cache in context.caches:
+        weight = model.get_submodule(cache.module).weight
+        zeros.append(torch.zeros(cache.shape, dtype=weight.dtype, device=weight.device))
+        slots.append(_Slot(cache.module, False, (f"{cache.module}.cache_in",), (f"{cache.module}.cache_out",), cache))
+    plan = StreamPlan(len(args), slots, context.multiple, context.output_axes, notes=notes + context.notes)
 
     # Names: the user's (or forward's) for the original inputs and outputs, then the states'.
     leaves, _ = shapes.leaves_of(model, args)
@@ -367,14 +406,37 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
     if given_out and len(given_out) not in (len(names_out), len(names_out) + len(plan.state_outputs)):
         raise RNNXError(f"output names: expected {len(names_out)} (the model's output tensors; rnnx names the states), found {given_out}")
     options["output_names"] = given_out if len(given_out) > len(names_out) else (given_out or names_out) + plan.state_outputs
+    caches = {f"{c.module}.cache_in": [c.axis % len(c.shape)] for c in context.caches}
+    if caches and dynamic_axes is None:  # a cache holds a fixed number of frames (torch would make its size a dimension)
+        static = dict(options.get("static") or {})
+        options["static"] = {**static, **{name: sorted({*static.get(name, []), *axes}) for name, axes in caches.items()}}
     if isinstance(dynamic_axes, Mapping):
         # torch.onnx's dynamic_axes makes every axis it does not list static: list the states' batch axes.
-        dynamic_axes = {**dynamic_axes, **{name: {1: None} for name, z in zip(plan.state_inputs, zeros) if z.dim() == 3}}
+        # A recurrence's batched states are (layers, batch, hidden); a cache has the batch first, as its conv's input.
+        owners = [slot for slot in slots for _ in slot.inputs]  # the zeros are in the states' order
+        axes = [(1 if z.dim() == 3 else None) if slot.conv is None else slot.conv.batch_axis for slot, z in zip(owners, zeros)]
+        batch = _batch_label(dynamic_axes, context.time, [leaf.name for leaf in leaves], given_in)
+        dynamic_axes = {**dynamic_axes, **{name: {axis: batch} for name, axis in zip(plan.state_inputs, axes) if axis is not None}}
 
     streaming = copy.copy(model)  # shares the modules and parameters; only the class of the copy changes
     streaming.__class__ = _streaming_class(type(model))
     streaming.__dict__["_rnnx_streaming"] = plan
     return streaming, (*args, *zeros), dynamic_axes, plan
+
+
+def _batch_label(dynamic_axes: Mapping[str, Any], time: tuple[int, int] | None, names: list[str], given: list[str]) -> str | None:
+    """The user's label for the batch axis of the input the frames come in: its one other
+    named axis in ``dynamic_axes``. The states' batch axes take it, since torch requires them
+    equal to it; None (rnnx names it) where there is no single such label."""
+    if time is None or time[0] >= len(names):
+        return None
+    index, axis = time
+    keys = [names[index]] + ([given[index]] if index < len(given) else [])
+    entry = next((dynamic_axes[k] for k in keys if k in dynamic_axes), None)
+    if not isinstance(entry, Mapping):
+        return None
+    labels = {label for a, label in entry.items() if a != axis and isinstance(label, str)}
+    return labels.pop() if len(labels) == 1 else None
 
 
 def _probe(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str, Any]]) -> tuple[dict[str, _Call], Any]:

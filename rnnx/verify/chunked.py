@@ -221,6 +221,10 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     check_chunks(chunks)
     model_path = Path(model_path)
     proto, pairs, paired_by, record = planned or _plan(model_path, states)
+    multiple = record.multiple if record is not None else 1
+    if record is not None:
+        for chunk in chunks:
+            record.check_chunk(chunk, "--chunks")
     export, _ = read_metadata(proto)
     specs, roles = input_specs(proto, export)
     state_in = {p.input for p in pairs}
@@ -249,7 +253,11 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     call = plan_call(proto, torch_model, example, names, against)
     call.notes = [n for n in call.notes if "call record feeds graph inputs" not in n]  # a streaming record feeds the states too
     shapes = {**_recorded_example(export), **{k: list(v.shape) for k, v in call.example_arrays.items()}}
-    frames_list = list(seq_lens or [max(MIN_FRAMES, max(chunks) + max(chunks) // 2 + 1)])
+    shortest = max(MIN_FRAMES, max(chunks) + max(chunks) // 2 + 1)
+    frames_list = list(seq_lens or [-(-shortest // multiple) * multiple])  # whole chunks of the strides' multiple
+    for frames in frames_list:
+        if frames % multiple:
+            raise RNNXError(f"--seq-len: expected a multiple of {multiple} frames (the model's strides along time), found {frames}; give one")
     has_batch = any(r == BATCH for r in roles.values())
     batch_list = list(batches or DEFAULT_BATCHES) if has_batch else [None]
     report = ChunkedReport(str(model_path), against, time, pairs, paired_by, list(chunks), notes=list(call.notes))

@@ -4,8 +4,8 @@ seq-first, zeros made in forward as tutorials do) and an encoder with a stacked
 batch-first LSTM and a second LSTM after it (dict outputs). Each is exported from forward(x)
 alone, then run with rnnx.StreamingSession in chunks of 1, 7 and the whole sequence at
 batch 1 and 3 against torch on the whole sequence. What cannot stream is refused in one
-line naming the module; a stream that drops its states, and a causal conv with no cache of
-its left context, are caught by the export's chunked check.
+line naming the module; a stream that drops its states is caught by the export's chunked
+check; a causal conv streams with a cache of its left context (more in test_streaming_context).
 """
 
 from __future__ import annotations
@@ -278,20 +278,25 @@ def test_a_stream_that_drops_its_states_fails_the_check(tmp_path: Path, monkeypa
 
 
 class CausalConvVAD(VAD):
-    """A causal conv (left-only padding, kernel 3) before the LSTM: right for the whole sequence,
-    wrong chunk by chunk, since each chunk pads with zeros instead of the frames before it."""
+    """A causal conv (nn.ConstantPad1d on the left, kernel 3) before the LSTM: each chunk needs
+    the two frames before it, which the conv's cache carries."""
 
     def __init__(self) -> None:
         super().__init__()
         self.frontend = nn.Sequential(nn.ConstantPad1d((2, 0), 0.0), nn.Conv1d(20, 32, kernel_size=3), nn.ReLU())
 
 
-def test_a_conv_without_a_cache_of_its_left_context_fails_the_check(tmp_path: Path) -> None:
+def test_a_causal_conv_streams_with_a_cache_of_its_left_context(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    with pytest.raises(rnnx.ExportCheckFailed) as failed:
-        rnnx.export(CausalConvVAD().eval(), (torch.randn(2, 12, 20),), tmp_path / "m.onnx", streaming=True)
-    assert "streamed in chunks of 1 frame" in str(failed.value)
-    assert all(c.passed for c in failed.value.report.check.cases if not c.name.startswith("streamed"))  # whole sequences are right
+    model = CausalConvVAD().eval()
+    report = rnnx.export(model, (torch.randn(2, 12, 20),), tmp_path / "m.onnx", streaming=True)
+    assert all(c.passed for c in report.check.cases if c.name.startswith("streamed"))
+    assert "frontend.1.cache_in -> frontend.1.cache_out" in " ".join(report.notes)
+    x = torch.randn(1, FRAMES, 20, generator=torch.Generator().manual_seed(8))
+    session = rnnx.StreamingSession(tmp_path / "m.onnx")
+    got = np.concatenate([session.process(x[:, t:t + 1].numpy())["output"] for t in range(FRAMES)], axis=1)
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), atol=ATOL, rtol=0)
 
 
 def test_a_file_without_the_record_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,431 @@
+"""Left context that streams: convolution caches, and the probe that names what cannot stream.
+
+A streaming file cuts the sequence into chunks. A recurrence carries its states
+(:mod:`rnnx.exporters.streaming`); a convolution along time needs the frames before the
+chunk. Its left padding, zeros before the whole sequence, must be the last frames of the
+chunk before: each such ``nn.Conv1d`` / ``nn.Conv2d`` keeps a cache of that many frames of
+its input, one more state in and out, zeros first. Its right padding stays zeros; what the
+model does with the frames it makes (a causal model drops them, as a TCN's chomp does) is
+then the same in every chunk.
+
+Which axis is time, which convolutions need a cache, and what stops a model streaming are
+learnt by running the model (its float64 copy, eagerly), not by reading its code:
+
+- the inputs' time axis is the one whose doubling lengthens the recurrences' sequences;
+- a tensor's time axis is its one axis whose size differs between a run at the example's
+  length T and one at 2T;
+- the model is run twice at 2T on inputs that differ only after frame T. In a causal model,
+  every tensor's frames that stand for input frames before T (its first ``T x`` its frames
+  per input frame) are the same in both runs. The first module whose inputs pass that test
+  and whose output does not is named in the refusal (a centered convolution, attention or a
+  normalization over time); where a module's input already fails it, the code of the module
+  that called it is named;
+- a convolution's left padding is its own ``padding`` plus the zeros an ``F.pad`` put on the
+  left of its input, watched with a TorchFunctionMode. rnnx hooks ``_conv_forward``, where
+  both ``nn.Conv1d.forward`` and a subclass's own forward end, so a ``CausalConv1d`` that
+  pads inside its forward is seen as it runs.
+
+What this cannot see (a cumulative sum, a functional convolution, frame differences in the
+model's forward) the chunked check still catches.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rnnx import progress
+from rnnx.errors import RNNXError
+
+
+@dataclass(frozen=True)
+class ConvCache:
+    """How one convolution streams: its input's time axis and paddings, and the cache it keeps."""
+
+    module: str
+    axis: int  # the time axis of the convolution's input, counted from the end (-1 or -2)
+    pads: tuple[tuple[int, int], ...]  # the conv's own zeros (left, right) per spatial axis, in order
+    fpad: tuple[int, int]  # the zeros an F.pad put on the time axis of its input (left, right)
+    stride: int  # along time
+    shape: tuple[int, ...]  # the cache at the example's batch: the input's shape, time = frames
+
+    @property
+    def frames(self) -> int:
+        """Frames cached: the whole left padding on the time axis (the model's and the conv's)."""
+        return self.fpad[0] + self.pads[self.spatial_index][0]
+
+    @property
+    def spatial_index(self) -> int:
+        return len(self.pads) + self.axis  # axis -1 of a Conv2d is its spatial axis 1
+
+    @property
+    def batch_axis(self) -> int | None:
+        return 0 if len(self.shape) == len(self.pads) + 2 else None
+
+
+@dataclass
+class StreamContext:
+    """What the probe found: the convolutions to cache, and the chunk length's multiple."""
+
+    caches: list[ConvCache] = field(default_factory=list)
+    multiple: int = 1  # chunks must be a multiple of this many frames: the total stride along time
+    output_axes: list[int | None] | None = None  # the time axis of each of the model's output tensors, as run
+    time: tuple[int, int] | None = None  # (flattened input, axis): the frames
+    notes: list[str] = field(default_factory=list)
+
+
+# --- the streaming call of a cached convolution ---------------------------------------------
+
+
+def cached_conv_forward(conv: Any, spec: ConvCache, cache: Any, sink: dict[str, Any], x: Any, weight: Any, bias: Any) -> Any:
+    """Stands in for ``conv._conv_forward`` in the streaming model: ``x`` (with any zeros an
+    F.pad put around it on the time axis) has its left zeros replaced by ``cache``; the last
+    :attr:`ConvCache.frames` frames of the joined input become the next cache (in ``sink``).
+    Right padding stays zeros, and the conv's padding on other axes is kept."""
+    import torch
+    import torch.nn.functional as F
+
+    t = spec.axis
+    left, right = spec.fpad
+    if left or right:
+        x = x.narrow(t, left, x.shape[t] - left - right)
+    joined = torch.cat([cache, x], dim=t)
+    sink[spec.module] = kept(joined, spec)
+    pads = [(0, p[1] + right) if i == spec.spatial_index else p for i, p in enumerate(spec.pads)]
+    widths = [w for p in reversed(pads) for w in p]  # F.pad lists the last axis first
+    if any(widths):
+        joined = F.pad(joined, widths)
+    fn = F.conv1d if len(spec.pads) == 1 else F.conv2d
+    return fn(joined, weight, bias, conv.stride, 0, conv.dilation, conv.groups)
+
+
+def kept(joined: Any, spec: ConvCache) -> Any:
+    """The next chunk's cache: the last frames of this chunk's input, the cache before it
+    included (so a chunk shorter than the cache keeps older frames). One function, so that a
+    test can plant a cache one frame short and see the chunked check fail."""
+    t = spec.axis
+    return joined.narrow(t, joined.shape[t] - spec.frames, spec.frames)
+
+
+def own_pads(conv: Any) -> tuple[tuple[int, int], ...]:
+    """The conv's own zero padding (left, right) per spatial axis, its string forms included
+    ('same' puts the odd frame on the right, as torch does)."""
+    kernel = conv.kernel_size
+    if conv.padding == "valid":
+        return tuple((0, 0) for _ in kernel)
+    if conv.padding == "same":
+        total = [d * (k - 1) for d, k in zip(conv.dilation, kernel)]
+        return tuple((t // 2, t - t // 2) for t in total)
+    return tuple((p, p) for p in conv.padding)
+
+
+# --- the probe --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Event:
+    module: str
+    kind: str  # "in" or "out"
+    tensors: list[Any]
+
+
+class _Recorder:
+    """Hooks every module (inputs and outputs, in the order they run), each conv's
+    ``_conv_forward`` input, and every F.pad."""
+
+    def __init__(self, model: Any, convs: Sequence[tuple[str, Any]]) -> None:
+        self.model, self.convs = model, convs
+        self.events: list[_Event] = []
+        self.conv_inputs: dict[str, Any] = {}
+        self.conv_calls: dict[str, int] = {}
+        self.pads: list[tuple[Any, tuple[int, ...], str, Any]] = []
+
+    @staticmethod
+    def _tensors(value: Any) -> list[Any]:
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        return [v for v in tree_flatten(value)[0] if isinstance(v, torch.Tensor)]
+
+    def run(self, values: Sequence[Any], structure: Any) -> Any:
+        import torch.nn.functional as F
+        from torch.overrides import TorchFunctionMode
+
+        from rnnx.exporters.selfcheck import run_eager
+
+        recorder = self
+
+        class Watch(TorchFunctionMode):
+            def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                if func is F.pad:
+                    widths = tuple(args[1] if len(args) > 1 else kwargs["pad"])
+                    mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
+                    value = args[3] if len(args) > 3 else kwargs.get("value")
+                    recorder.pads.append((out, widths, mode, value))
+                return out
+
+        def pre(name: str, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            recorder.events.append(_Event(name, "in", recorder._tensors((args, kwargs))))
+
+        def post(name: str, module: Any, args: tuple[Any, ...], out: Any) -> None:
+            recorder.events.append(_Event(name, "out", recorder._tensors(out)))
+
+        def conv_input(name: str, original: Any, x: Any, weight: Any, bias: Any) -> Any:
+            recorder.conv_inputs.setdefault(name, x)
+            recorder.conv_calls[name] = recorder.conv_calls.get(name, 0) + 1
+            return original(x, weight, bias)
+
+        handles = []
+        patched = []
+        try:
+            for name, m in self.model.named_modules():
+                handles.append(m.register_forward_pre_hook(functools.partial(pre, name), with_kwargs=True))
+                handles.append(m.register_forward_hook(functools.partial(post, name)))
+            for name, m in self.convs:
+                m._conv_forward = functools.partial(conv_input, name, m._conv_forward)
+                patched.append(m)
+            with Watch():
+                return run_eager(self.model, values, structure)
+        finally:
+            for h in handles:
+                h.remove()
+            for m in patched:
+                del m._conv_forward
+
+    def pad_of(self, x: Any) -> tuple[tuple[int, ...], str, Any] | None:
+        return next(((w, mode, value) for out, w, mode, value in self.pads if out is x), None)
+
+
+def _time_axis(a: Any, b: Any) -> int | None:
+    """The one axis whose size differs between a tensor at length T (``a``) and at 2T (``b``)."""
+    if a.dim() != b.dim():
+        return None
+    differ = [d for d in range(a.dim()) if a.shape[d] != b.shape[d]]
+    return differ[0] if len(differ) == 1 and b.shape[differ[0]] > a.shape[differ[0]] else None
+
+
+def _doubled(values: Sequence[Any], index: int, axis: int, tail: str) -> list[Any]:
+    """The inputs with ``axis`` of every input shaped like input ``index`` there doubled: the
+    first half as given, the second half ``tail`` ("flip": the frames reversed; "noise": new
+    values), so that two doublings differ only after frame T."""
+    import torch
+
+    size = values[index].shape[axis]
+    out = list(values)
+    gen = torch.Generator().manual_seed(1234)
+    for i, v in enumerate(values):
+        if not (isinstance(v, torch.Tensor) and v.dim() > axis and v.shape[axis] == size and (i == index or v.dim() == values[index].dim())):
+            continue
+        if tail == "flip" or not v.is_floating_point():
+            second = v.flip(axis) if tail == "flip" else v.roll(1, axis)
+        else:
+            second = torch.randn(v.shape, generator=gen, dtype=v.dtype) * (v.std() if v.numel() > 1 else 1.0) + v.mean()
+        out[i] = torch.cat([v, second], dim=axis)
+    return out
+
+
+def _lengths(inputs: Sequence[tuple[Any, bool]]) -> list[int]:
+    """The recurrences' sequence lengths, from their inputs and batch_first."""
+    return [int(x.shape[1 if batch_first and x.dim() == 3 else 0]) for x, batch_first in inputs]
+
+
+def study(model: Any, values: list[Any], structure: Any, recurrent: Sequence[tuple[str, Any]], notes: list[str]) -> StreamContext:
+    """Find the inputs' time axis, prove the model causal frame by frame (or refuse, naming the
+    module), and plan the convolutions' caches. ``values`` are the flattened example inputs."""
+    import torch
+
+    from rnnx.exporters.selfcheck import as_float64, float64_copy
+
+    context = StreamContext()
+    model64 = float64_copy(model, notes, without="the causality probe run in the model's own dtype")
+    probe_model = model64 if model64 is not None else model
+    base = as_float64(values) if model64 is not None else list(values)
+    convs = [(name, m) for name, m in probe_model.named_modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d))]
+    batch_first = {name: bool(getattr(m, "batch_first", False)) for name, m in recurrent}
+
+    def recurrent_inputs(recorder: _Recorder) -> list[tuple[Any, bool]]:
+        return [(e.tensors[0], batch_first[e.module]) for e in recorder.events if e.kind == "in" and e.module in batch_first and e.tensors]
+
+    progress.step("finding the time axis and proving the model causal")
+    first = _Recorder(probe_model, convs)
+    try:
+        first.run(base, structure)
+    except Exception:  # noqa: BLE001  a model that makes float32 tensors of its own (zeros for h0) may not run in float64
+        if probe_model is model:
+            raise
+        notes.append("streaming: the model does not run in float64, so its causality was probed in its own dtype")
+        probe_model, base = model, list(values)
+        convs = [(name, m) for name, m in model.named_modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d))]
+        first = _Recorder(probe_model, convs)
+        first.run(base, structure)
+    lengths = _lengths(recurrent_inputs(first))
+    found = None
+    for index, v in enumerate(base):
+        if not isinstance(v, torch.Tensor):
+            continue
+        for axis in range(v.dim()):
+            if v.shape[axis] < 1:
+                continue
+            trial = _Recorder(probe_model, convs)
+            try:
+                trial.run(_doubled(base, index, axis, "flip"), structure)
+            except Exception:  # noqa: BLE001  an axis the model cannot double is not its time axis
+                continue
+            longer = _lengths(recurrent_inputs(trial))
+            if len(longer) == len(lengths) and longer and all(n > m for n, m in zip(longer, lengths)):
+                found = (index, axis, trial)
+                break
+        if found:
+            break
+    if found is None:
+        raise RNNXError("streaming: expected an input axis whose length sets the recurrences' sequence length (the frames), found none "
+                        "that the model runs with doubled; give an example with at least 2 frames, or export without streaming")
+    index, axis, second = found
+    context.time = (index, axis)
+    other = _Recorder(probe_model, convs)
+    other.run(_doubled(base, index, axis, "noise"), structure)
+    if len(first.events) != len(second.events) or len(second.events) != len(other.events):
+        notes.append("streaming: the model runs different modules at different lengths, so its causality was not probed; the chunked check stands")
+        return context
+    _refuse_non_causal(first, second, other, probe_model)
+    outs = [(a, b) for a, b in zip(first.events, second.events) if a.module == "" and a.kind == "out"]
+    if outs:  # the model's own outputs: where a graph leaves their frames unnamed, this is where they are
+        context.output_axes = [_time_axis(x, y) for x, y in zip(outs[-1][0].tensors, outs[-1][1].tensors)]
+    _plan_caches(context, first, second, convs, model)
+    return context
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, up to the rounding of one run against another (float64 runs of the same
+    arithmetic on the same frames differ by far less than 1e-9; a frame that saw other input
+    differs by the size of the input)."""
+    import torch
+
+    if a.numel() == 0:
+        return True
+    if not a.is_floating_point():
+        return bool((a == b).all())
+    scale = 1.0 + float(a.abs().max())
+    return float((a - b).abs().max()) <= (1e-9 if a.dtype == torch.float64 else 1e-4) * scale
+
+
+def _verdicts(first: _Recorder, second: _Recorder, other: _Recorder) -> Iterator[tuple[_Event, int | None, bool]]:
+    """Per event: the time axis of its first tensor that has one (None if none has), and
+    whether every such tensor's frames standing for input frames before T agree between the
+    two 2T runs."""
+    for e1, e2, e3 in zip(first.events, second.events, other.events):
+        timed, causal = None, True
+        for a, b, c in zip(e1.tensors, e2.tensors, e3.tensors):
+            axis = _time_axis(a, b)
+            if axis is None or b.shape != c.shape:
+                continue
+            timed = axis - a.dim() if timed is None else timed
+            # Frames standing for input frames before T: as many as the T run has, but no more
+            # than the frames the second T added (a conv padded on the right makes extra ones).
+            keep = min(a.shape[axis], b.shape[axis] - a.shape[axis])
+            if keep and not _same(b.narrow(axis, 0, keep), c.narrow(axis, 0, keep)):
+                causal = False
+        yield e1, timed, causal
+
+
+def _refuse_non_causal(first: _Recorder, second: _Recorder, other: _Recorder, model: Any) -> None:
+    """Refuse, naming it, the first module that makes a frame depend on later frames, or that
+    reduces the time axis away; a transposed convolution along time (its output overlaps the
+    next chunk, which a cache of its input does not carry)."""
+    import torch
+
+    from rnnx.exporters.modules import CELL_MODULES, RECURRENT_MODULES
+
+    inputs_ok: dict[str, bool] = {}
+    inputs_timed: dict[str, int | None] = {}
+    for event, timed, causal in _verdicts(first, second, other):
+        name = event.module
+        if event.kind == "in":
+            inputs_ok.setdefault(name, causal)
+            inputs_timed.setdefault(name, timed)
+            if not causal:
+                parent, _, _ = name.rpartition(".")
+                where = f"the forward of {parent}" if parent else "the model's forward"
+                raise RNNXError(f"streaming: expected every frame to depend only on the frames before it, found {name}'s input changing at frame t "
+                                f"with frames after t, made by {where} before calling {name}; make that code causal, or export without streaming")
+            continue
+        module = model.get_submodule(name) if name else model
+        if not causal and inputs_ok.get(name, True):
+            kind = type(module).__name__
+            raise RNNXError(f"streaming: expected every frame to depend only on the frames before it, found {name or 'the model'} ({kind}) whose "
+                            f"output at frame t changes with frames after t ({_why(module)}); make it causal, or export without streaming")
+        leaf = not any(True for _ in module.children())
+        if name and leaf and inputs_timed.get(name) is not None and timed is None and not isinstance(module, RECURRENT_MODULES + CELL_MODULES):
+            raise RNNXError(f"streaming: expected modules that keep the time axis, found {name} ({type(module).__name__}) reducing it "
+                            "(an output over the whole sequence, which no chunk has); pool the recurrence's final state instead, or export "
+                            "without streaming")
+        along = inputs_timed.get(name)
+        if (isinstance(module, (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d)) and along is not None
+                and -along <= len(module.kernel_size) and module.kernel_size[along] > 1):
+            raise RNNXError(f"streaming: expected convolutions rnnx can cache, found {name} (a {type(module).__name__} along time: its "
+                            "frames overlap into the next chunk); give it a kernel of 1 along time, or export without streaming")
+
+
+def _why(module: Any) -> str:
+    import torch
+
+    if isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d)):
+        return "its window reaches past frame t; pad it on the left only, e.g. F.pad(x, ((kernel - 1) * dilation, 0)) and padding=0"
+    if isinstance(module, torch.nn.MultiheadAttention):
+        return "attention over the whole sequence; give it a causal mask"
+    if isinstance(module, (torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.GroupNorm)):
+        return "a normalization over time uses statistics of the whole sequence"
+    return "it mixes frames from later in the sequence"
+
+
+def _plan_caches(context: StreamContext, first: _Recorder, second: _Recorder, convs: Sequence[tuple[str, Any]], model: Any) -> None:
+    """A cache for each convolution with left context along time; the chunk length's multiple
+    from the strides. ``model`` is the user's (its dtype and device make the caches)."""
+    for name, conv in convs:
+        a, b = first.conv_inputs.get(name), second.conv_inputs.get(name)
+        if a is None or b is None:
+            continue  # not on this model's path
+        axis = _time_axis(a, b)
+        if axis is None:
+            continue  # no time axis through it (over features only): nothing to carry
+        if first.conv_calls[name] > 1:
+            raise RNNXError(f"streaming: expected each convolution along time called once per forward, found {name} called "
+                            f"{first.conv_calls[name]} times; streaming keeps one cache per module: use one module per call")
+        spatial = len(conv.kernel_size)
+        if axis < a.dim() - spatial:
+            raise RNNXError(f"streaming: expected the time axis of {name}'s input among its convolved axes, found it at dim {axis} "
+                            f"(a channel or batch axis); export without streaming")
+        t = axis - a.dim()
+        index = spatial + t
+        if conv.padding_mode != "zeros":
+            raise RNNXError(f"streaming: expected {name} to pad with zeros, found padding_mode={conv.padding_mode!r}, which reads frames the chunk "
+                            "does not have at its edges; pad with zeros on the left, or export without streaming")
+        fpad = (0, 0)
+        padded = first.pad_of(a)
+        if padded is not None:
+            widths, mode, value = padded
+            pair = (2 * (-t - 1), 2 * (-t - 1) + 1)
+            fpad = (widths[pair[0]], widths[pair[1]]) if len(widths) > pair[1] else (0, 0)
+            if fpad != (0, 0) and (mode != "constant" or (value not in (None, 0, 0.0))):
+                raise RNNXError(f"streaming: expected the F.pad before {name} to pad with zeros, found mode={mode!r}, value={value!r}; "
+                                "pad with zeros, or export without streaming")
+        pads = own_pads(conv)
+        reach = conv.dilation[index] * (conv.kernel_size[index] - 1)
+        stride = conv.stride[index]
+        context.multiple *= stride
+        left = fpad[0] + pads[index][0]
+        if reach == 0:
+            continue  # one frame at a time: nothing to cache
+        if left == 0:
+            raise RNNXError(f"streaming: expected {name}'s window of {reach + 1} frames to be padded on the left, found no left padding (its "
+                            f"first output needs {reach} frames before the sequence starts, so no chunk lines up with the whole); pad it on "
+                            f"the left, F.pad(x, ({reach}, 0)), or export without streaming")
+        shape = list(a.shape)
+        shape[axis] = left
+        context.caches.append(ConvCache(name, t, pads, fpad, stride, tuple(shape)))
+    if context.multiple > 1:
+        context.notes.append(f"streaming: chunks must be a multiple of {context.multiple} frames (the strides along time)")

@@ -1,0 +1,325 @@
+"""Streaming across convolutions: each causal ``nn.Conv1d`` / ``nn.Conv2d`` along time keeps a
+cache of its left context, strides set the chunk length's multiple, and whatever reads
+frames after t is refused, naming the module.
+
+The models are written the way streaming projects write their front ends: an STFT-like
+strided conv on raw samples padded with F.pad, a TCN block padded on both sides and chomped,
+a ``CausalConv1d`` subclass that pads in its own forward under weight norm, and a speech
+enhancer's Conv2d over (time, frequency) with ``nn.ZeroPad2d`` padding time on the left only.
+Each is exported from forward(x) alone, then run with rnnx.StreamingSession chunk by chunk
+against torch on the whole sequence, at batch 1 and 2. Planted mistakes (a cache one frame
+short, two states swapped) must fail the export's own chunked check.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+nn = torch.nn
+F = torch.nn.functional
+
+import rnnx  # noqa: E402
+from rnnx.exporters import stream_context  # noqa: E402
+from rnnx.exporters import streaming as streaming_export  # noqa: E402
+
+
+class StftVAD(nn.Module):
+    """Raw samples -> STFT-like conv (window 8, hop 4, padded so frame j ends at sample 4j+3)
+    -> a dilated TCN block padded both sides and chomped -> LSTM -> speech probability."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stft = nn.Conv1d(1, 12, kernel_size=8, stride=4, bias=False)
+        self.tcn = nn.Conv1d(12, 12, kernel_size=3, dilation=2, padding=4)
+        self.rnn = nn.LSTM(12, 16, batch_first=True)
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, wav: Any) -> Any:
+        x = torch.log1p(self.stft(F.pad(wav.unsqueeze(1), (4, 0))).abs())
+        x = torch.relu(self.tcn(x)[..., :-4]) + x  # chomp: the frames the right padding made
+        y, _ = self.rnn(x.transpose(1, 2))
+        return torch.sigmoid(self.head(y)).squeeze(-1)
+
+
+class CausalConv1d(nn.Conv1d):
+    """As keyword spotters and WaveNet-style code write it: the left padding inside forward."""
+
+    def forward(self, x: Any) -> Any:
+        return super().forward(F.pad(x, ((self.kernel_size[0] - 1) * self.dilation[0], 0)))
+
+
+class KeywordSpotter(nn.Module):
+    """Log-mels (time first) -> two causal convs under weight norm -> GRU -> keyword logits per frame."""
+
+    def __init__(self, mels: int = 10, keywords: int = 4) -> None:
+        super().__init__()
+        wn = nn.utils.parametrizations.weight_norm
+        self.conv1 = wn(CausalConv1d(mels, 16, kernel_size=3))
+        self.conv2 = wn(CausalConv1d(16, 16, kernel_size=3, dilation=2))
+        self.gru = nn.GRU(16, 20)
+        self.out = nn.Linear(20, keywords)
+
+    def forward(self, mels: Any) -> Any:  # (frames, batch, mels)
+        x = mels.permute(1, 2, 0)
+        x = F.gelu(self.conv2(F.gelu(self.conv1(x))))
+        y, _ = self.gru(x.permute(2, 0, 1))
+        return self.out(y)
+
+
+class Enhancer(nn.Module):
+    """A CRN-style speech enhancer: spectra (batch, 1, time, freq) -> Conv2d with time padded on
+    the left only -> GRU over time -> a mask on the input spectrum."""
+
+    def __init__(self, bins: int = 9) -> None:
+        super().__init__()
+        self.pad = nn.ZeroPad2d((1, 1, 1, 0))  # frequency both sides, time left only
+        self.conv = nn.Conv2d(1, 4, kernel_size=(2, 3))
+        self.gru = nn.GRU(4 * bins, 24, batch_first=True)
+        self.mask = nn.Linear(24, bins)
+
+    def forward(self, spec: Any) -> Any:
+        x = F.elu(self.conv(self.pad(spec)))  # (b, 4, t, f)
+        b, c, t, f = x.shape
+        y, _ = self.gru(x.permute(0, 2, 1, 3).reshape(b, t, c * f))
+        return spec.squeeze(1) * torch.sigmoid(self.mask(y))
+
+
+# name: (model, example at batch 2, time axis of the input, frames per chunk step)
+MODELS = {
+    "stft_vad": (StftVAD, lambda b, t: torch.randn(b, t), 1, 4),
+    "keyword_spotter": (KeywordSpotter, lambda b, t: torch.randn(t, b, 10), 0, 1),
+    "enhancer": (Enhancer, lambda b, t: torch.randn(b, 1, t, 9).abs(), 2, 1),
+}
+FRAMES = 24  # samples for the VAD (6 hops), frames for the others
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Path, Any]]:
+    out = {}
+    for name, (cls, make, _, _) in MODELS.items():
+        torch.manual_seed(3)
+        model = cls().eval()
+        path = tmp_path_factory.mktemp("stream") / f"{name}.onnx"
+        report = rnnx.export(model, (make(2, 16),), path, streaming=True)
+        out[name] = (model, path, report)
+    return out
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("batch", [1, 2])
+def test_chunks_through_convolutions_match_the_whole_sequence(exported: dict[str, Any], name: str, batch: int) -> None:
+    model, path, _ = exported[name]
+    _, make, axis, step = MODELS[name]
+    torch.manual_seed(10 + batch)
+    x = make(batch, FRAMES)
+    with torch.no_grad():
+        whole = model(x).numpy()
+    out_axis = 1 if name != "keyword_spotter" else 0
+    for chunk in (step, 3 * step, FRAMES):
+        session = rnnx.StreamingSession(path)
+        pieces = [session.process(x.narrow(axis, s, min(chunk, FRAMES - s)).numpy())["output"] for s in range(0, FRAMES, chunk)]
+        got = np.concatenate(pieces, axis=out_axis)
+        assert got.shape == whole.shape, (name, chunk)
+        np.testing.assert_allclose(got, whole, atol=1e-5, rtol=1e-4, err_msg=f"{name} in chunks of {chunk}")
+
+
+def test_each_convolution_along_time_keeps_its_left_context(exported: dict[str, Any]) -> None:
+    records = {}
+    for name, (_, path, _) in exported.items():
+        meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+        records[name] = json.loads(meta["rnnx.streaming"])
+    caches = {name: {s["module"]: s["dims"] for s in r["states"] if s["input"].endswith(".cache_in")} for name, r in records.items()}
+    assert caches == {
+        "stft_vad": {"stft": ["batch", 1, 4], "tcn": ["batch", 12, 4]},  # F.pad's 4 samples; the TCN's own padding of 4
+        "keyword_spotter": {"conv1": ["batch", 10, 2], "conv2": ["batch", 16, 4]},  # (k - 1) * dilation, padded in forward
+        "enhancer": {"conv": ["batch", 1, 1, 11]},  # one frame of time, the frequency axis as ZeroPad2d widened it
+    }
+    assert {name: r["chunk_multiple"] for name, r in records.items()} == {"stft_vad": 4, "keyword_spotter": 1, "enhancer": 1}
+
+
+def test_a_chunk_the_strides_do_not_allow_is_refused(exported: dict[str, Any]) -> None:
+    _, path, _ = exported["stft_vad"]
+    session = rnnx.StreamingSession(path)
+    with pytest.raises(rnnx.RNNXError, match=r"expected a chunk of a multiple of 4 frames .*found 6"):
+        session.process(np.zeros((1, 6), np.float32))
+    assert session.process(np.zeros((1, 8), np.float32))["output"].shape == (1, 2)
+
+
+class Centered(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(6, 6, 3, padding=1)
+        self.rnn = nn.GRU(6, 6, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        return self.rnn(self.conv(x.transpose(1, 2)).transpose(1, 2))[0]
+
+
+class Valid(Centered):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(6, 6, 3)
+
+
+class Reflect(Centered):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(6, 6, 3, padding=2, padding_mode="replicate")
+
+    def forward(self, x: Any) -> Any:
+        return self.rnn(self.conv(x.transpose(1, 2))[..., :-2].transpose(1, 2))[0]
+
+
+class Normalized(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.InstanceNorm1d(6)
+        self.rnn = nn.GRU(6, 6, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        return self.rnn(self.norm(x.transpose(1, 2)).transpose(1, 2))[0]
+
+
+class Attended(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(6, 6, batch_first=True)
+        self.attn = nn.MultiheadAttention(6, 2, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        y = self.rnn(x)[0]
+        return self.attn(y, y, y)[0]
+
+
+class MeanRemoved(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(6, 6, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        return self.rnn(x - x.mean(1, keepdim=True))[0]
+
+
+class Pooled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(6, 6, batch_first=True)
+        self.pool = nn.AdaptiveAvgPool1d(1)
+
+    def forward(self, x: Any) -> Any:
+        return self.pool(self.rnn(x)[0].transpose(1, 2)).squeeze(-1)
+
+
+class Upsampled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(6, 6, batch_first=True)
+        self.up = nn.ConvTranspose1d(6, 6, kernel_size=2, stride=2)
+
+    def forward(self, x: Any) -> Any:
+        return self.up(self.rnn(x)[0].transpose(1, 2))
+
+
+@pytest.mark.parametrize("model, fragment", [
+    (Centered, "found conv (Conv1d) whose output at frame t changes with frames after t (its window reaches past frame t"),
+    (Valid, "expected conv's window of 3 frames to be padded on the left, found no left padding"),
+    (Reflect, "expected conv to pad with zeros, found padding_mode='replicate'"),
+    (Normalized, "found norm (InstanceNorm1d) whose output at frame t changes with frames after t (a normalization over time"),
+    (Attended, "found attn (MultiheadAttention) whose output at frame t changes with frames after t (attention over the whole sequence"),
+    (MeanRemoved, "found rnn's input changing at frame t with frames after t, made by the model's forward before calling rnn"),
+    (Pooled, "found pool (AdaptiveAvgPool1d) reducing it"),
+    (Upsampled, "found up (a ConvTranspose1d along time"),
+], ids=lambda v: v.__name__ if isinstance(v, type) else "")
+def test_what_reads_later_frames_is_refused_naming_the_module(tmp_path: Path, model: type, fragment: str) -> None:
+    torch.manual_seed(0)
+    with pytest.raises(rnnx.RNNXError) as refused:
+        rnnx.export(model().eval(), (torch.randn(2, 12, 6),), tmp_path / "m.onnx", streaming=True)
+    assert fragment in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def _fails_the_chunked_check(tmp_path: Path, model: Any, x: Any) -> list[str]:
+    with pytest.raises(rnnx.ExportCheckFailed) as failed:
+        rnnx.export(model, (x,), tmp_path / "m.onnx", streaming=True)
+    assert not (tmp_path / "m.onnx").exists()
+    cases = failed.value.report.check.cases
+    assert all(c.passed for c in cases if not c.name.startswith("streamed"))  # the whole-sequence runs are right
+    return [c.name for c in cases if not c.passed]
+
+
+def test_a_cache_one_frame_short_fails_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache keeps the right number of frames, ending one frame early: each chunk's first
+    output reads a frame one step stale."""
+    def one_short(joined: Any, spec: Any) -> Any:
+        t = spec.axis
+        return joined.narrow(t, joined.shape[t] - spec.frames - 1, spec.frames)
+
+    monkeypatch.setattr(stream_context, "kept", one_short)
+    torch.manual_seed(1)
+    failed = _fails_the_chunked_check(tmp_path, KeywordSpotter().eval(), torch.randn(16, 2, 10))
+    assert "streamed in chunks of 1 frame, batch 1" in failed and "streamed in chunks of 7 frames, batch 3" in failed
+    assert "streamed whole, as one chunk, batch 1" not in failed
+
+
+def test_two_states_swapped_fail_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The keyword spotter's two caches, each fed the other's output: same shape only if the
+    channels agree, so swap the GRU state with itself reversed instead (a wrong pairing of h)."""
+    def swapped(out: Any, record: Any) -> dict[str, Any]:
+        carried = {s.input: out[s.output] for s in record.states}
+        h = next(s.input for s in record.states if s.input.endswith(".h_in"))
+        carried[h] = carried[h][:, ::-1].copy()  # batch rows exchanged: stream 0 gets stream 1's state
+        return carried
+
+    monkeypatch.setattr(streaming_export, "_carried", swapped)
+    torch.manual_seed(1)
+    failed = _fails_the_chunked_check(tmp_path, KeywordSpotter().eval(), torch.randn(16, 2, 10))
+    assert "streamed in chunks of 1 frame, batch 3" in failed
+    assert "streamed in chunks of 1 frame, batch 1" not in failed  # one stream: nothing to exchange
+
+
+class ClampedSpotter(KeywordSpotter):
+    """A clamp with an int and a float bound, which torch.onnx's dynamo route has no overload
+    for: the TorchScript route makes the file, and leaves the output's frames unnamed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fb = nn.Parameter(torch.rand(10, 10))
+
+    def forward(self, mels: Any) -> Any:
+        return super().forward(mels @ torch.clamp(self.fb, 0, 1.0))
+
+
+def test_caches_through_the_torchscript_route(tmp_path: Path) -> None:
+    from rnnx.exporters.torchscript_route import ROUTE
+
+    torch.manual_seed(2)
+    model = ClampedSpotter().eval()
+    report = rnnx.export(model, (torch.randn(16, 2, 10),), tmp_path / "k.onnx", streaming=True)
+    assert report.route == ROUTE and all(c.passed for c in report.check.cases if c.name.startswith("streamed"))
+    x = torch.randn(FRAMES, 1, 10, generator=torch.Generator().manual_seed(4))
+    session = rnnx.StreamingSession(tmp_path / "k.onnx")
+    got = np.concatenate([session.process(x[t:t + 5].numpy())["output"] for t in range(0, FRAMES, 5)], axis=0)
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), atol=1e-5, rtol=1e-4)
+
+
+def test_torch_onnx_dynamic_axes_keep_the_caches_batch_dynamic(tmp_path: Path) -> None:
+    torch.manual_seed(5)
+    model = StftVAD().eval()
+    rnnx.export(model, (torch.randn(2, 16),), tmp_path / "v.onnx", streaming=True, dynamic_axes={"wav": {0: "batch", 1: "samples"}})
+    meta = json.loads({p.key: p.value for p in onnx.load(str(tmp_path / "v.onnx")).metadata_props}["rnnx.streaming"])
+    assert {s["input"]: s["dims"] for s in meta["states"] if "cache" in s["input"]} == {"stft.cache_in": ["batch", 1, 4], "tcn.cache_in": ["batch", 12, 4]}
+    x = torch.randn(3, FRAMES, generator=torch.Generator().manual_seed(6))
+    session = rnnx.StreamingSession(tmp_path / "v.onnx")
+    got = np.concatenate([session.process(x[:, t:t + 8].numpy())["output"] for t in range(0, FRAMES, 8)], axis=1)
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), atol=1e-5, rtol=1e-4)
