@@ -228,9 +228,20 @@ def _doubled(values: Sequence[Any], index: int, axis: int, tail: str) -> list[An
     return out
 
 
-def _lengths(inputs: Sequence[tuple[Any, bool]]) -> list[int]:
-    """The recurrences' sequence lengths, from their inputs and batch_first."""
-    return [int(x.shape[1 if batch_first and x.dim() == 3 else 0]) for x, batch_first in inputs]
+def _lengths(recorder: _Recorder, recurrent: Sequence[tuple[str, Any]]) -> list[int]:
+    """The recurrences' sequence lengths: a module's from its first input (and batch_first),
+    a cell's as the steps it took."""
+    from rnnx.exporters.modules import CELL_MODULES
+
+    lengths = []
+    for name, m in recurrent:
+        calls = [e for e in recorder.events if e.kind == "in" and e.module == name and e.tensors]
+        if isinstance(m, CELL_MODULES):
+            lengths.append(len(calls))
+        elif calls:
+            x = calls[0].tensors[0]
+            lengths.append(int(x.shape[1 if getattr(m, "batch_first", False) and x.dim() == 3 else 0]))
+    return lengths
 
 
 def study(model: Any, values: list[Any], structure: Any, recurrent: Sequence[tuple[str, Any]], notes: list[str]) -> StreamContext:
@@ -245,11 +256,6 @@ def study(model: Any, values: list[Any], structure: Any, recurrent: Sequence[tup
     probe_model = model64 if model64 is not None else model
     base = as_float64(values) if model64 is not None else list(values)
     convs = [(name, m) for name, m in probe_model.named_modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d))]
-    batch_first = {name: bool(getattr(m, "batch_first", False)) for name, m in recurrent}
-
-    def recurrent_inputs(recorder: _Recorder) -> list[tuple[Any, bool]]:
-        return [(e.tensors[0], batch_first[e.module]) for e in recorder.events if e.kind == "in" and e.module in batch_first and e.tensors]
-
     progress.step("finding the time axis and proving the model causal")
     first = _Recorder(probe_model, convs)
     try:
@@ -262,7 +268,7 @@ def study(model: Any, values: list[Any], structure: Any, recurrent: Sequence[tup
         convs = [(name, m) for name, m in model.named_modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d))]
         first = _Recorder(probe_model, convs)
         first.run(base, structure)
-    lengths = _lengths(recurrent_inputs(first))
+    lengths = _lengths(first, recurrent)
     found = None
     for index, v in enumerate(base):
         if not isinstance(v, torch.Tensor):
@@ -275,7 +281,7 @@ def study(model: Any, values: list[Any], structure: Any, recurrent: Sequence[tup
                 trial.run(_doubled(base, index, axis, "flip"), structure)
             except Exception:  # noqa: BLE001  an axis the model cannot double is not its time axis
                 continue
-            longer = _lengths(recurrent_inputs(trial))
+            longer = _lengths(trial, recurrent)
             if len(longer) == len(lengths) and longer and all(n > m for n, m in zip(longer, lengths)):
                 found = (index, axis, trial)
                 break
@@ -288,13 +294,14 @@ def study(model: Any, values: list[Any], structure: Any, recurrent: Sequence[tup
     context.time = (index, axis)
     other = _Recorder(probe_model, convs)
     other.run(_doubled(base, index, axis, "noise"), structure)
-    if len(first.events) != len(second.events) or len(second.events) != len(other.events):
-        notes.append("streaming: the model runs different modules at different lengths, so its causality was not probed; the chunked check stands")
+    if len(second.events) != len(other.events):
+        notes.append("streaming: the model runs different modules on different frames of the same length, so its causality was not probed; "
+                     "the chunked check stands")
         return context
     _refuse_non_causal(first, second, other, probe_model)
-    outs = [(a, b) for a, b in zip(first.events, second.events) if a.module == "" and a.kind == "out"]
-    if outs:  # the model's own outputs: where a graph leaves their frames unnamed, this is where they are
-        context.output_axes = [_time_axis(x, y) for x, y in zip(outs[-1][0].tensors, outs[-1][1].tensors)]
+    outs = [[e for e in r.events if e.module == "" and e.kind == "out"] for r in (first, second)]
+    if outs[0] and outs[1]:  # the model's own outputs: where a graph leaves their frames unnamed, this is where they are
+        context.output_axes = [_time_axis(x, y) for x, y in zip(outs[0][-1].tensors, outs[1][-1].tensors)]
     _plan_caches(context, first, second, convs, model)
     return context
 
@@ -317,7 +324,15 @@ def _verdicts(first: _Recorder, second: _Recorder, other: _Recorder) -> Iterator
     """Per event: the time axis of its first tensor that has one (None if none has), and
     whether every such tensor's frames standing for input frames before T agree between the
     two 2T runs."""
-    for e1, e2, e3 in zip(first.events, second.events, other.events):
+    seen: dict[tuple[str, str], int] = {}
+    at_t = {}
+    for e in first.events:  # the T run's events by module, kind and occurrence (a cell steps T times there, 2T in the others)
+        k = seen[(e.module, e.kind)] = seen.get((e.module, e.kind), -1) + 1
+        at_t[(e.module, e.kind, k)] = e
+    seen.clear()
+    for e2, e3 in zip(second.events, other.events):
+        k = seen[(e2.module, e2.kind)] = seen.get((e2.module, e2.kind), -1) + 1
+        e1 = at_t.get((e2.module, e2.kind, k), _Event(e2.module, e2.kind, []))
         timed, causal = None, True
         for a, b, c in zip(e1.tensors, e2.tensors, e3.tensors):
             axis = _time_axis(a, b)
@@ -329,7 +344,7 @@ def _verdicts(first: _Recorder, second: _Recorder, other: _Recorder) -> Iterator
             keep = min(a.shape[axis], b.shape[axis] - a.shape[axis])
             if keep and not _same(b.narrow(axis, 0, keep), c.narrow(axis, 0, keep)):
                 causal = False
-        yield e1, timed, causal
+        yield e2, timed, causal
 
 
 def _refuse_non_causal(first: _Recorder, second: _Recorder, other: _Recorder, model: Any) -> None:

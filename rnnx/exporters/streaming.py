@@ -68,6 +68,7 @@ class _Slot:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     conv: ConvCache | None = None
+    cell: bool = False  # a cell stepped in Python: the state of its first step comes in, its last step's goes out
 
 
 @dataclass
@@ -113,6 +114,11 @@ class StreamPlan:
         times = sorted({d for name, dims in in_dims.items() if name not in states_in for d in dims if isinstance(d, str) and roles.get(d) == LENGTH})
         if len(times) != 1:
             found = "none (the time axis is static)" if not times else f"{len(times)} independent ones ({', '.join(times)})"
+            cells = [s.module for s in self.slots if s.cell]
+            if not times and cells:  # torch.export unrolls a Python loop at the example's length; rnnx fuses it dynamic only over an input
+                raise RNNXError(f"streaming: expected one dynamic time axis in the inputs to cut into chunks, found none: the loop stepping "
+                                f"{cells[0]} was traced at the example's length, and rnnx makes it dynamic only where each step reads an input "
+                                "frame directly (x[:, t]); step the cell over the input, use nn.LSTM/GRU/RNN, or export without streaming")
             raise RNNXError(f"streaming: expected one dynamic time axis in the inputs to cut into chunks, found {found}; "
                             "make the frames axis dynamic (dynamic={'x': {1: 'frames'}} / --dynamic x:1=frames) or export without streaming")
         time = times[0]
@@ -250,9 +256,18 @@ def _feed(hx: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return (x, hx, *args[2:]), kwargs
 
 
-def _keep(sink: dict[str, Any], name: str, module: Any, args: tuple[Any, ...], output: Any) -> None:
-    """Hook: keep the module's final states, (h_n, c_n) or h_n."""
-    sink[name] = output[1]
+def _feed_first(hx: Any, first: list[bool], module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """Pre-hook of a stepped cell: its first step of the forward starts from the state inputs;
+    the later steps take what the model passes them (the step before's states)."""
+    if not first[0]:
+        return None
+    first[0] = False
+    return _feed(hx, module, args, kwargs)
+
+
+def _keep(sink: dict[str, Any], name: str, cell: bool, module: Any, args: tuple[Any, ...], output: Any) -> None:
+    """Hook: keep the module's final states, (h_n, c_n) or h_n; a cell's latest step's (h, c) or h."""
+    sink[name] = output if cell else output[1]
 
 
 class _StreamingForward:
@@ -282,8 +297,9 @@ class _StreamingForward:
                     continue
                 hx = (given[0], given[1]) if slot.lstm else given[0]
                 # prepend: rnnx's own probes (which tensor reaches a module as its state) see the state input
-                handles.append(module.register_forward_pre_hook(functools.partial(_feed, hx), prepend=True, with_kwargs=True))
-                handles.append(module.register_forward_hook(functools.partial(_keep, sink, slot.module)))
+                feed = functools.partial(_feed_first, hx, [True]) if slot.cell else functools.partial(_feed, hx)
+                handles.append(module.register_forward_pre_hook(feed, prepend=True, with_kwargs=True))
+                handles.append(module.register_forward_hook(functools.partial(_keep, sink, slot.module, slot.cell)))
             out = super().forward(*inputs)  # type: ignore[misc]
         finally:
             for handle in handles:
@@ -295,7 +311,7 @@ class _StreamingForward:
             if slot.module not in sink:
                 raise RNNXError(f"streaming: expected {slot.module} to be called, as on the example, found it skipped; streaming needs the same "
                                 "recurrences on every call")
-            finals += list(sink[slot.module]) if slot.lstm and slot.conv is None else [sink[slot.module]]
+            finals += list(sink[slot.module]) if slot.lstm else [sink[slot.module]]
         return (*[t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)], *finals)
 
 
@@ -341,8 +357,7 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
     recurrent = []
     for name, m in model.named_modules():
         if isinstance(m, CELL_MODULES):
-            raise _refuse(name, f"nn.{type(m).__name__}", "a cell stepped in Python: rnnx does not carry its state across chunks yet",
-                          "use nn.LSTM/GRU/RNN over the sequence, or export without streaming")
+            recurrent.append((name, m))  # stepped in Python: its first call's state comes in, its last call's goes out
         if isinstance(m, RECURRENT_MODULES):
             if m.bidirectional:
                 raise _refuse(name, f"a bidirectional nn.{type(m).__name__}", "its output at frame t needs the frames after t, which a chunk "
@@ -353,7 +368,7 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
                               "rnnx cannot tell which of its arguments are the states", "use the plain module, or pass the states as inputs yourself")
             recurrent.append((name, m))
     if not recurrent:
-        raise RNNXError("streaming: expected at least one nn.LSTM, nn.GRU or nn.RNN, found none; a model without recurrences has no "
+        raise RNNXError("streaming: expected at least one nn.LSTM, nn.GRU or nn.RNN or a cell, found none; a model without recurrences has no "
                         "state to carry: export it without streaming")
     args = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     calls, out = _probe(model, args, recurrent)
@@ -363,7 +378,8 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         call = calls[name]
         if call.times == 0:
             continue  # not on this model's path: it holds no state to carry
-        if call.times > 1:
+        cell = isinstance(m, CELL_MODULES)
+        if call.times > 1 and not cell:
             raise _refuse(name, f"a module called {call.times} times in one forward", "streaming carries one state per module", "call it once per forward")
         if isinstance(call.x, PackedSequence):
             raise _refuse(name, "a PackedSequence input", "per-sequence lengths end the sequences at different frames", "feed it padded chunks")
@@ -373,16 +389,20 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         if any(bool(h.detach().ne(0).any()) for h in given):
             raise _refuse(name, "initial states that are not zeros", "a learned or computed start state; streaming starts every stream at zeros",
                           "start from zeros, or pass the states as inputs yourself")
-        lstm = isinstance(m, torch.nn.LSTM)
-        weight = m.weight_ih_l0
-        layers = m.num_layers
-        batch = () if call.x.dim() == 2 else (int(call.x.shape[0 if m.batch_first else 1]),)
-        h_size = getattr(m, "proj_size", 0) or m.hidden_size
-        zeros.append(torch.zeros((layers, *batch, h_size), dtype=weight.dtype, device=weight.device))
+        lstm = isinstance(m, (torch.nn.LSTM, torch.nn.LSTMCell))
+        if cell:  # states (batch, hidden), or (hidden,) for an unbatched step
+            weight = m.weight_ih
+            shape: tuple[int, ...] = (int(call.x.shape[0]), m.hidden_size) if call.x.dim() == 2 else (m.hidden_size,)
+            zeros += [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in range(2 if lstm else 1)]
+        else:
+            weight = m.weight_ih_l0
+            batch = () if call.x.dim() == 2 else (int(call.x.shape[0 if m.batch_first else 1]),)
+            h_size = getattr(m, "proj_size", 0) or m.hidden_size
+            zeros.append(torch.zeros((m.num_layers, *batch, h_size), dtype=weight.dtype, device=weight.device))
+            if lstm:
+                zeros.append(torch.zeros((m.num_layers, *batch, m.hidden_size), dtype=weight.dtype, device=weight.device))
         kinds = ("h", "c") if lstm else ("h",)
-        if lstm:
-            zeros.append(torch.zeros((layers, *batch, m.hidden_size), dtype=weight.dtype, device=weight.device))
-        slots.append(_Slot(name, lstm, tuple(f"{name}.{k}_in" for k in kinds), tuple(f"{name}.{k}_out" for k in kinds)))
+        slots.append(_Slot(name, lstm, tuple(f"{name}.{k}_in" for k in kinds), tuple(f"{name}.{k}_out" for k in kinds), cell=cell))
     from torch.utils._pytree import tree_flatten
 
     flat, structure = tree_flatten(args)
@@ -414,7 +434,8 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         # torch.onnx's dynamic_axes makes every axis it does not list static: list the states' batch axes.
         # A recurrence's batched states are (layers, batch, hidden); a cache has the batch first, as its conv's input.
         owners = [slot for slot in slots for _ in slot.inputs]  # the zeros are in the states' order
-        axes = [(1 if z.dim() == 3 else None) if slot.conv is None else slot.conv.batch_axis for slot, z in zip(owners, zeros)]
+        axes = [slot.conv.batch_axis if slot.conv is not None else (0 if z.dim() == 2 else None) if slot.cell else (1 if z.dim() == 3 else None)
+                for slot, z in zip(owners, zeros)]
         batch = _batch_label(dynamic_axes, context.time, [leaf.name for leaf in leaves], given_in)
         dynamic_axes = {**dynamic_axes, **{name: {axis: batch} for name, axis in zip(plan.state_inputs, axes) if axis is not None}}
 
@@ -449,8 +470,9 @@ def _probe(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str, Any]]) 
     def record(name: str, module: Any, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
         call = calls[name]
         call.times += 1
-        call.x = a[0] if a else kw.get("input")
-        call.hx = a[1] if len(a) > 1 else kw.get("hx")
+        if call.times == 1:  # a cell's later steps take the states its earlier ones made
+            call.x = a[0] if a else kw.get("input")
+            call.hx = a[1] if len(a) > 1 else kw.get("hx")
 
     handles = [m.register_forward_pre_hook(functools.partial(record, name), with_kwargs=True) for name, m in recurrent]
     flat, structure = tree_flatten(args)

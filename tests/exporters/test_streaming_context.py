@@ -323,3 +323,56 @@ def test_torch_onnx_dynamic_axes_keep_the_caches_batch_dynamic(tmp_path: Path) -
     got = np.concatenate([session.process(x[:, t:t + 8].numpy())["output"] for t in range(0, FRAMES, 8)], axis=1)
     with torch.no_grad():
         np.testing.assert_allclose(got, model(x).numpy(), atol=1e-5, rtol=1e-4)
+
+
+class StepLoop(nn.Module):
+    """A cell stepped over the frames as online recognisers write it: zeros made in forward,
+    ``x[:, t]`` per step, the states stacked and a head on the stack."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.LSTMCell(6, 10)
+        self.head = nn.Linear(10, 3)
+
+    def forward(self, x: Any) -> Any:  # (batch, frames, 6)
+        h = x.new_zeros(x.shape[0], 10)
+        c = x.new_zeros(x.shape[0], 10)
+        outs = []
+        for t in range(x.shape[1]):
+            h, c = self.cell(x[:, t], (h, c))
+            outs.append(h)
+        return self.head(torch.stack(outs, 1))
+
+
+class UnbindLoop(nn.Module):
+    """A GRU cell over ``x.unbind(0)`` (time first), starting from None."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.GRUCell(6, 12)
+
+    def forward(self, x: Any) -> Any:
+        h = None
+        outs = []
+        for frame in x.unbind(0):
+            h = self.cell(frame, h)
+            outs.append(h)
+        return torch.stack(outs)
+
+
+@pytest.mark.parametrize("cls, time_axis", [(StepLoop, 1), (UnbindLoop, 0)], ids=["lstm-cell-range", "gru-cell-unbind"])
+def test_a_cell_stepped_in_python_carries_its_state_across_chunks(tmp_path: Path, cls: type, time_axis: int) -> None:
+    torch.manual_seed(7)
+    model = cls().eval()
+    shape = (2, 12, 6) if time_axis == 1 else (12, 2, 6)
+    report = rnnx.export(model, (torch.randn(*shape),), tmp_path / "c.onnx", streaming=True)
+    assert "cell.h_in -> cell.h_out" in " ".join(report.notes)
+    assert report.fused and report.fused[0]["dynamic_seq"]  # the steps fused into one native node, any chunk length
+    for batch in (1, 3):
+        x = torch.randn(*((batch, FRAMES, 6) if time_axis == 1 else (FRAMES, batch, 6)), generator=torch.Generator().manual_seed(batch))
+        with torch.no_grad():
+            whole = model(x).numpy()
+        session = rnnx.StreamingSession(tmp_path / "c.onnx")
+        got = np.concatenate([session.process(x.narrow(time_axis, t, min(5, FRAMES - t)).numpy())["output"] for t in range(0, FRAMES, 5)],
+                             axis=time_axis)
+        np.testing.assert_allclose(got, whole, atol=1e-5, rtol=1e-4)

@@ -226,20 +226,6 @@ class Bidirectional(nn.Module):
         return self.encoder(x)
 
 
-class CellLoop(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.cell = nn.GRUCell(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.new_zeros(x.shape[0], 8)
-        outs = []
-        for t in range(x.shape[1]):
-            h = self.cell(x[:, t], h)
-            outs.append(h)
-        return torch.stack(outs, 1)
-
-
 class LearnedStart(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -252,7 +238,6 @@ class LearnedStart(nn.Module):
 
 @pytest.mark.parametrize("model, fragment", [
     (Bidirectional, "found a bidirectional nn.LSTM at encoder.rnn (its output at frame t needs the frames after t"),
-    (CellLoop, "found nn.GRUCell at cell (a cell stepped in Python"),
     (LearnedStart, "found initial states that are not zeros at rnn"),
 ])
 def test_what_cannot_stream_is_refused_in_one_line(tmp_path: Path, model: Any, fragment: str) -> None:
