@@ -102,6 +102,7 @@ class SelfCheck:
     notes: list[str] = field(default_factory=list)
     layers: list[dict[str, Any]] = field(default_factory=list)  # the layer-by-layer check, where it ran
     layer_failure: str = ""  # its one line where a layer drifts
+    hint: str = ""  # what the failing cases together point to, added to the failure's line
 
     @property
     def default(self) -> Tolerance:
@@ -121,7 +122,11 @@ class SelfCheck:
         return bool(ran) and all(c.passed for c in ran) and not self.layer_failure
 
     def failure(self) -> str:
-        """One line: the first failing case, what failed, and the shapes."""
+        """One line: the first failing case, what failed, and the shapes (and the hint, if any)."""
+        line = self._first_failure()
+        return f"{line}; {self.hint}" if self.hint else line
+
+    def _first_failure(self) -> str:
         for case in self.cases:
             if case.skipped is None and not case.passed:
                 if case.error:

@@ -71,9 +71,87 @@ class StreamContext:
 
     caches: list[ConvCache] = field(default_factory=list)
     multiple: int = 1  # chunks must be a multiple of this many frames: the total stride along time
+    running: list[RunningState] = field(default_factory=list)
     output_axes: list[int | None] | None = None  # the time axis of each of the model's output tensors, as run
     time: tuple[int, int] | None = None  # (flattened input, axis): the frames
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunningState:
+    """A running operation along time carried across chunks: a cumulative sum (the last frame's
+    sum comes in and is added) or a frame counter (an arange over the frames, offset by the
+    frames before the chunk). ``order`` counts the calls of its kind in one forward."""
+
+    name: str
+    kind: str  # "cumsum" or "counter"
+    order: int
+    axis: int  # cumsum: the time axis of its input, from the end; counter: 0
+    shape: tuple[int, ...]  # of the state at the example's batch
+    dtype: Any  # a torch dtype
+
+    @property
+    def batch_axis(self) -> int | None:
+        return 0 if self.kind == "cumsum" and len(self.shape) + self.axis > 0 else None
+
+
+def _running_table() -> dict[Any, str]:
+    import torch
+
+    return {torch.cumsum: "cumsum", torch.Tensor.cumsum: "cumsum", torch.arange: "arange",
+            torch.cumprod: "cumprod", torch.Tensor.cumprod: "cumprod", torch.cummax: "cummax", torch.Tensor.cummax: "cummax",
+            torch.cummin: "cummin", torch.Tensor.cummin: "cummin", torch.logcumsumexp: "logcumsumexp", torch.Tensor.logcumsumexp: "logcumsumexp"}
+
+
+class _Lazy(dict):  # type: ignore[type-arg]
+    """:data:`RUNNING`, filled on first use (rnnx imports torch only when it exports)."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if not self:
+            self.update(_running_table())
+        return super().get(key, default)
+
+
+# The torch functions whose result at frame t depends on every frame before it: cumsum is
+# carried (the running sum comes in as a state), an arange over the frames is a counter
+# (offset by the frames before the chunk); the others are refused along time.
+RUNNING: dict[Any, str] = _Lazy()
+CARRIED = ("cumsum", "arange")
+
+
+def carry_mode(states: Sequence[tuple[RunningState, Any]], sink: dict[str, Any]) -> Any:
+    """A TorchFunctionMode for the streaming forward: the ``order``-th cumsum along time adds
+    its state (the sum before the chunk) and leaves its last frame in ``sink``; the
+    ``order``-th frame counter adds its offset and leaves the offset after the chunk."""
+    from torch.overrides import TorchFunctionMode
+
+    by_call = {(s.kind, s.order): (s, value) for s, value in states}
+
+    class Carry(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: dict[str, int] = {}
+
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            kind = RUNNING.get(func)
+            if kind not in CARRIED:
+                return out
+            kind = "counter" if kind == "arange" else kind
+            order = self.seen[kind] = self.seen.get(kind, -1) + 1
+            found = by_call.get((kind, order))
+            if found is None:
+                return out
+            state, value = found
+            if kind == "cumsum":
+                out = out + value
+                sink[state.name] = out.narrow(state.axis, out.shape[state.axis] - 1, 1)
+            else:
+                out = out + value
+                sink[state.name] = value + out.shape[0]
+            return out
+
+    return Carry()
 
 
 # --- the streaming call of a cached convolution ---------------------------------------------
@@ -125,6 +203,17 @@ def own_pads(conv: Any) -> tuple[tuple[int, int], ...]:
 
 
 @dataclass
+class _Running:
+    """A call of a running operation (see :data:`RUNNING`) as the probe saw it."""
+
+    kind: str
+    owner: str  # the module whose forward made the call ("" for the model's own)
+    input: Any
+    dim: Any
+    out: Any
+
+
+@dataclass
 class _Event:
     module: str
     kind: str  # "in" or "out"
@@ -140,6 +229,8 @@ class _Recorder:
         self.events: list[_Event] = []
         self.conv_inputs: dict[str, Any] = {}
         self.conv_calls: dict[str, int] = {}
+        self.running: list[_Running] = []  # cumulative ops and aranges, in the order they ran
+        self.stack: list[str] = []  # the modules running now, innermost last
         self.pads: list[tuple[Any, tuple[int, ...], str, Any]] = []
 
     @staticmethod
@@ -166,13 +257,19 @@ class _Recorder:
                     mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
                     value = args[3] if len(args) > 3 else kwargs.get("value")
                     recorder.pads.append((out, widths, mode, value))
+                kind = RUNNING.get(func)
+                if kind is not None:
+                    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+                    recorder.running.append(_Running(kind, recorder.stack[-1] if recorder.stack else "", args[0] if args else None, dim, out))
                 return out
 
         def pre(name: str, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             recorder.events.append(_Event(name, "in", recorder._tensors((args, kwargs))))
+            recorder.stack.append(name)
 
         def post(name: str, module: Any, args: tuple[Any, ...], out: Any) -> None:
             recorder.events.append(_Event(name, "out", recorder._tensors(out)))
+            recorder.stack.pop()
 
         def conv_input(name: str, original: Any, x: Any, weight: Any, bias: Any) -> Any:
             recorder.conv_inputs.setdefault(name, x)
@@ -303,6 +400,8 @@ def study(model: Any, values: list[Any], structure: Any, recurrent: Sequence[tup
     if outs[0] and outs[1]:  # the model's own outputs: where a graph leaves their frames unnamed, this is where they are
         context.output_axes = [_time_axis(x, y) for x, y in zip(outs[0][-1].tensors, outs[1][-1].tensors)]
     _plan_caches(context, first, second, convs, model)
+    own = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    _plan_running(context, first, second, int(base[index].shape[axis]), own if probe_model is not model else None)
     return context
 
 
@@ -395,6 +494,44 @@ def _why(module: Any) -> str:
     if isinstance(module, (torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.GroupNorm)):
         return "a normalization over time uses statistics of the whole sequence"
     return "it mixes frames from later in the sequence"
+
+
+def _plan_running(context: StreamContext, first: _Recorder, second: _Recorder, frames: int, own: Any) -> None:
+    """A state for each cumulative sum along time and each arange that counts the frames;
+    a refusal for the other cumulative operations along time. ``own``: the model's dtype,
+    where the probe ran a float64 copy (its float64 is the model's ``own``)."""
+    import torch
+
+    def dtype(d: Any) -> Any:
+        return own if own is not None and d == torch.float64 else d
+
+    if [r.kind for r in first.running] != [r.kind for r in second.running]:
+        context.notes.append("streaming: the model's cumulative operations differ between lengths, so none is carried; the chunked check stands")
+        return
+    orders: dict[str, int] = {}
+    for a, b in zip(first.running, second.running):
+        kind = "counter" if a.kind == "arange" else a.kind
+        order = orders[kind] = orders.get(kind, -1) + 1
+        where = f"{a.owner}'s forward" if a.owner else "the model's forward"
+        if a.kind == "arange":
+            n1, n2 = a.out.numel(), b.out.numel()
+            counts = (a.out.dim() == 1 and n2 - n1 == frames and n1 > 1 and bool((b.out[:n1] == a.out).all())
+                      and bool((a.out[1:] - a.out[:-1] == 1).all()))
+            if counts:
+                context.running.append(RunningState(f"{a.owner + '.' if a.owner else ''}frames{order}", "counter", order, 0, (1,), dtype(a.out.dtype)))
+            continue
+        if not isinstance(a.input, torch.Tensor) or not isinstance(a.dim, int):
+            continue
+        axis = _time_axis(a.input, b.input)
+        if axis is None or a.dim % a.input.dim() != axis:
+            continue  # along another axis: nothing carries from chunk to chunk
+        if a.kind != "cumsum":
+            raise RNNXError(f"streaming: expected running operations rnnx carries across chunks (cumsum, a frame counter), found {a.kind} along "
+                            f"time in {where}; carry it yourself as an input and output, or export without streaming")
+        shape = list(a.input.shape)
+        shape[axis] = 1
+        context.running.append(RunningState(f"{a.owner + '.' if a.owner else ''}cumsum{order}", "cumsum", order, axis - a.input.dim(),
+                                            tuple(shape), dtype(a.out.dtype)))
 
 
 def _plan_caches(context: StreamContext, first: _Recorder, second: _Recorder, convs: Sequence[tuple[str, Any]], model: Any) -> None:

@@ -41,7 +41,7 @@ import numpy as np
 from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.exporters import shapes
-from rnnx.exporters.stream_context import ConvCache, cached_conv_forward, study
+from rnnx.exporters.stream_context import ConvCache, RunningState, cached_conv_forward, carry_mode, study
 from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_output, example_sizes, float64_copy, fresh_inputs, run_eager
 from rnnx.formats.onnx_metadata import read_metadata, set_metadata
 from rnnx.streaming import STREAMING_KEY, StatePair, StreamingRecord
@@ -69,6 +69,7 @@ class _Slot:
     outputs: tuple[str, ...]
     conv: ConvCache | None = None
     cell: bool = False  # a cell stepped in Python: the state of its first step comes in, its last step's goes out
+    running: RunningState | None = None  # a cumulative sum or a frame counter along time
 
 
 @dataclass
@@ -190,6 +191,12 @@ class StreamPlan:
                 case = CheckCase(_case_name(chunk, frames, batch), sizes, shown)
                 check.cases.append(case)
                 self._run_chunks(case, check, runner, leaves, values, chunk, frames, want, want64)
+        streamed = [c for c in check.cases if c.name.startswith("streamed")]
+        whole_ok = all(c.passed for c in check.cases if c not in streamed or "whole" in c.name)
+        if whole_ok and any(not c.passed for c in streamed):
+            check.hint = ("the whole sequence matches but chunks do not: the model keeps context along time that rnnx does not carry "
+                          "(a functional convolution, a loop over frames, a state kept in an attribute); rnnx carries recurrent states, "
+                          "nn.Conv1d/Conv2d caches, cumsum and frame counters")
 
     def _run_chunks(self, case: CheckCase, check: SelfCheck, runner: Any, leaves: Sequence[shapes.Leaf], values: list[Any], chunk: int,
                     frames: int, want: list[Any], want64: list[Any] | None) -> None:
@@ -285,12 +292,16 @@ class _StreamingForward:
         sink: dict[str, Any] = {}
         handles = []
         patched = []
+        running = []
         k = 0
         try:
             for slot in plan.slots:
-                module = self.get_submodule(slot.module)  # type: ignore[attr-defined]
                 given = states[k:k + len(slot.inputs)]
                 k += len(slot.inputs)
+                if slot.running is not None:
+                    running.append((slot.running, given[0]))
+                    continue
+                module = self.get_submodule(slot.module)  # type: ignore[attr-defined]
                 if slot.conv is not None:  # where nn.Conv1d/2d.forward (or a subclass's) ends: its input, padded as the model padded it
                     module._conv_forward = functools.partial(cached_conv_forward, module, slot.conv, given[0], sink)
                     patched.append(module)
@@ -300,7 +311,8 @@ class _StreamingForward:
                 feed = functools.partial(_feed_first, hx, [True]) if slot.cell else functools.partial(_feed, hx)
                 handles.append(module.register_forward_pre_hook(feed, prepend=True, with_kwargs=True))
                 handles.append(module.register_forward_hook(functools.partial(_keep, sink, slot.module, slot.cell)))
-            out = super().forward(*inputs)  # type: ignore[misc]
+            with carry_mode(running, sink) if running else contextlib.nullcontext():
+                out = super().forward(*inputs)  # type: ignore[misc]
         finally:
             for handle in handles:
                 handle.remove()
@@ -412,6 +424,9 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         weight = model.get_submodule(cache.module).weight
         zeros.append(torch.zeros(cache.shape, dtype=weight.dtype, device=weight.device))
         slots.append(_Slot(cache.module, False, (f"{cache.module}.cache_in",), (f"{cache.module}.cache_out",), cache))
+    for run in context.running:
+        zeros.append(torch.zeros(run.shape, dtype=run.dtype))
+        slots.append(_Slot(run.name, False, (f"{run.name}_in",), (f"{run.name}_out",), running=run))
     plan = StreamPlan(len(args), slots, context.multiple, context.output_axes, notes=notes + context.notes)
 
     # Names: the user's (or forward's) for the original inputs and outputs, then the states'.
@@ -427,6 +442,7 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         raise RNNXError(f"output names: expected {len(names_out)} (the model's output tensors; rnnx names the states), found {given_out}")
     options["output_names"] = given_out if len(given_out) > len(names_out) else (given_out or names_out) + plan.state_outputs
     caches = {f"{c.module}.cache_in": [c.axis % len(c.shape)] for c in context.caches}
+    caches |= {f"{r.name}_in": [r.axis % len(r.shape)] for r in context.running}
     if caches and dynamic_axes is None:  # a cache holds a fixed number of frames (torch would make its size a dimension)
         static = dict(options.get("static") or {})
         options["static"] = {**static, **{name: sorted({*static.get(name, []), *axes}) for name, axes in caches.items()}}
@@ -434,8 +450,8 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         # torch.onnx's dynamic_axes makes every axis it does not list static: list the states' batch axes.
         # A recurrence's batched states are (layers, batch, hidden); a cache has the batch first, as its conv's input.
         owners = [slot for slot in slots for _ in slot.inputs]  # the zeros are in the states' order
-        axes = [slot.conv.batch_axis if slot.conv is not None else (0 if z.dim() == 2 else None) if slot.cell else (1 if z.dim() == 3 else None)
-                for slot, z in zip(owners, zeros)]
+        axes = [slot.conv.batch_axis if slot.conv is not None else slot.running.batch_axis if slot.running is not None
+                else (0 if z.dim() == 2 else None) if slot.cell else (1 if z.dim() == 3 else None) for slot, z in zip(owners, zeros)]
         batch = _batch_label(dynamic_axes, context.time, [leaf.name for leaf in leaves], given_in)
         dynamic_axes = {**dynamic_axes, **{name: {axis: batch} for name, axis in zip(plan.state_inputs, axes) if axis is not None}}
 

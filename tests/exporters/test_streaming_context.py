@@ -376,3 +376,63 @@ def test_a_cell_stepped_in_python_carries_its_state_across_chunks(tmp_path: Path
         got = np.concatenate([session.process(x.narrow(time_axis, t, min(5, FRAMES - t)).numpy())["output"] for t in range(0, FRAMES, 5)],
                              axis=time_axis)
         np.testing.assert_allclose(got, whole, atol=1e-5, rtol=1e-4)
+
+
+class OnlineNorm(nn.Module):
+    """Online mean normalization before a GRU: a cumulative sum over the frames divided by a
+    frame counter, as streaming front ends normalize without seeing the future."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(5, 8, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        count = torch.arange(1, x.shape[1] + 1, dtype=x.dtype).view(1, -1, 1)
+        return self.rnn(x - torch.cumsum(x, dim=1) / count)[0]
+
+
+def test_a_running_mean_carries_its_sum_and_its_frame_count(tmp_path: Path) -> None:
+    torch.manual_seed(4)
+    model = OnlineNorm().eval()
+    report = rnnx.export(model, (torch.randn(2, 12, 5),), tmp_path / "n.onnx", streaming=True)
+    assert "frames0_in -> frames0_out, cumsum0_in -> cumsum0_out" in " ".join(report.notes)
+    for batch in (1, 2):
+        x = torch.randn(batch, FRAMES, 5, generator=torch.Generator().manual_seed(batch))
+        with torch.no_grad():
+            whole = model(x).numpy()
+        session = rnnx.StreamingSession(tmp_path / "n.onnx")
+        got = np.concatenate([session.process(x[:, t:t + 5].numpy())["output"] for t in range(0, FRAMES, 5)], axis=1)
+        np.testing.assert_allclose(got, whole, atol=1e-5, rtol=1e-4)
+
+
+class RunningProduct(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(5, 8, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        return self.rnn(torch.cumprod(torch.sigmoid(x), 1))[0]
+
+
+class FunctionalConv(nn.Module):
+    """A smoothing filter written with F.conv1d in forward (no module to cache): right on the
+    whole sequence, wrong in chunks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("taps", torch.tensor([[[0.25, 0.25, 0.5]]]).repeat(5, 1, 1))
+        self.rnn = nn.GRU(5, 8, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        smooth = F.conv1d(F.pad(x.transpose(1, 2), (2, 0)), self.taps, groups=5)
+        return self.rnn(smooth.transpose(1, 2))[0]
+
+
+def test_running_operations_rnnx_does_not_carry_are_refused_or_named(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    with pytest.raises(rnnx.RNNXError, match=r"found cumprod along time in the model's forward; carry it yourself"):
+        rnnx.export(RunningProduct().eval(), (torch.randn(2, 12, 5),), tmp_path / "p.onnx", streaming=True)
+    with pytest.raises(rnnx.ExportCheckFailed) as failed:
+        rnnx.export(FunctionalConv().eval(), (torch.randn(2, 12, 5),), tmp_path / "f.onnx", streaming=True)
+    assert "the whole sequence matches but chunks do not" in str(failed.value) and "\n" not in str(failed.value)
+    assert not (tmp_path / "p.onnx").exists() and not (tmp_path / "f.onnx").exists()
