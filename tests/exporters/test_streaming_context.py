@@ -436,3 +436,65 @@ def test_running_operations_rnnx_does_not_carry_are_refused_or_named(tmp_path: P
         rnnx.export(FunctionalConv().eval(), (torch.randn(2, 12, 5),), tmp_path / "f.onnx", streaming=True)
     assert "the whole sequence matches but chunks do not" in str(failed.value) and "\n" not in str(failed.value)
     assert not (tmp_path / "p.onnx").exists() and not (tmp_path / "f.onnx").exists()
+
+
+def test_another_authors_forecaster_streams_step_by_step(tmp_path: Path) -> None:
+    """deepecho's PARNet (an autoregressive time-series model: Linear, GRU over time first,
+    Linear, with a per-series context fed whole each chunk), as the package builds it,
+    exported from forward(x, c) and stepped one frame at a time as a generator runs it."""
+    pytest.importorskip("deepecho")
+    from deepecho.models.par import PARNet
+
+    torch.manual_seed(0)
+    model = PARNet(data_size=5, context_size=3, hidden_size=8).eval()
+    rnnx.export(model, (torch.randn(12, 2, 5), torch.randn(2, 3)), tmp_path / "par.onnx", streaming=True)
+    for batch in (1, 3):
+        gen = torch.Generator().manual_seed(batch)
+        x, c = torch.randn(FRAMES, batch, 5, generator=gen), torch.randn(batch, 3, generator=gen)
+        session = rnnx.StreamingSession(tmp_path / "par.onnx")
+        got = np.concatenate([session.process(x[t:t + 1].numpy(), c=c.numpy())["output"] for t in range(FRAMES)], axis=0)
+        with torch.no_grad():
+            np.testing.assert_allclose(got, model(x, c).numpy(), atol=1e-5, rtol=1e-4)
+
+
+STRIDED_CODE = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.frames = nn.Conv1d(1, 8, kernel_size=4, stride=2)
+        self.rnn = nn.GRU(8, 8, batch_first=True)
+
+    def forward(self, wav):
+        x = torch.relu(self.frames(F.pad(wav.unsqueeze(1), (2, 0))))
+        return self.rnn(x.transpose(1, 2))[0]
+
+
+torch.manual_seed(0)
+model = Net().eval()
+example_inputs = (torch.randn(2, 16),)
+"""
+
+
+def test_cli_exports_and_verifies_a_strided_stream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+    import sys
+
+    from rnnx.cli.main import main
+
+    (tmp_path / "net.py").write_text(STRIDED_CODE)
+    done = subprocess.run([sys.executable, "-m", "rnnx.cli", "export", f"{tmp_path / 'net.py'}:model", "-o", str(tmp_path / "s.onnx"),
+                           "--streaming", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["passed"] is True
+    assert main(["verify", str(tmp_path / "s.onnx"), "--against", f"{tmp_path / 'net.py'}:model", "--chunks", "2,6", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["passed"] is True
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["verify", str(tmp_path / "s.onnx"), "--against", f"{tmp_path / 'net.py'}:model", "--chunks", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "expected a chunk of a multiple of 2 frames (the model's strides along time), found 3" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
