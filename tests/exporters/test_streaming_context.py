@@ -8,7 +8,7 @@ a ``CausalConv1d`` subclass that pads in its own forward under weight norm, and 
 enhancer's Conv2d over (time, frequency) with ``nn.ZeroPad2d`` padding time on the left only.
 Each is exported from forward(x) alone, then run with rnnx.StreamingSession chunk by chunk
 against torch on the whole sequence, at batch 1 and 2. Planted mistakes (a cache one frame
-short, two states swapped) must fail the export's own chunked check.
+short, an LSTM's h and c paired the wrong way round) must fail the export's own chunked check.
 """
 
 from __future__ import annotations
@@ -270,20 +270,19 @@ def test_a_cache_one_frame_short_fails_the_check(tmp_path: Path, monkeypatch: py
     assert "streamed whole, as one chunk, batch 1" not in failed
 
 
-def test_two_states_swapped_fail_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The keyword spotter's two caches, each fed the other's output: same shape only if the
-    channels agree, so swap the GRU state with itself reversed instead (a wrong pairing of h)."""
-    def swapped(out: Any, record: Any) -> dict[str, Any]:
+def test_two_states_paired_wrongly_fail_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LSTM's h and c have one shape; a runtime that pairs them the wrong way round (h_out fed
+    to c_in, c_out to h_in) runs without complaint and must fail the chunked check."""
+    def crossed(out: Any, record: Any) -> dict[str, Any]:
         carried = {s.input: out[s.output] for s in record.states}
-        h = next(s.input for s in record.states if s.input.endswith(".h_in"))
-        carried[h] = carried[h][:, ::-1].copy()  # batch rows exchanged: stream 0 gets stream 1's state
+        carried["rnn.h_in"], carried["rnn.c_in"] = carried["rnn.c_in"], carried["rnn.h_in"]
         return carried
 
-    monkeypatch.setattr(streaming_export, "_carried", swapped)
+    monkeypatch.setattr(streaming_export, "_carried", crossed)
     torch.manual_seed(1)
-    failed = _fails_the_chunked_check(tmp_path, KeywordSpotter().eval(), torch.randn(16, 2, 10))
-    assert "streamed in chunks of 1 frame, batch 3" in failed
-    assert "streamed in chunks of 1 frame, batch 1" not in failed  # one stream: nothing to exchange
+    failed = _fails_the_chunked_check(tmp_path, StftVAD().eval(), torch.randn(2, 16))
+    assert "streamed in chunks of 4 frames, batch 1" in failed and "streamed in chunks of 28 frames, batch 3" in failed
+    assert "streamed whole, as one chunk, batch 1" not in failed  # one chunk: nothing carried
 
 
 class ClampedSpotter(KeywordSpotter):
