@@ -38,7 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def every_onnx_file_rnnx_writes_verifies(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test, every ONNX file rnnx wrote during it (through export, convert, fuse,
-    lower or anything else) must pass ``rnnx verify`` on its own: it loads, runs in ONNX
+    lower or anything else) must hold nothing that nothing reads, and pass ``rnnx verify`` on its own: it loads, runs in ONNX
     Runtime at several lengths and batches, and each recurrent layer matches the float64
     reference on the inputs it received. Files with no recurrent layer left are skipped."""
     log: Path = request.config.rnnx_written_log  # type: ignore[attr-defined]
@@ -56,6 +56,9 @@ def every_onnx_file_rnnx_writes_verifies(request: pytest.FixtureRequest) -> Iter
         path = Path(name)
         if not path.is_file():
             continue  # removed by the test itself
+        dead = _dead(path)
+        if dead:
+            pytest.fail(f"rnnx wrote {path} with what nothing reads: {dead}")
         try:
             # verify's defaults: batch 1 and 8, and two lengths: the example's (as rnnx export recorded it) and a longer one
             report = verify_file(path, isolated=False)
@@ -72,6 +75,18 @@ def every_onnx_file_rnnx_writes_verifies(request: pytest.FixtureRequest) -> Iter
         started = time.perf_counter()
         if not report.passed:
             pytest.fail(f"rnnx wrote {path}, which fails rnnx verify:\n{report}")
+
+
+def _dead(path: Path) -> list[str]:
+    """What a pass left behind in a file rnnx wrote: initializers, nodes and value_info nothing reads."""
+    import onnx
+
+    from rnnx.formats.onnx_prune import prune
+
+    if path.suffix != ".onnx":
+        return []
+    pruned = prune(onnx.load(str(path), load_external_data=False))
+    return [f"initializer {n}" for n in pruned.initializers] + [f"node {n}" for n in pruned.nodes] + [f"value_info {n}" for n in pruned.value_info]
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, library_write
 from rnnx.formats.onnx_metadata import set_metadata
+from rnnx.formats.onnx_prune import prune
 from rnnx.formats.onnx_scan import lower_layer, record_lowered
 from rnnx.formats.onnx_stream import PlannedModel, check_planned, materialise, planned_tensor, write_planned
 from rnnx.layouts.onnx import DEFAULT_OPSET, MIN_OPSET, OP_TYPES, activation_attributes, layer_pieces
@@ -188,7 +189,10 @@ def save_model(model: Any, path: Path) -> bool:
 
 def write_model(model: Any, tmp: Path, final_name: str) -> bool:
     """Write ``model`` to ``tmp``, which will be renamed to ``final_name`` in the same folder;
-    external data, when the weights pass protobuf's limit, goes to ``<final_name>.data``."""
+    external data, when the weights pass protobuf's limit, goes to ``<final_name>.data``.
+    What nothing reads (weights a pass replaced, their nodes, their value_info) is pruned
+    first, in place, so that no file ships a tensor twice."""
+    prune(model)
     external = stored_bytes(model.graph) > EXTERNAL_DATA_BYTES
     with library_write(tmp.with_name(final_name)):
         _save(model, tmp, final_name, external)

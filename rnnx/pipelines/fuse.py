@@ -26,7 +26,7 @@ from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.graphs.fuse_passes import run_fuse_passes
 from rnnx.graphs.index import all_graphs
-from rnnx.graphs.prune import prune
+from rnnx.formats.onnx_prune import prune
 from rnnx.graphs.legalize import drop_newer_attributes
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined

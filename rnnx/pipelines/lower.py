@@ -16,7 +16,7 @@ from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.graphs.index import all_graphs
-from rnnx.graphs.prune import prune
+from rnnx.formats.onnx_prune import prune
 from rnnx.graphs.lower import lower_recurrences
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined

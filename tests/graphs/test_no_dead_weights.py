@@ -13,7 +13,7 @@ import rnnx
 from rnnx import RNNSpec, RNNWeights
 from rnnx.formats.onnx_build import build_stack_model
 from rnnx.graphs.index import all_graphs
-from rnnx.graphs.prune import prune
+from rnnx.formats.onnx_prune import prune
 from rnnx.pipelines.fuse import fuse_file
 from rnnx.pipelines.lower import lower_file
 

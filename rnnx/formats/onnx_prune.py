@@ -4,14 +4,27 @@ A lowered or fused recurrence's old weights would otherwise ship in the file a s
 (twice the flash and the load time on a device), and ONNX Runtime logs each one it removes.
 A name is read when any node of any graph (subgraphs included: a body may read an outer
 tensor by name) takes it as an input, or a graph returns it.
+
+Every ONNX file rnnx writes goes through :func:`rnnx.formats.onnx_build.write_model`, which
+prunes first: no pass (export, convert, fuse, lower, legalize) can leave dead weights behind.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rnnx.graphs.index import all_graphs
+
+def all_graphs(graph: Any) -> Iterator[Any]:
+    """The graph and every subgraph of its nodes' attributes, however deep."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from all_graphs(attr.g)
+            for sub in attr.graphs:
+                yield from all_graphs(sub)
 
 
 @dataclass
