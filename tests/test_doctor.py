@@ -18,3 +18,13 @@ def test_doctor_reports_versions_and_skips_the_gpu_check_without_a_gpu() -> None
         assert all(r["verdict"] == "not checked" and "no CUDA GPU" in r["why"] for r in rows.values())
     else:  # on a GPU machine the check must have run and passed
         assert report["cudnn_layout"]["passed"] and all(r["verdict"] == "identical" for r in rows.values())
+
+
+def test_doctor_text_says_once_why_nothing_was_checked() -> None:
+    from rnnx.engines import doctor
+
+    check = {"specs": {t: {"verdict": "not checked", "why": "no CUDA GPU visible to torch"} for t in ("lstm,input=1,hidden=2", "gru,input=1,hidden=2")},
+             "passed": None}
+    text = doctor.as_text({"python": "3.11", "gpu": None, "onnxruntime_providers": ["CPUExecutionProvider"]}, check)
+    layout = [line for line in text.splitlines() if line.startswith("cuDNN layout")]
+    assert layout == ["cuDNN layout: not checked (no CUDA GPU visible to torch; 2 specs wait for a GPU: run rnnx doctor where one is)"]

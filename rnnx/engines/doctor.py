@@ -89,6 +89,11 @@ def as_text(info: dict[str, Any], check: dict[str, Any]) -> str:
     lines.append(f"{'onnxruntime providers':<22} {', '.join(info.get('onnxruntime_providers') or []) or '-'}")
     gpu = info.get("gpu")
     lines.append(f"{'gpu':<22} {gpu['name'] + ' (sm ' + gpu['compute_capability'] + ', CUDA ' + str(gpu['cuda']) + ')' if gpu else 'none visible to torch'}")
+    unchecked = {row.get("why") for row in check["specs"].values() if row["verdict"] == "not checked"}
+    if len(unchecked) == 1 and all(row["verdict"] == "not checked" for row in check["specs"].values()):
+        # one reason for every spec (no GPU): one line, not one per spec (--json lists them)
+        lines.append(f"cuDNN layout: not checked ({unchecked.pop()}; {len(check['specs'])} specs wait for a GPU: run rnnx doctor where one is)")
+        return "\n".join(lines)
     for spec, row in check["specs"].items():
         if row["verdict"] == "not checked":
             detail = row["why"]
