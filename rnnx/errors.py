@@ -8,11 +8,20 @@ Every other exception is a bug in rnnx and keeps its traceback.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+# Terminal control sequences (colours, bold) that libraries put in their messages: quoted into
+# one of ours they would reach a pipe or a CI log as "^[[1m".
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 
 
 class RNNXError(Exception):
-    """A user-facing error: what was expected, what was found, and what to do."""
+    """A user-facing error: what was expected, what was found, and what to do. Messages are
+    kept plain text: a library's terminal colours quoted into one are dropped."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*(_ANSI.sub("", a) if isinstance(a, str) else a for a in args))
 
 
 class ParityError(RNNXError):

@@ -95,20 +95,42 @@ def load_state(path: Path) -> dict[str, Any]:
     try:
         obj = _load_weights_only(torch, path)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
+        if "TorchScript archive" in str(exc):
+            obj = _torchscript_state(torch, path)
+            return _checked_flat(path, obj)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, EOFError) or any(sign in str(exc) for sign in _DAMAGED):
             raise RNNXError(f"{path}: the checkpoint is truncated or damaged ({first[:160]}); torch cannot read it: "
                             "copy it again from where it was saved") from None
+        if "Weights only load failed" in first:  # torch's first line says only how to run the pickle anyway
+            first = "it pickles Python objects, such as a whole model saved with torch.save(model)"
         raise RNNXError(
             f"{path}: cannot load as weights only ({first[:200]}); rnnx never runs code inside a pickle: "
             "save a plain state_dict (torch.save(model.state_dict(), ...)) or a .safetensors file"
         ) from None
+    return _checked_flat(path, obj)
+
+
+def _checked_flat(path: Path, obj: Any) -> dict[str, Any]:
     flat = _flatten(obj)
     # A tensor may be a view far larger than its storage (an expanded 0-stride tensor): what the
     # tensors will take once made dense is checked against the budget, not the file's size.
     claimed = sum(_dense_bytes(v) for v in flat.values()) * limits.WORKING_COPIES
     limits.check_claim(f"{path}: converting its tensors (made dense: expanded views take their full size)", claimed, path.stat().st_size)
     return flat
+
+
+def _torchscript_state(torch: Any, path: Path) -> dict[str, Any]:
+    """A TorchScript archive's parameters and buffers. torch.jit.load compiles the archive's
+    TorchScript (a restricted language; no Python in it runs, no pickle of arbitrary classes),
+    as rnnx export and verify do to run such a file; nothing of the model is called here."""
+    try:
+        module = torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:  # noqa: BLE001  a damaged archive
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise RNNXError(f"{path}: expected a TorchScript archive torch.jit.load reads, found one it refuses ({first}); save it again "
+                        "with torch.jit.save, or save a state_dict") from None
+    return dict(module.state_dict())
 
 
 #: What torch says of a checkpoint cut short or corrupted (as opposed to one that is not weights only).

@@ -222,3 +222,31 @@ def test_files_as_hugging_face_and_lightning_save_them_read_as_torch(tmp_path: P
     want = rnnx.from_format({k.removeprefix("encoder."): v for k, v in state.items()}, "torch")
     assert rnnx.load(tmp_path / "model.safetensors").equal(want)
     assert rnnx.load(tmp_path / "last.ckpt").equal(want)
+
+
+def test_a_torchscript_archive_is_read_for_its_weights_and_a_pickle_is_refused_in_plain_text(tmp_path) -> None:
+    """inspect/convert read a TorchScript archive's parameters (torch.jit.load compiles its
+    TorchScript; nothing is called), as export and verify run it; a whole pickled model is
+    refused in one plain line, without the colour codes torch's own message carries."""
+    import subprocess
+    import sys
+
+    from rnnx.formats.torch import load_state
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(3, 4, num_layers=2)
+    torch.jit.script(lstm).save(str(tmp_path / "ts.pt"))
+    state = load_state(tmp_path / "ts.pt")
+    assert set(state) == set(lstm.state_dict()) and all(torch.equal(state[k], v) for k, v in lstm.state_dict().items())
+    torch.save(torch.nn.Sequential(lstm), tmp_path / "whole.pt")
+    done = subprocess.run([sys.executable, "-m", "rnnx.cli", "inspect", str(tmp_path / "whole.pt")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "\x1b" not in done.stderr and done.stderr.count("\n") == 1
+    assert "it pickles Python objects, such as a whole model saved with torch.save(model)" in done.stderr
+    ok = subprocess.run([sys.executable, "-m", "rnnx.cli", "inspect", str(tmp_path / "ts.pt")], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "lstm,input=3,hidden=4,layers=2" in ok.stdout
+
+
+def test_library_colour_codes_never_reach_a_message() -> None:
+    from rnnx.errors import RNNXError
+
+    assert str(RNNXError("torch says \x1b[1mdo this\x1b[0m; rnnx says that")) == "torch says do this; rnnx says that"
