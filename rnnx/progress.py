@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -26,11 +27,23 @@ def shown(label: str, enabled: bool) -> Iterator[None]:
 
     bar = tqdm(total=None, desc=label, file=sys.stderr, leave=False, bar_format="{desc} [{elapsed}]", mininterval=0.2)
     token = _display.set((bar, label))
+    # A step can take many seconds inside one library call (torch.export tracing, ONNX
+    # Runtime building a session): the elapsed time keeps moving, so the line never looks hung.
+    stop = threading.Event()
+    ticker = threading.Thread(target=_tick, args=(bar, stop), daemon=True)
+    ticker.start()
     try:
         yield
     finally:
+        stop.set()
+        ticker.join()
         _display.reset(token)
         bar.close()
+
+
+def _tick(bar: Any, stop: threading.Event) -> None:
+    while not stop.wait(0.5):
+        bar.refresh()
 
 
 def step(what: str) -> None:

@@ -73,3 +73,17 @@ def test_a_large_write_shows_how_many_megabytes_are_written(tmp_path: Path) -> N
         assert status == 0
         counts = [int(n) for n in re.findall(rf"writing {re.escape(target)}: (\d+) of 38 MB", drawn)]
         assert len(set(counts)) >= 5 and counts == sorted(counts) and counts[-1] == 38, drawn
+
+
+def test_the_elapsed_time_moves_during_a_long_step(monkeypatch: object) -> None:
+    """A step that sits in one library call for seconds still redraws the line, with the time."""
+    import io
+    import time
+
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)  # type: ignore[attr-defined]
+    with progress.shown("rnnx export", True):
+        progress.step("tracing with torch.export")
+        time.sleep(1.3)
+    drawn = err.getvalue()
+    assert drawn.count("rnnx export: tracing with torch.export [") >= 3  # the step, then at least two redraws as the seconds pass

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.fileio import check_archive, read_safetensors, require_file
 
@@ -26,6 +27,7 @@ _DTYPES = ("float32", "float64", "float16", "int64", "int32", "bool")
 def load_model(target: str) -> tuple[Any, Any]:
     """(module, example_inputs or None) from ``file.py:NAME``, ``package.module:NAME`` or a
     TorchScript file (whose example inputs come from --input)."""
+    progress.step(f"importing torch and loading {target}")  # torch's import alone takes seconds
     try:
         from torch import nn
     except ImportError:
