@@ -94,11 +94,26 @@ def rename_dims(proto: Any, rename: Callable[[str], str]) -> None:
     for vi in list(g.input) + list(g.output) + list(g.value_info):
         for dim in vi.type.tensor_type.shape.dim:
             if dim.HasField("dim_param"):
-                text = rename(dim.dim_param)
+                text = tidy_dim(rename(dim.dim_param))
                 if text.isdigit():  # a dimension torch specialised after tracing: a size, not a name
                     dim.dim_value = int(text)
                 else:
                     dim.dim_param = text
+
+
+def tidy_dim(text: str) -> str:
+    """A derived dimension as a person writes it: torch prints ``(((seq - 1)//2)) + 1``;
+    Python's own printer drops the parentheses precedence makes redundant, ``(seq - 1) // 2 + 1``.
+    A name that does not read as an expression (or that it would change) stays as it is."""
+    import ast
+
+    if not any(op in text for op in "+-*/%()"):
+        return text
+    try:
+        tidy = ast.unparse(ast.parse(text, mode="eval"))
+    except (SyntaxError, ValueError, RecursionError):
+        return text
+    return tidy if tidy.replace(" ", "").replace("(", "").replace(")", "") == text.replace(" ", "").replace("(", "").replace(")", "") else text
 
 
 def output_names(program: Any, bare: bool, count: int) -> list[str]:
