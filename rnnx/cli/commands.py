@@ -37,7 +37,7 @@ from rnnx.spec import RNNSpec
 from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map
 from rnnx.verify.inputs import input_specs
-from rnnx.verify.models import is_model_code, verify_file, verify_model
+from rnnx.verify.models import is_model_code, is_whole_model, verify_file, verify_model
 from rnnx.verify.run import DTYPES
 from rnnx.verify.plots import write_html
 
@@ -227,6 +227,9 @@ def verify(args: argparse.Namespace) -> int:
     model_files = [args.model, *data_files(args.model)] if args.model and args.model.suffix.lower() == ".onnx" else [args.model]
     against_files = [args.against, *data_files(args.against)] if args.against.suffix.lower() == ".onnx" else [args.against]
     refuse_overwriting(model_files + against_files, {"--report": args.report, "--html": args.html})
+    if args.model is not None and args.model.suffix.lower() == ".onnx" and not (args.input_map or args.spec or args.batch_first) \
+            and is_whole_model(args.model):
+        return _verify_whole_against_weights(args, tolerances)
     report = verify_stack(
         args.against, args.model, backends=args.backends, seq_lens=args.seq_lens, batches=args.batch, dtypes=args.dtype or ["fp32"],
         tolerances=tolerances, backend_tolerances=BackendToleranceArgs.parse(args), seed=args.seed, select=args.select, spec=args.spec,
@@ -271,6 +274,24 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
         report = verify_file(args.model, args.seq_lens, args.batch, dims, args.seed, tolerances, progress)
     else:
         report = verify_model(args.model, str(args.against), args.checkpoint, args.seq_lens, args.batch, dims, args.seed, tolerances, progress)
+    if args.report:
+        report.dump(args.report)
+    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    if not report.passed:
+        first = report.first_drift
+        raise ParityError("verification failed" + (f": layer {first.name} is the first out of tolerance" if first is not None else ""))
+    return 0
+
+
+def _verify_whole_against_weights(args: argparse.Namespace, tolerances: Any) -> int:
+    """A whole model's ONNX file against a weights file: each recurrent layer held to the
+    reference with the weights of the group layer of its spec (``--select`` one group)."""
+    for flag, given in (("--html", args.html), ("--tol", args.tol)):
+        if given:
+            raise RNNXError(f"{flag} applies to a recurrent stack verified against its weights file; {args.model} is a whole model "
+                            "(its inputs are not a stack's): its layers are checked against the weights, use --atol/--rtol and --report")
+    report = verify_file(args.model, args.seq_lens, args.batch, ShapeArgs.dims(args), args.seed, tolerances, sys.stderr.isatty() and not args.json,
+                         weights=args.against, select=args.select)
     if args.report:
         report.dump(args.report)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)

@@ -89,6 +89,14 @@ def parse_map(items: list[str] | None) -> dict[str, str]:
     return mapping
 
 
+def reaches_x(model: Any, spec: Any) -> bool:
+    """Whether a graph input reaches the recurrence's X (through shape-only ops, or as rnnx
+    export recorded): a recurrent stack's file. In a whole model the sequence is computed."""
+    _, recurrences = read_metadata(model)
+    drive = (_from_record(recurrences, model.graph, spec) if recurrences else None) or _from_wiring(model, model.graph, spec)
+    return "X" in drive.inputs.values()
+
+
 def plan(model: Any, spec: Any, overrides: dict[str, str] | None = None, batch_first: bool | None = None) -> Drive:
     """The drive of ``model`` for a stack of ``spec``; refuses, by name, what it cannot map."""
 

@@ -72,8 +72,13 @@ class WholeModelReport:
             tmp.write_text(json.dumps(self.to_json(), indent=2))
 
     def __str__(self) -> str:
-        lines = [f"verify {self.model} " + ("on its own weights: each recurrent layer against the float64 reference (give --against to check the weights too)"
-                                            if self.self_check else f"against the torch model {self.against}")]
+        if self.self_check and self.against != "its own weights":  # a weights file given: its groups are the layers' truth
+            head = f"against {self.against}: each recurrent layer against the float64 reference with the weights of the group of its spec"
+        elif self.self_check:
+            head = "on its own weights: each recurrent layer against the float64 reference (give --against to check the weights too)"
+        else:
+            head = f"against the torch model {self.against}"
+        lines = [f"verify {self.model} {head}"]
         lines.append("  inputs: " + "; ".join(f"{k} ({', '.join(map(str, v))})" for k, v in self.inputs.items())
                      + ("  dynamic: " + ", ".join(f"{k} ({v})" for k, v in self.roles.items()) if self.roles else ""))
         if self.called:

@@ -227,11 +227,17 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
 
 
 def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: list[int] | None = None, dims: dict[str, int] | None = None,
-                seed: int = 0, tolerances: Tolerances | None = None, progress: bool = False, isolated: bool = True) -> WholeModelReport:
+                seed: int = 0, tolerances: Tolerances | None = None, progress: bool = False, isolated: bool = True,
+                weights: Path | None = None, select: str | None = None) -> WholeModelReport:
     """The file alone: it runs in ONNX Runtime at varied shapes, and each recurrent layer
     computes what the float64 reference computes with the weights the file stores. This
     proves the file loads, runs and takes its dynamic shapes; not that the weights are the
-    ones they should be (that needs ``--against``)."""
+    ones they should be (that needs ``--against``).
+
+    With ``weights`` (a weights file, its group ``select`` or all of them), each layer is held
+    instead to the reference with the weights of the group layer whose spec it has: "check this
+    file's recurrences against these weights", for a whole model whose inputs are not a stack's.
+    """
 
     model_path = Path(model_path)
     proto = load_onnx(model_path, lazy=True)  # its weights read through memory maps: a model of any size
@@ -241,10 +247,12 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     if not layers:  # said before any shape question: with no layer there is nothing to size
         raise RNNXError(f"{model_path}: no LSTM, GRU or RNN layer in its main graph (nor a lowered one rnnx recorded): nothing to check on its own; "
                         "give --against with the source it was made from")
+    truths, matched = weights_truths(layers, Path(weights), select) if weights is not None else ({}, [])
     cases = plan_cases(specs, roles, _recorded_example(export), seq_lens, batches, dims or {})
     runner, known = _layer_runner(proto, layers, model_path, isolated)
-    report = WholeModelReport(str(model_path), "its own weights", {s.name: s.dims for s in specs}, roles, cases, self_check=True,
-                              notes=[n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n])
+    against = "its own weights" if weights is None else f"the weights in {weights}" + (f" (group {select})" if select else "")
+    report = WholeModelReport(str(model_path), against, {s.name: s.dims for s in specs}, roles, cases, self_check=True,
+                              notes=[n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n] + matched)
     runs = []
     for k, case in enumerate(_progress(cases, progress)):
         feed = make_feed(specs, case, {}, seed + k)
@@ -257,12 +265,59 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     if not runs:
         raise RNNXError(f"{model_path}: ONNX Runtime could not run it at any of the shapes tried ({cases[0].error if cases else 'no shapes'})")
     tolerances = tolerances or Tolerances()
-    report.layers = check_layers(layers, {}, runs, tolerances.get("", _elem_dtype(proto)), calibrate=tolerances.calibrates())
+    report.layers = check_layers([la for la in layers if weights is None or la.name in truths], truths, runs, tolerances.get("", _elem_dtype(proto)),
+                                 calibrate=tolerances.calibrates())
     report.notes += [n for n in [saturation_note([la.quantization for la in layers if la.quantization is not None])] if n]
     if not any(la.status != "not checked" for la in report.layers):
         raise RNNXError(f"{model_path}: it runs, but none of its recurrent layers can be checked on its own "
                         f"({report.layers[0].reason}): nothing to check without against=")
     return report
+
+
+def is_whole_model(path: Path) -> bool:
+    """Whether an ONNX file is a whole model: no graph input reaches its first recurrence's X
+    (the sequence is computed, by a conv or an embedding), so it cannot be driven as a stack."""
+    from rnnx.verify.drive import reaches_x
+
+    proto = load_onnx(Path(path), lazy=True)
+    layers = find_layers(proto)
+    if not layers or layers[0].spec is None:
+        return False  # nothing a weights file could be matched to: the stack path says why
+    try:
+        from rnnx.formats.files import load as load_weights
+
+        return not reaches_x(proto, load_weights(path).spec)
+    except RNNXError:
+        return False  # the stack path refuses it in its own words
+
+
+def weights_truths(layers: list[Layer], path: Path, select: str | None) -> tuple[dict[str, Truth], list[str]]:
+    """Each recurrent layer of a file, matched to a layer of a group of the weights file by
+    spec, in order (a group's layer k to the first unmatched layer of the file with that
+    layer's spec); notes for what matched nothing. Refuses when nothing matches."""
+    from rnnx.formats.files import groups as file_groups
+    from rnnx.formats.files import load as load_weights
+
+    names = [select] if select else file_groups(path)
+    truths: dict[str, Truth] = {}
+    unused: list[str] = []
+    for group in names:
+        weights = load_weights(path, select=group if len(names) > 1 or select else None)
+        for k in range(weights.spec.num_layers):
+            one = single_layer(weights, k)
+            layer = next((la for la in layers if la.name not in truths and la.spec == one.spec), None)
+            said = f"{path.name}" + (f" group '{group}'" if group else "") + (f" layer {k}" if weights.spec.num_layers > 1 else "")
+            if layer is None:
+                unused.append(f"{said} ({one.spec})")
+                continue
+            truths[layer.name] = Truth(one, said, k)
+    if not truths:
+        found = ", ".join(f"{la.name}: {la.spec}" for la in layers) or "none readable"
+        raise RNNXError(f"--against {path}: expected a group whose layers have the specs of this file's recurrent layers ({found}), found "
+                        f"{', '.join(unused) or 'no group'}; give the weights the file was made from, or --select the group")
+    notes = [f"layer {la.name} matches no layer of {path.name} by spec ({la.spec}): not checked" for la in layers if la.name not in truths]
+    notes += [f"{u}: no layer of the file has its spec" for u in unused]
+    return truths, notes
 
 
 def _recorded_example(export: dict[str, Any] | None) -> dict[str, list[int]]:
