@@ -254,7 +254,7 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
     if args.model.suffix.lower() != ".onnx":
         raise RNNXError(f"{args.model}: a whole model or a file on its own is verified as ONNX; expected a .onnx file")
     for flag, given in (("--tol", args.tol), ("--input-map", args.input_map), ("--batch-first", args.batch_first), ("--select", args.select),
-                        ("--spec", args.spec), ("--html", args.html)):
+                        ("--spec", args.spec)):
         if given:
             raise RNNXError(f"{flag} applies to a recurrent stack verified against its weights file; for a whole model use --atol/--rtol and --dim")
     if args.dtype not in (None, ["fp32"]):
@@ -263,7 +263,7 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
             raise RNNXError(f"--dtype {','.join(args.dtype)}: a whole model is checked in the precision its file computes in, here {computes}; "
                             "write an fp16 file with rnnx export --precision fp16 (drop --dtype: it is found from the file)")
     inputs = [args.model, *data_files(args.model)] + [p for p in (Path(str(args.against)) if args.against else None, args.checkpoint) if p is not None and p.is_file()]
-    refuse_overwriting(inputs, {"--report": args.report})
+    refuse_overwriting(inputs, {"--report": args.report, "--html": args.html})
     dims = ShapeArgs.dims(args)
     progress = sys.stderr.isatty() and not args.json
     if getattr(args, "chunks", None) is not None or getattr(args, "state", None):
@@ -276,6 +276,8 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
         report = verify_model(args.model, str(args.against), args.checkpoint, args.seq_lens, args.batch, dims, args.seed, tolerances, progress)
     if args.report:
         report.dump(args.report)
+    if args.html:
+        write_html(report, args.html)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     if not report.passed:
         first = report.first_drift
@@ -286,14 +288,15 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
 def _verify_whole_against_weights(args: argparse.Namespace, tolerances: Any) -> int:
     """A whole model's ONNX file against a weights file: each recurrent layer held to the
     reference with the weights of the group layer of its spec (``--select`` one group)."""
-    for flag, given in (("--html", args.html), ("--tol", args.tol)):
-        if given:
-            raise RNNXError(f"{flag} applies to a recurrent stack verified against its weights file; {args.model} is a whole model "
-                            "(its inputs are not a stack's): its layers are checked against the weights, use --atol/--rtol and --report")
+    if args.tol:
+        raise RNNXError(f"--tol applies to a recurrent stack verified against its weights file; {args.model} is a whole model "
+                        "(its inputs are not a stack's): its layers are checked against the weights, use --atol/--rtol")
     report = verify_file(args.model, args.seq_lens, args.batch, ShapeArgs.dims(args), args.seed, tolerances, sys.stderr.isatty() and not args.json,
                          weights=args.against, select=args.select)
     if args.report:
         report.dump(args.report)
+    if args.html:
+        write_html(report, args.html)
     print(json.dumps(report.to_json(), indent=2) if args.json else report)
     if not report.passed:
         first = report.first_drift

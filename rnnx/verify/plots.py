@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rnnx.errors import RNNXError
+from rnnx.verify.model_report import WholeModelReport
 from rnnx.verify.run import VerifyReport
 from rnnx.fileio import atomic_output
 
@@ -66,10 +67,33 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def write_html(report: VerifyReport, path: Path) -> None:
-    figures = [("Error along the sequence", _png(error_over_time(report)))]
-    for d in report.diagnosis:
-        figures.append((f"Diagnosis: {d['backend']}", _png(diagnosis_heatmap(report, d["backend"]))))
+def layer_errors(report: WholeModelReport) -> Any:
+    """A whole model's recurrent layers: each one's max abs error of Y against the float64
+    reference at each step, at its worst case (the layer that drifts stands out)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for la in report.layers:
+        if la.per_step:
+            style = "-" if la.status == "ok" else "--"
+            ax.semilogy(range(len(la.per_step)), [max(e, 1e-12) for e in la.per_step], style,
+                        label=f"{la.name} ({la.truth}){'' if la.status == 'ok' else ': ' + la.status.upper()}")
+    ax.set_xlabel("time step")
+    ax.set_ylabel("max |error| vs float64 reference")
+    ax.set_title("Each recurrent layer on the inputs it received")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def write_html(report: VerifyReport | WholeModelReport, path: Path) -> None:
+    """A self-contained page: the report's text and its plots (a stack's error along the
+    sequence and diagnoses; a whole model's error per layer along the sequence)."""
+    if isinstance(report, WholeModelReport):
+        figures = [("Error along the sequence, per layer", _png(layer_errors(report)))] if any(la.per_step for la in report.layers) else []
+    else:
+        figures = [("Error along the sequence", _png(error_over_time(report)))]
+        for d in report.diagnosis:
+            figures.append((f"Diagnosis: {d['backend']}", _png(diagnosis_heatmap(report, d["backend"]))))
     body = [f"<h1>rnnx verify: {'PASS' if report.passed else 'FAIL'}</h1>", f"<pre>{html.escape(str(report))}</pre>"]
     body += [f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>" for title, data in figures]
     page = "<!doctype html><meta charset='utf-8'><title>rnnx verify</title><body style='font-family:sans-serif'>" + "".join(body) + "</body>"

@@ -71,3 +71,12 @@ def test_weights_of_another_model_are_refused_in_one_line(files: dict[str, Path]
     code, out, err = _verify(capsys, files["onnx"], "--against", files["other"])
     assert code == 2 and err.count("\n") == 1
     assert "expected a group whose layers have the specs of this file's recurrent layers" in err and "gru,input=4,hidden=3" in err
+
+
+def test_html_report_of_a_whole_model_plots_each_layer(files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    page = files["folder"] / "layers.html"
+    code, out, err = _verify(capsys, files["onnx"], "--against", files["wrong"], "--html", page)
+    assert code == 1 and page.is_file()
+    text = page.read_text()
+    assert "rnnx verify: FAIL" in text and text.count("data:image/png;base64,") == 1 and "Error along the sequence, per layer" in text
+    assert "node_lstm_1__2" in text  # the drifting layer, in the report's text above the plot
