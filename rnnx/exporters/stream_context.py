@@ -143,11 +143,10 @@ def carry_mode(states: Sequence[tuple[RunningState, Any]], sink: dict[str, Any])
             if found is None:
                 return out
             state, value = found
+            out = out + value  # the sum before the chunk, or the frames before it
             if kind == "cumsum":
-                out = out + value
                 sink[state.name] = out.narrow(state.axis, out.shape[state.axis] - 1, 1)
             else:
-                out = out + value
                 sink[state.name] = value + out.shape[0]
             return out
 
