@@ -130,7 +130,7 @@ def test_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
 
 def test_formats_json() -> None:
     result = run("formats", "--json")
-    names = {r["name"] for r in json.loads(result.stdout)}
+    names = {r["name"] for r in json.loads(result.stdout)["formats"]}
     assert {"rnnx", "torch", "onnx", "cudnn", "jax", "keras"} <= names
 
 

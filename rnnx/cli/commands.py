@@ -42,6 +42,14 @@ from rnnx.verify.run import DTYPES
 from rnnx.verify.plots import write_html
 
 
+def json_report(args: argparse.Namespace, report: dict[str, Any], passed: bool | None = None, default: Any = None) -> str:
+    """What --json prints on stdout, one object as rnnx/cli/schema/<verb>.json describes it: the
+    verb's report with ``verb`` and a top-level ``passed`` put first (true; false where its check
+    failed and it exits 1; null where it checks nothing). A report that says ``passed`` itself
+    keeps its own value."""
+    return json.dumps({"verb": args.command, "passed": passed, **report}, indent=2, default=default)
+
+
 def convert(args: argparse.Namespace) -> int:
     result = convert_file(
         args.input,
@@ -63,7 +71,7 @@ def convert(args: argparse.Namespace) -> int:
         keep_io_types=args.keep_io_types,
     )
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(json_report(args, result.to_json(), None if result.report is None else bool(result.report)))
     else:
         print(f"{result.source} ({result.source_format}) -> {result.output} ({result.output_format})")
         print(f"spec: {result.spec}  ({result.parameters} parameters)")
@@ -119,7 +127,10 @@ def export(args: argparse.Namespace) -> int:
 def _print_export(args: argparse.Namespace, report: Any, loaded: str | None) -> None:
     if loaded:
         report.notes.insert(0, loaded)
-    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    out = report.to_json()
+    if args.no_check:  # nothing was checked: not a pass (convert, fuse and lower say null too)
+        out["passed"] = None
+    print(json_report(args, out) if args.json else report)
 
 
 def _export_inputs(target: str) -> list[Path]:
@@ -137,7 +148,7 @@ def inspect(args: argparse.Namespace) -> int:
         groups = inspect_weights(args.model, fmt, spec=args.spec, dtype=_one_dtype(args.dtype), select=args.select)
         for g in groups:  # a group's refusal names the library's parameters; the user reads inspect's flags
             g.unread = flagged(g.unread, "inspect") if g.unread is not None else None
-        print(json.dumps(weights_as_json(args.model, fmt, groups), indent=2) if args.json else weights_as_text(args.model, fmt, groups))
+        print(json_report(args, weights_as_json(args.model, fmt, groups)) if args.json else weights_as_text(args.model, fmt, groups))
         return 0
     tensorrt = getattr(args, "tensorrt", None)  # which TensorRT's parser rules judge the nodes (default 10.x)
     if args.spec or args.dtype or args.select:
@@ -149,14 +160,14 @@ def inspect(args: argparse.Namespace) -> int:
     except RNNXError as exc:
         found = {"not_analysed": str(exc)}
     reports = inspect_model(model, judge=predict.with_tensorrt(tensorrt) if tensorrt else predict)
-    print(json.dumps(as_json(reports, found, model, args.model), indent=2, default=str) if args.json else as_text(reports, found, model, args.model))
+    print(json_report(args, as_json(reports, found, model, args.model), default=str) if args.json else as_text(reports, found, model, args.model))
     return 0
 
 
 def fuse(args: argparse.Namespace) -> int:
     tolerances, dims, shapes = ToleranceArgs.parse(args), ShapeArgs.dims(args), parse_input_shapes(args.input)
     report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed, tolerances=tolerances, dims=dims, input_shapes=shapes)
-    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    print(json_report(args, report.to_json(), None if report.check is None else bool(report.check)) if args.json else report)
     return 0
 
 
@@ -164,13 +175,13 @@ def lower(args: argparse.Namespace) -> int:
     tolerances, dims, shapes = ToleranceArgs.parse(args), ShapeArgs.dims(args), parse_input_shapes(args.input)
     report = lower_file(args.model, args.output, select=args.node, check=not args.no_check, seed=args.seed, tolerances=tolerances,
                         dims=dims, input_shapes=shapes, for_tensorrt=args.for_target)
-    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    print(json_report(args, report.to_json(), None if report.check is None else bool(report.check)) if args.json else report)
     return 0
 
 
 def check_environment(args: argparse.Namespace) -> int:
     info, check = doctor.environment(), doctor.layout_check()
-    print(json.dumps({"environment": info, "cudnn_layout": check}, indent=2, default=str) if args.json else doctor.as_text(info, check))
+    print(json_report(args, {"environment": info, "cudnn_layout": check}, check["passed"], default=str) if args.json else doctor.as_text(info, check))
     if check["passed"] is False:
         raise ParityError("rnnx's cuDNN offset table disagrees with this GPU's cuDNN or PyTorch; do not use cuDNN blobs here")
     return 0
@@ -196,7 +207,7 @@ def build(args: argparse.Namespace) -> int:
         options.roles = _dimension_roles(args.input)
         meta = build_engine(args.input, args.output, options)
     if args.json:
-        print(json.dumps(meta, indent=2))
+        print(json_report(args, meta))  # nothing is checked: passed is null
     else:
         profiles = "; ".join(describe_dimensions(d) for d in meta["profile_dimensions"]) or "static shapes"
         print(f"wrote {args.output} (TensorRT {meta['tensorrt']}, {meta['precision']}, {meta['gpu']['name']}; profile {profiles})")
@@ -240,7 +251,7 @@ def verify(args: argparse.Namespace) -> int:
         report.dump(args.report)
     if args.html:
         write_html(report, args.html)
-    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    print(json_report(args, report.to_json()) if args.json else report)
     if not report.passed:
         raise ParityError("parity check failed" + ("; see the diagnosis above" if report.diagnosis and not args.json else ""))
     return 0
@@ -278,7 +289,7 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
         report.dump(args.report)
     if args.html:
         write_html(report, args.html)
-    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    print(json_report(args, report.to_json()) if args.json else report)
     if not report.passed:
         first = report.first_drift
         raise ParityError("verification failed" + (f": layer {first.name} is the first out of tolerance" if first is not None else ""))
@@ -297,7 +308,7 @@ def _verify_whole_against_weights(args: argparse.Namespace, tolerances: Any) -> 
         report.dump(args.report)
     if args.html:
         write_html(report, args.html)
-    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    print(json_report(args, report.to_json()) if args.json else report)
     if not report.passed:
         first = report.first_drift
         raise ParityError("verification failed" + (f": layer {first.name} is the first out of tolerance" if first is not None else ""))
@@ -315,7 +326,7 @@ def _verify_chunks(args: argparse.Namespace, tolerances: Any, dims: dict[str, in
                             args.batch, dims, args.seed, tolerances)
     if args.report:
         args.report.write_text(json.dumps(report.to_json(), indent=2))
-    print(json.dumps(report.to_json(), indent=2) if args.json else report)
+    print(json_report(args, report.to_json()) if args.json else report)
     if not report.passed:
         first = report.first_failure()
         raise ParityError("chunked verification failed" + (f": output {first.output} in chunks of {first.chunk} frame(s)" if first else ""))
@@ -337,7 +348,7 @@ def layout(args: argparse.Namespace) -> int:
     rows = cudnn.table_as_dicts(spec, itemsize)
     total = cudnn.blob_size(spec)
     if args.json:
-        print(json.dumps({"spec": str(spec), "elements": total, "itemsize": itemsize, "entries": rows}, indent=2))
+        print(json_report(args, {"spec": str(spec), "elements": total, "itemsize": itemsize, "entries": rows}))
         return 0
     print(f"cuDNN weight space for {spec}: {total} elements ({total * itemsize} bytes at {itemsize} bytes each)")
     print(f"{'pseudo':>6} {'layer':>5} {'dir':<8} {'linID':>5} {'gate':<4} {'kind':<4} {'offset':>10} shape")
@@ -348,8 +359,8 @@ def layout(args: argparse.Namespace) -> int:
 
 def list_formats(args: argparse.Namespace) -> int:
     rows = [{"name": n, "extensions": list(formats.get(n).extensions), "description": formats.get(n).description} for n in formats.names()]
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    if args.json:  # an object, as every verb's: the list under "formats"
+        print(json_report(args, {"formats": rows}))
     else:
         for r in rows:
             print(f"{r['name']:<8} {' '.join(r['extensions']) or '-':<28} {r['description']}")

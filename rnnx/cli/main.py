@@ -5,7 +5,9 @@ Exit status: 0 success, 1 a parity check failed, 2 bad input or usage, 3 an inte
 read, an output folder it may not write or a full disk is bad input (2), not a bug.
 
 With --json a failing run prints one JSON object on stdout (rnnx/cli/schema/error.json) besides
-its one line on stderr, unless the verb printed its own report first (verify's, export's).
+its one line on stderr, unless the verb printed its own report first (convert's, export's,
+verify's, doctor's, with passed false). A run that succeeds prints its verb's report, one object
+as rnnx/cli/schema/<verb>.json describes it (commands.json_report).
 """
 
 from __future__ import annotations
@@ -166,7 +168,8 @@ def _concerns(line: str, args: object, exc: BaseException | None) -> dict[str, s
     given: set[str] = set()
     for value in vars(args).values() if hasattr(args, "__dict__") else ():
         for item in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(item, (str, Path)):
+            # a path the user gave: a Path argument, or a string naming a file (not a flag's word, like a backend's "ort")
+            if isinstance(item, Path) or (isinstance(item, str) and Path(item).exists()):
                 given.add(str(item))
     if head and (head in given or Path(head).name in {Path(g).name for g in given if g}):
         found["path"] = head
