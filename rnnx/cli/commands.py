@@ -277,8 +277,8 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
     refuse_overwriting(inputs, {"--report": args.report, "--html": args.html})
     dims = ShapeArgs.dims(args)
     progress = sys.stderr.isatty() and not args.json
-    if getattr(args, "chunks", None) is not None or getattr(args, "state", None):
-        return _verify_chunks(args, tolerances, dims)
+    if getattr(args, "chunks", None) is not None or getattr(args, "state", None) or (args.against is not None and _is_streaming(args.model)):
+        return _verify_chunks(args, tolerances, dims)  # a streaming file against its model: chunk by chunk (the default chunks unless given)
     if args.against is None:
         if args.checkpoint:
             raise RNNXError("--checkpoint needs --against file.py:NAME (the model code to load it into)")
@@ -315,14 +315,21 @@ def _verify_whole_against_weights(args: argparse.Namespace, tolerances: Any) -> 
     return 0
 
 
+def _is_streaming(path: Path) -> bool:
+    """Whether the file was exported with --streaming (its rnnx.streaming record)."""
+    from rnnx.streaming import STREAMING_KEY
+
+    return any(p.key == STREAMING_KEY for p in load_onnx(path, lazy=True).metadata_props)
+
+
 def _verify_chunks(args: argparse.Namespace, tolerances: Any, dims: dict[str, int]) -> int:
     """``--chunks 1,7,32``: a streaming file run chunk by chunk, its states carried (rnnx.verify.chunked)."""
-    from rnnx.verify.chunked import DEFAULT_CHUNKS, parse_state, verify_chunked
+    from rnnx.verify.chunked import parse_state, verify_chunked
 
     if args.against is None:
         raise RNNXError("--chunks: expected --against file.py:NAME, the model run on the whole sequence, found none")
     states = [parse_state(s) for s in args.state or []]
-    report = verify_chunked(args.model, str(args.against), list(args.chunks or DEFAULT_CHUNKS), args.checkpoint, states, args.seq_lens,
+    report = verify_chunked(args.model, str(args.against), list(args.chunks) if args.chunks else None, args.checkpoint, states, args.seq_lens,
                             args.batch, dims, args.seed, tolerances)
     if args.report:
         args.report.write_text(json.dumps(report.to_json(), indent=2))

@@ -176,13 +176,14 @@ def pair_states(proto: Any, given: list[tuple[str, str]] | None, record: Any) ->
 # --- running ----------------------------------------------------------------------------------
 
 
-def verify_chunked(model_path: Path, against: str, chunks: list[int], checkpoint: Path | None = None, states: list[tuple[str, str]] | None = None,
+def verify_chunked(model_path: Path, against: str, chunks: list[int] | None, checkpoint: Path | None = None, states: list[tuple[str, str]] | None = None,
                    seq_lens: list[int] | None = None, batches: list[int] | None = None, dims: dict[str, int] | None = None, seed: int = 0,
                    tolerances: Tolerances | None = None) -> ChunkedReport:
     """The streaming file at ``model_path`` run chunk by chunk, against the torch model ``against``."""
     from rnnx.verify.models import load_torch_model
 
-    check_chunks(chunks)
+    if chunks is not None:
+        check_chunks(chunks)
     model_path = Path(model_path)
     proto, pairs, paired_by, record = _plan(model_path, states)  # refused before the torch model is loaded
     torch_model, example = load_torch_model(against, checkpoint)
@@ -207,7 +208,7 @@ def _plan(model_path: Path, states: list[tuple[str, str]] | None) -> tuple[Any, 
     return proto, pairs, paired_by, record
 
 
-def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, against: str, chunks: list[int],
+def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, against: str, chunks: list[int] | None,
                           states: list[tuple[str, str]] | None = None, seq_lens: list[int] | None = None, batches: list[int] | None = None,
                           dims: dict[str, int] | None = None, seed: int = 0, tolerances: Tolerances | None = None,
                           planned: tuple[Any, list[Pair], str, Any] | None = None) -> ChunkedReport:
@@ -218,10 +219,11 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     from rnnx.verify.inputs import input_specs
     from rnnx.verify.models import _recorded_example
 
-    check_chunks(chunks)
     model_path = Path(model_path)
     proto, pairs, paired_by, record = planned or _plan(model_path, states)
     multiple = record.multiple if record is not None else 1
+    chunks = list(chunks) if chunks is not None else [c * multiple for c in DEFAULT_CHUNKS]  # by default, in the strides' units
+    check_chunks(chunks)
     if record is not None:
         for chunk in chunks:
             record.check_chunk(chunk, "--chunks")

@@ -492,6 +492,10 @@ def test_cli_exports_and_verifies_a_strided_stream(tmp_path: Path, capsys: pytes
     assert json.loads(done.stdout)["passed"] is True
     assert main(["verify", str(tmp_path / "s.onnx"), "--against", f"{tmp_path / 'net.py'}:model", "--chunks", "2,6", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["passed"] is True
+    # without --chunks, a streaming file is still verified as it runs: chunk by chunk, at the default chunks the strides allow
+    assert main(["verify", str(tmp_path / "s.onnx"), "--against", f"{tmp_path / 'net.py'}:model", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] is True and report["check"] == "chunked" and all(c % 2 == 0 for c in report["chunks"])
     before = sorted(p.name for p in tmp_path.iterdir())
     assert main(["verify", str(tmp_path / "s.onnx"), "--against", f"{tmp_path / 'net.py'}:model", "--chunks", "3"]) == 2
     err = capsys.readouterr().err.strip()
