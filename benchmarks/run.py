@@ -1,7 +1,7 @@
 """rnnx's benchmarks: ratios measured side by side in one process, interleaved, medians.
 
 Run: make bench   (writes benchmarks/results.json and benchmarks/results.md, and the table
-between the markers in README.md). Not part of the test run. Sections:
+between the markers in docs/benchmarks.md). Not part of the test run. Sections:
 1. an LSTMCell stepped over time: rnnx's fused export vs torch.onnx's unrolled one vs torch
 2. bigger stacks in ONNX Runtime: rnnx vs torch.onnx vs torch eager
 3. cuDNN pack/unpack of ~1.5 GB of weights vs a plain copy, with peak memory
@@ -543,11 +543,11 @@ def main() -> None:
     table = markdown(results)
     details = [f"\n### large_convert, {size}\n\n" + "\n".join(large_convert.detail(r)) for size, r in results.get("large_convert", {}).items()]
     (here / "results.md").write_text(table + "\n" + "\n".join(details) + ("\n" if details else ""))
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+    doc = ROOT / "docs" / "benchmarks.md"
+    text = doc.read_text()
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
-        readme.write_text(f"{head}{BEGIN}\n{table}\n{END}{rest.split(END, 1)[1]}")
+        doc.write_text(f"{head}{BEGIN}\n{table}\n{END}{rest.split(END, 1)[1]}")
     print(table)
 
 

@@ -1,10 +1,10 @@
-"""Regenerate the README's exporter comparison: torch.onnx's two exporters and rnnx on every model.
+"""Regenerate docs/export.md's exporter comparison: torch.onnx's two exporters and rnnx on every model.
 
 Run from the repository root:
 
     .venv/bin/python tools/compare_exporters.py
 
-It rewrites the table between the exporter-table markers in README.md and prints it (and
+It rewrites the table between the exporter-table markers in docs/export.md and prints it (and
 every failure in full). The models are tests/exporters/corpus.py's FAMILIES and the older
 CASES of tests/exporters/models.py. Each is exported from its example at batch 3 by
 - torch.onnx's dynamo exporter, ``Dim.AUTO`` on every dimension of every input, opset 18;
@@ -18,7 +18,7 @@ then run in ONNX Runtime at test_corpus.py's three new shapes and compared with 
 
 does the same for the models of other authors' packages in tests/exporters/test_third_party.py
 (CASES and RECORDED), at that test's three check shapes, and writes the table to
-tools/third_party/EXPORTERS.md instead of the README. It measures the cases whose package this
+tools/third_party/EXPORTERS.md instead of docs/export.md. It measures the cases whose package this
 environment imports and keeps the other rows as they were, so run it once in the test
 environment and once in tools/third_party's (see its README) to fill every row; each row
 says which torch measured it. A model an exporter cannot export keeps its row, with the reason.
@@ -281,11 +281,11 @@ def main() -> None:
               "and the first failure.")
     table = "\n".join([f"Measured with torch {torch.__version__}, onnxruntime {ort.__version__} by `tools/compare_exporters.py`.",
                        "", legend, "", *lines, "", summary])
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+    doc = ROOT / "docs" / "export.md"
+    text = doc.read_text()
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
-        readme.write_text(f"{head}{BEGIN}\n{table}\n{END}{rest.split(END, 1)[1]}")
+        doc.write_text(f"{head}{BEGIN}\n{table}\n{END}{rest.split(END, 1)[1]}")
     print(table)
 
 

@@ -18,7 +18,7 @@ removed in 11); a TensorRT of a major version this code was not written against 
 against 8.6 to 10.x; 11 removed the precision builder flags it sets) is refused by name.
 
 On the CPU machines the tests run on TensorRT's libraries cannot be installed, so nothing
-here that needs them runs there (see the README).
+here that needs them runs there (see docs/engines.md).
 """
 
 from __future__ import annotations

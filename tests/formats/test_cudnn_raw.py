@@ -30,7 +30,7 @@ from tests.formats.test_cudnn import TORCH_MODULES, _torch_flat_blob
 
 torch = pytest.importorskip("torch")
 
-README = Path(__file__).parents[2] / "README.md"
+README = Path(__file__).parents[2] / "docs" / "cli.md"  # where the raw-blob commands are documented
 SHAPES = ((1, 1), (9, 1), (5, 3), (13, 6))  # (seq_len, batch): batch 1 and a single step included
 
 
@@ -247,11 +247,11 @@ def test_refusals_say_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_the_readme_commands_work_as_written(tmp_path: Path) -> None:
-    """The README's own raw-blob commands, run as a user runs them: reading a dump of torch's
+    """The docs' own raw-blob commands (docs/cli.md), run as a user runs them: reading a dump of torch's
     buffer, and writing one from a torch checkpoint, byte for byte what torch would hand cuDNN."""
     lines = [line.split("#")[0].strip() for line in README.read_text().splitlines()
              if line.startswith("rnnx convert ") and ".bin" in line.split("#")[0]]
-    assert len(lines) >= 2, "the README shows no rnnx convert command for .bin files"
+    assert len(lines) >= 2, "docs/cli.md shows no rnnx convert command for .bin files"
     stored = {"float32": "<f4", "float16": "<f2", "float64": "<f8"}
     for line in lines:
         argv = shlex.split(line)
