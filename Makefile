@@ -47,7 +47,7 @@ test-gpu:
 	PYTHONPATH=. $(PYTHON) -m pytest -q -p no:cacheprovider tests/gpu
 	PYTHONPATH=. $(PYTHON) -m rnnx.engines.cudnn_check
 
-# Benchmarks (not part of the test run): writes benchmarks/results.{json,md} and the README table.
+# Benchmarks (not part of the test run): writes benchmarks/results.{json,md} and the table in docs/benchmarks.md.
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/run.py
 
