@@ -38,6 +38,7 @@ from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map
 from rnnx.verify.inputs import input_specs
 from rnnx.verify.models import is_model_code, is_whole_model, verify_file, verify_model
+from rnnx.streaming import STREAMING_KEY
 from rnnx.verify.run import DTYPES
 from rnnx.verify.plots import write_html
 
@@ -317,8 +318,6 @@ def _verify_whole_against_weights(args: argparse.Namespace, tolerances: Any) -> 
 
 def _is_streaming(path: Path) -> bool:
     """Whether the file was exported with --streaming (its rnnx.streaming record)."""
-    from rnnx.streaming import STREAMING_KEY
-
     return any(p.key == STREAMING_KEY for p in load_onnx(path, lazy=True).metadata_props)
 
 
