@@ -129,3 +129,18 @@ def reference_threads() -> Iterator[ReferenceThreads]:
             yield ReferenceThreads(controller, bulk)
     finally:
         _lock.release()
+
+
+# For machines that run several rnnx processes at once (CI jobs side by side, test workers):
+# ONNX Runtime's own pool takes every core in each process, and its threads spin while they
+# wait, so N processes on N cores slow each other several times over. RNNX_ORT_THREADS=1 gives
+# each session one thread (and no spinning); unset or 0, ONNX Runtime chooses.
+ORT_THREADS_ENV = "RNNX_ORT_THREADS"
+
+
+def ort_threads() -> int:
+    """The ONNX Runtime intra-op threads asked for by RNNX_ORT_THREADS (0: ONNX Runtime's default)."""
+    try:
+        return max(int(os.environ.get(ORT_THREADS_ENV, "0") or 0), 0)
+    except ValueError:
+        return 0

@@ -25,6 +25,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--slow"):
         settings.load_profile("slow")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and workers >= (os.cpu_count() or 1):
+        # As many workers as cores: each computes on one thread (ONNX Runtime, torch, numpy's
+        # BLAS), in this process and in the CLI processes it starts. Pools sized for the whole
+        # machine in every worker wait on each other and made tests 1.3-3x slower.
+        from rnnx.blas_threads import ORT_THREADS_ENV
+
+        for name in (ORT_THREADS_ENV, "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
     from rnnx.fileio import WRITTEN_LOG
 
     # Every ONNX file rnnx writes during the run, in this process or a CLI subprocess, is

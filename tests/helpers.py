@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rnnx.spec import RNNSpec
 
@@ -38,3 +40,16 @@ def convert_as_shipped_and_planted(source: Path, output: Path, module: str, plan
         output.unlink()
     bad = subprocess.run([sys.executable, "-c", run.format(plant=plant), *argv], capture_output=True, text=True, timeout=300)
     return good, bad
+
+
+class MadeOnFirstUse(dict):  # type: ignore[type-arg]
+    """A module fixture's files by name, each made the first time a test asks for it: under
+    pytest-xdist a worker makes only the ones its own tests use (``files[name]``, as a dict)."""
+
+    def __init__(self, makers: dict[str, Callable[[], Any]]) -> None:
+        super().__init__()
+        self._makers = makers
+
+    def __missing__(self, name: str) -> Any:
+        made = self[name] = self._makers[name]()
+        return made

@@ -25,6 +25,7 @@ import numpy as np
 # Only light modules here: the child imports this module too, and each import is paid again
 # at every session's start (rnnx.engines.onnxruntime pulls in the graph inspector).
 from rnnx import limits
+from rnnx.blas_threads import ort_threads
 from rnnx.errors import RNNXError
 
 _LENGTH = struct.Struct("<Q")
@@ -149,6 +150,8 @@ def _session_config(data_folder: str | Path | None) -> dict[str, str]:
     # Between runs rnnx computes on the same cores (the reference, torch): ONNX Runtime's
     # workers, spinning while they wait for a next run, would take those cores from it.
     config = {"session.intra_op.allow_spinning": "0"}
+    if ort_threads():
+        config["session.intra_op_num_threads"] = str(ort_threads())  # read by the child, which sets the option itself
     if data_folder is not None:
         config[EXTERNAL_DATA_FOLDER] = str(data_folder)
     return config
@@ -213,6 +216,9 @@ def serve() -> None:
         # files run here come from anywhere. The layouts it leaves out change no operator's meaning.
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         for key, value in header.get("config", {}).items():
+            if key == "session.intra_op_num_threads":  # not a config entry of ONNX Runtime's: the option's value
+                options.intra_op_num_threads = int(value)
+                continue
             options.add_session_config_entry(key, value)
         session = ort.InferenceSession(model.tobytes(), options, providers=["CPUExecutionProvider"])
         del model

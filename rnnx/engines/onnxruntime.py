@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.blas_threads import ort_threads
 from rnnx.engines.rules import BackendRules, Rule
 from rnnx.engines.runner import with_zero_states
 from rnnx.errors import RNNXError
@@ -58,8 +59,10 @@ class OnnxRuntimeRunner:
 
         options = ort.SessionOptions()
         options.log_severity_level = 4  # fatal only: its errors reach the user as one-line exceptions instead
+        threads = threads or ort_threads()
         if threads:
             options.intra_op_num_threads = threads
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if data_folder is not None:
             options.add_session_config_entry(EXTERNAL_DATA_FOLDER, str(data_folder))
         source = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()

@@ -147,6 +147,8 @@ def plan_stack_model(
     # The lowest IR version for the opset, so that older consumers (TensorRT 8.6) accept the file.
     model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
     plan = PlannedModel(model, planned)
+    for name in prune(model).initializers:  # a lowered layer's helpers its wiring does not use (no states given: no batch size)
+        plan.pieces.pop(name, None)
     check_planned(plan)
     return plan
 

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from rnnx.formats.onnx_prune import prune
 from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.fileio import stream
@@ -105,7 +106,10 @@ def _point_external(tensor: Any, location: str, offset: int, length: int) -> int
 
 def write_planned(plan: PlannedModel, tmp: Path, final_name: str, external: bool) -> None:
     """Write the model to ``tmp`` (renamed later to ``final_name`` in the same folder): one
-    file, or with external data in ``<final_name>.data`` (see the module's docstring)."""
+    file, or with external data in ``<final_name>.data`` (see the module's docstring). What
+    nothing reads is pruned first, as every writer of rnnx's does (rnnx.formats.onnx_prune)."""
+    for name in prune(plan.model).initializers:
+        plan.pieces.pop(name, None)
     shown = progress.Bytes(f"writing {final_name}", plan.planned_bytes)
 
     def stream_tensor(f: BinaryIO, name: str) -> None:

@@ -32,6 +32,7 @@ from rnnx.errors import RNNXError  # noqa: E402
 from rnnx.exporters import record  # noqa: E402
 from rnnx.exporters.loading import load_model  # noqa: E402
 from rnnx.verify.calls import plan_call  # noqa: E402
+from tests.helpers import MadeOnFirstUse  # noqa: E402
 
 MODELS = '''
 import torch
@@ -204,7 +205,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Pat
     tmp = tmp_path_factory.mktemp("forwards")
     code = tmp / "models.py"
     code.write_text(MODELS)
-    return code, {name: _export(code, name, tmp / f"{name}.onnx") for name in RECORDED}
+    # Each model is exported when a test first asks for it.
+    return code, MadeOnFirstUse({name: (lambda name=name: _export(code, name, tmp / f"{name}.onnx")) for name in RECORDED})
 
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
