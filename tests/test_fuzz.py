@@ -3,7 +3,7 @@
 Each mutated file goes through the CLI's own entry point (in process, for speed): the run
 may succeed (a flipped bit in a float is still a float) or fail, but a failure is exit
 status 2 with one line on stderr, never an uncaught exception, and no output is left.
-RNNX_FUZZ_FILES sets how many mutated files per run (default 520; `--slow` runs 5,000).
+RNNX_FUZZ_FILES sets how many mutated files per run (default 260; `--slow` runs 5,000).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _mutate(data: bytes, rng: np.random.Generator) -> bytes:
     return b""
 
 
-@pytest.mark.parametrize("budget", [int(os.environ.get("RNNX_FUZZ_FILES", "520"))])
+@pytest.mark.parametrize("budget", [int(os.environ.get("RNNX_FUZZ_FILES", "260"))])
 def test_mutated_files_fail_cleanly(tmp_path: Path, budget: int, request: pytest.FixtureRequest) -> None:
     if request.config.getoption("--slow"):
         budget = max(budget, 5000)

@@ -150,8 +150,6 @@ def _session_config(data_folder: str | Path | None) -> dict[str, str]:
     # Between runs rnnx computes on the same cores (the reference, torch): ONNX Runtime's
     # workers, spinning while they wait for a next run, would take those cores from it.
     config = {"session.intra_op.allow_spinning": "0"}
-    if ort_threads():
-        config["session.intra_op_num_threads"] = str(ort_threads())  # read by the child, which sets the option itself
     if data_folder is not None:
         config[EXTERNAL_DATA_FOLDER] = str(data_folder)
     return config
@@ -215,10 +213,9 @@ def serve() -> None:
         # process (SIGSEGV) building some float16 graphs (a Conv's) at ORT_ENABLE_ALL, and the
         # files run here come from anywhere. The layouts it leaves out change no operator's meaning.
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        if ort_threads():  # RNNX_ORT_THREADS, inherited from the parent's environment
+            options.intra_op_num_threads = ort_threads()
         for key, value in header.get("config", {}).items():
-            if key == "session.intra_op_num_threads":  # not a config entry of ONNX Runtime's: the option's value
-                options.intra_op_num_threads = int(value)
-                continue
             options.add_session_config_entry(key, value)
         session = ort.InferenceSession(model.tobytes(), options, providers=["CPUExecutionProvider"])
         del model

@@ -45,36 +45,39 @@ def _read_names(graphs: list[Any]) -> set[str]:
     return read
 
 
+def _drop(field: Any, dead: list[int]) -> None:
+    """Delete entries of a repeated field by index, in place: the others (a Scan node and its
+    body among them) stay the same objects, so graphs collected before remain the model's."""
+    for i in reversed(dead):
+        del field[i]
+
+
 def prune(proto: Any) -> Pruned:
     """Remove, in place, every node whose outputs nothing reads (until none is left), then every
     initializer and value_info entry nothing reads or produces; returns what went."""
-    graphs = list(all_graphs(proto.graph))
     pruned = Pruned()
     while True:  # a dead node can leave its producers dead: repeat until nothing changes
+        graphs = list(all_graphs(proto.graph))
         read = _read_names(graphs)
         removed = False
         for g in graphs:
-            keep = [n for n in g.node if any(o in read for o in n.output if o)]
-            if len(keep) != len(g.node):
-                pruned.nodes += [n.name or n.op_type for n in g.node if not any(o in read for o in n.output if o)]
-                del g.node[:]
-                g.node.extend(keep)
+            dead = [k for k, n in enumerate(g.node) if not any(o in read for o in n.output if o)]
+            if dead:
+                pruned.nodes += [g.node[k].name or g.node[k].op_type for k in dead]
+                _drop(g.node, dead)
                 removed = True
         if not removed:
             break
+    graphs = list(all_graphs(proto.graph))
     read = _read_names(graphs)
     produced = {o for g in graphs for n in g.node for o in n.output} | {i.name for g in graphs for i in g.input}
     for g in graphs:
         inputs = {i.name for i in g.input}
-        keep = [t for t in g.initializer if t.name in read or t.name in inputs]
-        if len(keep) != len(g.initializer):
-            pruned.initializers += [t.name for t in g.initializer if t not in keep]
-            del g.initializer[:]
-            g.initializer.extend(keep)
+        dead = [k for k, t in enumerate(g.initializer) if t.name not in read and t.name not in inputs]
+        pruned.initializers += [g.initializer[k].name for k in dead]
+        _drop(g.initializer, dead)
         alive = read | produced | {t.name for t in g.initializer}
-        info = [v for v in g.value_info if v.name in alive]
-        if len(info) != len(g.value_info):
-            pruned.value_info += [v.name for v in g.value_info if v.name not in alive]
-            del g.value_info[:]
-            g.value_info.extend(info)
+        dead = [k for k, v in enumerate(g.value_info) if v.name not in alive]
+        pruned.value_info += [g.value_info[k].name for k in dead]
+        _drop(g.value_info, dead)
     return pruned

@@ -72,3 +72,17 @@ def test_the_isolated_runner_stops_a_graph_that_never_ends() -> None:
             runner({"x": np.zeros((), np.float32)})
     assert time.monotonic() - start < 20
     assert runner._child.poll() is not None  # the child was killed, not left spinning
+
+
+def test_rnnx_ort_threads_caps_the_session_pool(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """RNNX_ORT_THREADS=1 (several rnnx processes on one machine): each session computes on one thread."""
+    from rnnx import RNNSpec, RNNWeights
+    from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+
+    from rnnx.formats.onnx_build import save_model, build_stack_model
+
+    save_model(build_stack_model(RNNWeights.random(RNNSpec.parse("gru,input=2,hidden=3"), seed=0)), tmp_path / "m.onnx")
+    monkeypatch.setenv("RNNX_ORT_THREADS", "1")
+    assert OnnxRuntimeRunner(tmp_path / "m.onnx").session.get_session_options().intra_op_num_threads == 1
+    monkeypatch.setenv("RNNX_ORT_THREADS", "0")
+    assert OnnxRuntimeRunner(tmp_path / "m.onnx").session.get_session_options().intra_op_num_threads == 0
