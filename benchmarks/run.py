@@ -19,6 +19,10 @@ between the markers in docs/benchmarks.md). Not part of the test run. Sections:
    LSTMs), every source format to every target, each in its own process with --no-check: its
    time against `cp` of the same file and its peak memory against the file's size (see
    benchmarks/large_convert.py, which also runs alone)
+9. streaming: a streaming speech model (40 log-mels -> causal Conv1d k=3 -> 2-layer LSTM H=256 ->
+   Linear to 32) exported with streaming=True: one chunk of 1 and of 10 frames with its states,
+   ONNX Runtime vs torch eager carrying the same states, both on 1 thread; 500 frames in 10-frame
+   chunks vs one 500-frame run of the same file; the chunked outputs held to torch's whole sequence
 Run one section with --only, e.g. `python benchmarks/run.py --only verify_large`.
 """
 
@@ -452,6 +456,142 @@ def fuse_scaling(tmp: Path, repeats: int) -> dict:
     return out
 
 
+class StreamingSpeech(torch.nn.Module):
+    """A streaming speech model: log-mels (batch, frames, 40) -> a causal Conv1d (k=3, padded on
+    the left with F.pad) -> ReLU -> a 2-layer LSTM (H=256) -> Linear to 32 per frame."""
+
+    def __init__(self, mels: int = 40, channels: int = 128, hidden: int = 256, outputs: int = 32) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(mels, channels, kernel_size=3, padding=0)
+        self.lstm = torch.nn.LSTM(channels, hidden, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(hidden, outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(torch.nn.functional.pad(x.transpose(1, 2), (2, 0))))
+        y, _ = self.lstm(y.transpose(1, 2))
+        return self.head(y)
+
+    def step(self, chunk: torch.Tensor, cache: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple:
+        """One chunk with its states, in torch: what the streaming file computes (the conv's
+        2 frames of left context in ``cache``, the LSTM's ``h`` and ``c``), with the same weights."""
+        full = torch.cat((cache, chunk.transpose(1, 2)), dim=2)
+        y, (h, c) = self.lstm(torch.relu(self.conv(full)).transpose(1, 2), (h, c))
+        return self.head(y), full[..., -2:], h, c
+
+
+STREAM_FRAMES, STREAM_CHUNKS = 500, (1, 10)
+
+
+def streaming(tmp: Path, repeats: int) -> dict:
+    """A streaming file's latency per chunk in ONNX Runtime (its own session: 1 intra-op and 1
+    inter-op thread) against torch eager on 1 thread running the same chunk with the same states,
+    each side carrying its states from call to call; and a whole sequence in 10-frame chunks
+    against one run of it, in the same file. rnnx.StreamingSession (1 thread) is timed beside
+    the bare session, for its own overhead per call. The chunked outputs must match torch's on
+    the whole sequence (max abs diff < 1e-4) before anything is timed."""
+    import onnxruntime as ort
+
+    from rnnx.streaming import read_streaming
+
+    torch.manual_seed(0)
+    model = StreamingSpeech().eval()
+    path = tmp / "streaming.onnx"
+    rnnx.export(model, (torch.randn(1, 50, 40),), path, streaming=True, check=False)  # checked below, chunk by chunk
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    record = read_streaming(sess.get_modelmeta().custom_metadata_map)
+    assert record is not None and record.streamed_inputs == ["x"], record
+    names = [o.name for o in sess.get_outputs()]
+    pairs = [(s.input, s.output) for s in record.states]
+    with mock.patch.dict(os.environ, {"RNNX_ORT_THREADS": "1"}):
+        stream = rnnx.StreamingSession(path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    out: dict = {"setup": f"40 log-mels -> causal Conv1d(40, 128, k=3) via F.pad -> ReLU -> LSTM(128, 256, 2 layers, batch_first) -> Linear(256, 32), "
+                          f"batch 1; ONNX Runtime {ort.__version__} CPU session with 1 intra-op and 1 inter-op thread, torch eager on 1 thread; "
+                          "each side carries its states from call to call; medians of interleaved runs",
+                 "states": {s.input: list(s.dims) for s in record.states}}
+    try:
+        def ort_chunks(x: np.ndarray, frames: int) -> np.ndarray:
+            states = {s.input: s.zeros(x.shape[0]) for s in record.states}
+            ys = []
+            for t in range(0, x.shape[1], frames):
+                res = dict(zip(names, sess.run(names, {"x": x[:, t:t + frames], **states})))
+                states = {i: res[o] for i, o in pairs}
+                ys.append(res["output"])
+            return np.concatenate(ys, axis=1)
+
+        def eager_chunks(x: torch.Tensor, frames: int) -> torch.Tensor:
+            state = (torch.zeros(1, 40, 2), torch.zeros(2, 1, 256), torch.zeros(2, 1, 256))
+            ys = []
+            for t in range(0, x.shape[1], frames):
+                y, *state = model.step(x[:, t:t + frames], *state)
+                ys.append(y)
+            return torch.cat(ys, dim=1)
+
+        x = torch.randn(1, STREAM_FRAMES, 40)
+        xn = x.numpy()
+        with torch.no_grad():
+            whole = model(x).numpy()
+            diffs = {f"ORT in {n}-frame chunks": float(np.abs(ort_chunks(xn, n) - whole).max()) for n in STREAM_CHUNKS}
+            diffs["ORT whole, one run"] = float(np.abs(ort_chunks(xn, STREAM_FRAMES) - whole).max())
+            diffs["torch eager in 10-frame chunks (the baseline)"] = float(np.abs(eager_chunks(x, 10).numpy() - whole).max())
+        out["max abs diff to torch on the whole sequence"] = {k: float(f"{v:.3g}") for k, v in diffs.items()}
+        print(f"   max abs diff to torch, {STREAM_FRAMES} frames: {out['max abs diff to torch on the whole sequence']}", flush=True)
+        assert all(v < 1e-4 for v in diffs.values()), f"the streaming file does not match torch: {diffs}"
+
+        for frames in STREAM_CHUNKS:
+            chunk = torch.randn(1, frames, 40)
+            chunk_np = chunk.numpy()
+            ort_states = {s.input: s.zeros(1) for s in record.states}
+            eager_state = [torch.zeros(1, 40, 2), torch.zeros(2, 1, 256), torch.zeros(2, 1, 256)]
+            stream.reset()
+
+            def ort_run() -> None:
+                res = dict(zip(names, sess.run(names, {"x": chunk_np, **ort_states})))
+                ort_states.update({i: res[o] for i, o in pairs})
+
+            def eager_run() -> None:
+                _, *eager_state[:] = model.step(chunk, *eager_state)
+
+            with torch.no_grad():
+                t = interleaved({"ORT session.run": ort_run, "torch eager": eager_run,
+                                 "rnnx.StreamingSession.process": lambda: stream.process(chunk_np)}, repeats * 20)
+            row = {f"{k} ms": round(v * 1e3, 4) for k, v in t.items()}
+            row["ratio ORT/torch eager"] = round(t["ORT session.run"] / t["torch eager"], 3)
+            row["ratio StreamingSession/torch eager"] = round(t["rnnx.StreamingSession.process"] / t["torch eager"], 3)
+            row["ratio StreamingSession/ORT session.run"] = round(t["rnnx.StreamingSession.process"] / t["ORT session.run"], 3)
+            out[f"chunk of {frames}"] = row
+            print(f"   chunk of {frames}: {row}", flush=True)
+
+        t = interleaved({"chunks": lambda: ort_chunks(xn, 10), "one run": lambda: ort_chunks(xn, STREAM_FRAMES)}, repeats)
+        out[f"{STREAM_FRAMES} frames"] = {"in 10-frame chunks ms": round(t["chunks"] * 1e3, 3), "one run ms": round(t["one run"] * 1e3, 3),
+                                          "ratio chunked/one run": round(t["chunks"] / t["one run"], 3)}
+        print(f"   {STREAM_FRAMES} frames: {out[f'{STREAM_FRAMES} frames']}", flush=True)
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def _streaming_lines(r: dict) -> list[str]:
+    """The streaming section's rows of the table."""
+    what = "streaming speech model (causal Conv1d k=3 -> 2-layer LSTM H=256 -> Linear, batch 1)"
+    lines = []
+    for frames in STREAM_CHUNKS:
+        c = r[f"chunk of {frames}"]
+        ratio = c["ratio ORT/torch eager"]
+        lines.append(f"| {what}, one chunk of {frames} frame{'s' if frames > 1 else ''} with its states: ONNX Runtime / torch eager, 1 thread each | "
+                     f"{ratio}x ({c['ORT session.run ms']} ms / {c['torch eager ms']} ms; rnnx.StreamingSession {c['rnnx.StreamingSession.process ms']} ms, "
+                     f"{c['ratio StreamingSession/torch eager']}x) | <= 0.5x {'(met)' if ratio <= 0.5 else '(MISSED)'} |")
+    w = r[f"{STREAM_FRAMES} frames"]
+    ratio = w["ratio chunked/one run"]
+    diff = max(r["max abs diff to torch on the whole sequence"].values())
+    lines.append(f"| the same, {STREAM_FRAMES} frames in 10-frame chunks / in one run, ONNX Runtime (outputs within {diff:.1e} of torch's whole sequence) | "
+                 f"{ratio}x ({w['in 10-frame chunks ms']} ms / {w['one run ms']} ms) | <= 2x {'(met)' if ratio <= 2 else '(MISSED)'} |")
+    return lines
+
+
 def markdown(results: dict) -> str:
     s = results["stepped_cell"]
     p = results["pack_unpack"]
@@ -505,13 +645,15 @@ def markdown(results: dict) -> str:
                      f"{'(met)' if f['per-step cost, T=1000 / T=100'] <= 1.5 else '(MISSED)'} |")
     for result in results.get("large_convert", {}).values():
         lines += large_convert.summary(result)
+    if results.get("streaming"):
+        lines += _streaming_lines(results["streaming"])
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--only", nargs="*", default=None, help="sections to run: stepped_cell stacks pack_unpack export gpu verify_large fuse_scaling large_convert (the others keep their last figures)")
+    parser.add_argument("--only", nargs="*", default=None, help="sections to run: stepped_cell stacks pack_unpack export gpu verify_large fuse_scaling large_convert streaming (the others keep their last figures)")
     parser.add_argument("--large-sizes", nargs="*", default=["370M", "1.5G"], help="large_convert's checkpoint sizes to measure (the others keep their last figures)")
     args = parser.parse_args()
     import platform
@@ -531,6 +673,7 @@ def main() -> None:
             "fuse_scaling": lambda: fuse_scaling(Path(tmp), max(args.repeats // 5, 3)),
             "large_convert": lambda: {**previous.get("large_convert", {}),
                                       **{size: large_convert.measure(size, repeats=3 if size == "370M" else 1) for size in args.large_sizes}},
+            "streaming": lambda: streaming(Path(tmp), args.repeats),
         }
         for name, fn in sections.items():
             if args.only is None or name in args.only:
