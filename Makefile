@@ -36,10 +36,10 @@ demo: $(VENV)/.demo-installed
 
 # -n auto: one pytest-xdist worker per core (the run is CPU-bound; 2 cores halve it)
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q -n auto $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n auto --dist loadscope $(PYTEST_ARGS)
 
 test-slow: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -q -n auto --slow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n auto --dist loadscope --slow $(PYTEST_ARGS)
 
 # On a machine with an NVIDIA GPU, with a Python that has a CUDA build of torch and the
 # base dependencies: runs from the source tree, no virtual environment.

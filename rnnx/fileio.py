@@ -7,9 +7,9 @@ import contextvars
 import errno
 import json
 import os
+import secrets
 import stat
 import struct
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -32,6 +32,31 @@ _MAX_RANK = 32  # numpy holds 64 dimensions at most; no weight has more than a h
 _pending: contextvars.ContextVar[dict[Path, Path]] = contextvars.ContextVar("rnnx_pending_outputs", default={})
 # Every temporary output file in this process, for the signal handler (which may run in any context).
 _in_flight: set[str] = set()
+
+
+def _temporary_beside(path: Path) -> str:
+    """A new empty 0600 file beside ``path``, registered for removal *before* it exists: a
+    SIGTERM between creating and registering it (mkstemp, then a set's add) left it behind.
+    The name ends as the final one does, so that readers that go by extension can check it."""
+    folder = str(path.parent or ".")
+    suffix = ".part" + "".join(path.suffixes[-2:])[:40]
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{path.name[:100]}.{secrets.token_hex(4)}{suffix}")
+        _in_flight.add(tmp)
+        fd = -1
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.close(fd)
+            return tmp
+        except FileExistsError:
+            _in_flight.discard(tmp)
+        except BaseException:  # an OS error, or a signal's exit: nothing of ours stays behind
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            _in_flight.discard(tmp)
+            raise
+    raise FileExistsError(errno.EEXIST, "no free temporary name", folder)
 
 
 def remove_partial_outputs() -> None:
@@ -73,12 +98,9 @@ def atomic_output(path: Path) -> Iterator[Path]:
     if path.parent and not path.parent.exists():
         raise RNNXError(f"{path}: the folder {path.parent} does not exist; create it first")
     try:
-        # The name ends as the final one does, so that readers that go by extension can check it.
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".part" + "".join(path.suffixes[-2:])[:40], dir=path.parent or ".")
+        tmp = _temporary_beside(path)
     except OSError as exc:
         raise RNNXError(f"{path}: cannot create a file in {path.parent or '.'} ({exc.strerror}); choose a writable folder") from None
-    os.close(fd)
-    _in_flight.add(tmp)
     token = _pending.set({**outer, key: Path(tmp)})
     try:
         yield Path(tmp)

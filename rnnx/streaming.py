@@ -144,10 +144,12 @@ class StreamingSession:
     outputs other than the states, by name.
     """
 
-    def __init__(self, path: str | Path, providers: list[str] | None = None) -> None:
+    def __init__(self, path: str | Path, providers: list[str] | None = None, threads: int = 0) -> None:
+        """``threads``: ONNX Runtime's intra-op threads (0: its default, or RNNX_ORT_THREADS);
+        1 suits a device running several streams, each in its own session."""
         from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 
-        self.runner = OnnxRuntimeRunner(path, providers=providers)
+        self.runner = OnnxRuntimeRunner(path, providers=providers, threads=threads)
         record = read_streaming(self.runner.session.get_modelmeta().custom_metadata_map)
         if record is None:
             raise RNNXError(f"{path}: expected a file exported with streaming=True (its {STREAMING_KEY} metadata), found none; "

@@ -501,3 +501,10 @@ def test_cli_exports_and_verifies_a_strided_stream(tmp_path: Path, capsys: pytes
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "expected a chunk of a multiple of 2 frames (the model's strides along time), found 3" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_session_on_one_thread(exported: dict[str, Any]) -> None:
+    _, path, _ = exported["keyword_spotter"]
+    session = rnnx.StreamingSession(path, threads=1)
+    assert session.runner.session.get_session_options().intra_op_num_threads == 1
+    assert session.process(np.zeros((3, 2, 10), np.float32))["output"].shape == (3, 2, 4)
