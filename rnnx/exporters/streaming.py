@@ -10,18 +10,20 @@ keeps the final states, then returns (the model's output tensors..., the final s
 Module names, parameters and the recurrent modules' swap to native nodes are untouched, so
 the rest of the exporter sees an ordinary model that takes and returns states.
 
-A convolution along time keeps the frames its left padding stood for: its cache is one more
-state in and out (:mod:`rnnx.exporters.stream_context`, which also finds the time axis and
-proves the model causal by running it).
+A cell stepped in Python takes the state inputs at its first step of the forward, and its
+last step's states are the outputs. A convolution along time keeps the frames its left
+padding stood for, and a cumsum along time or an arange over the frames their running sum or
+count: each is one more state in and out (:mod:`rnnx.exporters.stream_context`, which also
+finds the time axis and proves the model causal by running it).
 
 What cannot stream is refused before tracing, in one line naming the module: a
-bidirectional recurrence (its output at frame t needs the frames after t), a cell stepped
-in Python (its state is not carried yet), a module called more than once per forward, an
-initial state that is not zeros, and whatever the causality probe finds reading later
-frames (a centered convolution, attention or a normalization over time). What the probe
-cannot see (a cumulative sum, a functional convolution) the chunked check catches: the
-file is run in ONNX Runtime chunk by chunk, feeding each chunk's state outputs to the next,
-and must match the torch model run on the whole sequence (:meth:`StreamPlan.check`).
+bidirectional recurrence (its output at frame t needs the frames after t), a module called
+more than once per forward, an initial state that is not zeros, and whatever the causality
+probe finds reading later frames (a centered convolution, attention or a normalization over
+time). What the probe cannot see (a functional convolution, a loop over frames in forward)
+the chunked check catches: the file is run in ONNX Runtime chunk by chunk, feeding each
+chunk's state outputs to the next, and must match the torch model run on the whole sequence
+(:meth:`StreamPlan.check`).
 """
 
 from __future__ import annotations
