@@ -286,15 +286,7 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
         report = verify_file(args.model, args.seq_lens, args.batch, dims, args.seed, tolerances, progress)
     else:
         report = verify_model(args.model, str(args.against), args.checkpoint, args.seq_lens, args.batch, dims, args.seed, tolerances, progress)
-    if args.report:
-        report.dump(args.report)
-    if args.html:
-        write_html(report, args.html)
-    print(json_report(args, report.to_json()) if args.json else report)
-    if not report.passed:
-        first = report.first_drift
-        raise ParityError("verification failed" + (f": layer {first.name} is the first out of tolerance" if first is not None else ""))
-    return 0
+    return _whole_report(args, report)
 
 
 def _verify_whole_against_weights(args: argparse.Namespace, tolerances: Any) -> int:
@@ -305,6 +297,11 @@ def _verify_whole_against_weights(args: argparse.Namespace, tolerances: Any) -> 
                         "(its inputs are not a stack's): its layers are checked against the weights, use --atol/--rtol")
     report = verify_file(args.model, args.seq_lens, args.batch, ShapeArgs.dims(args), args.seed, tolerances, sys.stderr.isatty() and not args.json,
                          weights=args.against, select=args.select)
+    return _whole_report(args, report)
+
+
+def _whole_report(args: argparse.Namespace, report: Any) -> int:
+    """A whole model's verify report, written where asked (--report, --html) and printed; exit 1 if it failed."""
     if args.report:
         report.dump(args.report)
     if args.html:
