@@ -103,6 +103,8 @@ class SelfCheck:
     layers: list[dict[str, Any]] = field(default_factory=list)  # the layer-by-layer check, where it ran
     layer_failure: str = ""  # its one line where a layer drifts
     hint: str = ""  # what the failing cases together point to, added to the failure's line
+    dims: list[dict[str, Any]] = field(default_factory=list)  # the dimension audit's verdicts (rnnx.exporters.audit)
+    audit_failure: str = ""  # its one line where the file fixes what the model leaves free
 
     @property
     def default(self) -> Tolerance:
@@ -119,7 +121,7 @@ class SelfCheck:
 
     def __bool__(self) -> bool:
         ran = [c for c in self.cases if c.skipped is None]
-        return bool(ran) and all(c.passed for c in ran) and not self.layer_failure
+        return bool(ran) and all(c.passed for c in ran) and not self.layer_failure and not self.audit_failure
 
     def failure(self) -> str:
         """One line: the first failing case, what failed, and the shapes (and the hint, if any)."""
@@ -127,6 +129,8 @@ class SelfCheck:
         return f"{line}; {self.hint}" if self.hint else line
 
     def _first_failure(self) -> str:
+        if self.audit_failure:
+            return f"dimension audit: {self.audit_failure}"
         for case in self.cases:
             if case.skipped is None and not case.passed:
                 if case.error:
@@ -143,6 +147,7 @@ class SelfCheck:
         return {"passed": bool(self), "atol": self.atol, "rtol": self.rtol, "stat": self.default.stat_label,
                 "calibrated_multiple": CALIBRATED_MULTIPLE, "tolerances": self.tolerances.to_json(), "notes": self.notes,
                 "layers": self.layers, "layer_failure": self.layer_failure or None,
+                "dimensions": self.dims, "audit_failure": self.audit_failure or None,
                 "cases": [asdict(c) | {"passed": c.passed} for c in self.cases]}
 
     def __str__(self) -> str:
@@ -150,6 +155,12 @@ class SelfCheck:
         rule = (f"max abs error within {CALIBRATED_MULTIPLE:g}x the rounding floor, torch's own output against its float64 copy; "
                 f"where nothing gives a floor, {self.default} for float32 outputs, each dtype its own{given}")
         lines = [f"self-check against torch in ONNX Runtime ({rule}):"] + [f"  note: {n}" for n in self.notes]
+        if self.dims:
+            lines.append("  dimensions, asked of the torch model:")
+            lines += [f"    {d['input']} dim {d['dim']} ({d['size']} in the example): {d['verdict']}" + (f" as {d['label']}" if d.get("label") else "")
+                      + (f" ({d['why']})" if d.get("why") else "") for d in self.dims]
+        if self.audit_failure:
+            lines.append(f"  FAIL: {self.audit_failure}")
         for c in self.cases:
             if c.skipped:
                 verdict = f"skipped: {c.skipped}"

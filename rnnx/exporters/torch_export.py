@@ -38,6 +38,7 @@ from rnnx.exporters import torchscript_route
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.graphs.legalize import convert_down
 from rnnx.exporters import record
+from rnnx.exporters.audit import DimensionAudit
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.formats.onnx_scan import lower_projections
 from rnnx.graphs.index import all_graphs
@@ -116,10 +117,11 @@ def export(
         specs, labels = shapes.offered_shapes(leaves, overrides)
         offered = shapes.bind_dynamic_shapes(model, _unflatten(specs, structure))
     shapes.rename_leaves(leaves, input_names)
+    asked = _asked_static(leaves, specs, dynamic_shapes is not None)
 
     work = copy.deepcopy(model).eval()
     swapped = swap_recurrent_modules(work)
-    routes = _Routes(model, work, swapped, leaves, structure, path, opset, output_names, swappable(model), check, seed, tolerances)
+    routes = _Routes(model, work, swapped, leaves, structure, path, opset, output_names, swappable(model), check, seed, tolerances, asked)
     progress.step("tracing with torch.export")
     try:
         program, tracing = _trace(model, work, leaves, structure, specs, offered, user_shapes=dynamic_shapes is not None)
@@ -129,6 +131,19 @@ def export(
         program = naming = None
     if program is not None:
         routes.try_dynamo(program, naming, tracing)
+        if not routes.done and routes.missed and dynamic_shapes is None:
+            # the model runs with a batch or a length the trace fixed: trace again on the inputs
+            # it ran with, so that torch sees that dimension vary
+            grown, how = routes.grown_example()
+            progress.step(f"tracing again with {how} grown")
+            try:
+                program3, tracing3 = _trace(model, work, leaves, structure, specs, offered, user_shapes=False, grown=(grown, how))
+                naming3 = shapes.name_dimensions(program3, leaves, labels, ops.KINDS)
+                routes.try_dynamo(program3, naming3, tracing3, label=DYNAMO_GROWN)
+                if routes.done:
+                    program, naming = program3, naming3
+            except RNNXError as exc:
+                routes.failed(DYNAMO_GROWN, exc)
         static = [] if routes.done or dynamic_shapes is not None else _unneeded_dimensions(naming, leaves, labels)
         if static:
             # torch kept these dynamic, but no recurrence reads them: a shape the model throws
@@ -155,6 +170,8 @@ def export(
 
 DYNAMO = "torch.export + torch.onnx (dynamo)"
 DYNAMO_STATIC = DYNAMO + " with unneeded dimensions static"
+DYNAMO_GROWN = DYNAMO + " on the example grown where the model accepts it"
+TORCHSCRIPT_WIDENED = torchscript_route.ROUTE + " with the dimensions the audit found dynamic"
 
 
 class _Routes:
@@ -162,10 +179,16 @@ class _Routes:
     its self-check is written; otherwise the failure that got furthest is reported."""
 
     def __init__(self, model: Any, work: Any, swapped: list[tuple[str, Any]], leaves: list[Any], structure: Any, path: Path, opset: int,
-                 output_names: Sequence[str] | None, bare: bool, check: bool, seed: int, tolerances: Tolerances | None) -> None:
+                 output_names: Sequence[str] | None, bare: bool, check: bool, seed: int, tolerances: Tolerances | None,
+                 asked_static: frozenset[tuple[str, int]] = frozenset()) -> None:
         self.model, self.work, self.swapped, self.leaves, self.structure = model, work, swapped, leaves, structure
         self.path, self.opset, self.output_names, self.bare = path, opset, output_names, bare
         self.check, self.seed, self.tolerances = check, seed, tolerances
+        self.asked_static = asked_static
+        self.audit = DimensionAudit(model, leaves, structure)
+        # (leaf, dim, probe) of each batch or length the model accepts at another size and the
+        # last file fixed: a later route is tried on the inputs the model ran with
+        self.missed: list[Any] = []
         self.errors: list[tuple[str, RNNXError]] = []
         self.reports: list[ExportReport] = []
         self.program: Any = None  # the first torch.export program, to say where a failing op sits
@@ -195,8 +218,31 @@ class _Routes:
             report.notes.append(f"{earlier} failed first: {_cause(exc)}")
         for earlier_report in self.reports:
             report.notes.append(f"{earlier_report.route} made a file first that failed its self-check: {earlier_report.check.failure()}")
-        write_checked(proto, self.path, report, self.model, self.leaves, self.structure, naming, self.check, self.seed, self.tolerances)
+        judged = write_checked(proto, self.path, report, self.model, self.leaves, self.structure, naming, self.check, self.seed, self.tolerances,
+                               self.audit, self.asked_static)
+        if judged is not None and judged.missed:
+            self.missed = judged.missed
         self.reports.append(report)
+
+    def grown_example(self) -> tuple[list[Any], str]:
+        """The example with every missed dimension (and the partners it ran with) at the size
+        the model accepted, where the model runs on them all together; else the first's alone."""
+        from rnnx.exporters.audit import resize
+
+        values = [leaf.value for leaf in self.leaves]
+        changed: list[str] = []
+        for leaf, d, probe in self.missed:
+            trial = list(values)
+            for i, k in [(leaf.index, d)] + probe.partners:
+                if int(trial[i].shape[k]) == int(leaf.value.shape[d]):
+                    trial[i] = resize(trial[i], k, probe.accepted)
+            if _runs(self.model, self.structure)(trial):
+                values = trial
+                changed += [f"{self.leaves[i].name} dim {k}" for i, k in [(leaf.index, d)] + probe.partners]
+        if not changed:
+            leaf, d, probe = self.missed[0]
+            values, changed = probe.values, [f"{leaf.name} dim {d}"]
+        return values, ", ".join(dict.fromkeys(changed))
 
     def try_dynamo(self, program: Any, naming: Any, tracing: str, note: str = "", label: str = DYNAMO) -> None:
         self.program = self.program or program
@@ -209,24 +255,59 @@ class _Routes:
         self._finish(DYNAMO, proto, naming, program, tracing, note, label)
 
     def try_torchscript(self, naming: Any, program: Any) -> None:
-        tensors = [leaf for leaf in self.leaves if leaf.is_tensor]
         if naming is None:
             naming = shapes.guess_naming(self.leaves, _recurrent_arguments(self.model, self.leaves, self.structure))
+        how = "torch.export's dynamic dimensions" if program is not None else "dimensions placed from the recurrent modules (torch.export failed)"
+        self._torchscript(naming, program, [leaf.value for leaf in self.leaves], how)
+        if not self.done and self.missed:
+            # the audit found a batch or a length the model accepts and the file fixed: hand
+            # the TorchScript exporter that axis too, and trace it on inputs where it is not 1
+            widened, named = self._widened(naming)
+            grown, changed = self.grown_example()
+            self._torchscript(widened, program, grown, f"{how}, and {named} dynamic, traced with {changed} grown", TORCHSCRIPT_WIDENED)
+
+    def _torchscript(self, naming: Any, program: Any, values: list[Any], how: str, label: str = "") -> None:
+        tensors = [leaf for leaf in self.leaves if leaf.is_tensor]
         axes = {name: {d: v for d, v in enumerate(dims) if isinstance(v, str) and v.isidentifier()} for name, dims in naming.input_dims.items()}
         progress.step(f"translating with {torchscript_route.ROUTE}")
         try:
-            proto = torchscript_route.translate(self.work, tuple(_unflatten([leaf.value for leaf in self.leaves], self.structure)),
-                                                [leaf.name for leaf in tensors], axes, self.opset)
+            proto = torchscript_route.translate(self.work, tuple(_unflatten(values, self.structure)), [leaf.name for leaf in tensors], axes, self.opset)
         except RNNXError as exc:
-            self.failed(torchscript_route.ROUTE, exc)
+            self.failed(label or torchscript_route.ROUTE, exc)
             return
-        how = "torch.export's dynamic dimensions" if program is not None else "dimensions placed from the recurrent modules (torch.export failed)"
-        self._finish(torchscript_route.ROUTE, proto, naming, program, f"by {torchscript_route.ROUTE}, with {how}")
+        self._finish(torchscript_route.ROUTE, proto, naming, program, f"by {torchscript_route.ROUTE}, with {how}", label=label)
+
+    def _widened(self, naming: Any) -> tuple[Any, str]:
+        """``naming`` with every missed dimension dynamic: named as a dynamic partner it ran with
+        where there is one (a batch shared across inputs), else after its role."""
+        dims = {name: list(v) for name, v in naming.input_dims.items()}
+        roles = dict(naming.roles)
+        named = []
+        for leaf, d, probe in self.missed:
+            if isinstance(dims.get(leaf.name, [None] * (d + 1))[d], str):
+                continue
+            partner = next((dims[self.leaves[i].name][k] for i, k in probe.partners
+                            if isinstance(dims.get(self.leaves[i].name, [None] * (k + 1))[k], str)), None)
+            label = partner or record.free_label(shapes.Naming({}, roles, dims, {}), "batch" if probe.role == shapes.BATCH else "seq")
+            roles.setdefault(label, probe.role)
+            for i, k in [(leaf.index, d)] + [p for p in probe.partners if not partner]:
+                dims.setdefault(self.leaves[i].name, list(self.leaves[i].value.shape))[k] = label
+            named.append(f"{leaf.name} dim {d} as {label}")
+        return shapes.Naming(dict(naming.symbol_labels), roles, dims, dict(naming.lengths_inputs)), ", ".join(named)
 
     def result(self) -> ExportReport:
         passed = [r for r in self.reports if r.passed and r.written]
         if passed:
             return passed[0]
+        audited = [r for r in self.reports if r.check is not None and r.check.audit_failure]
+        if audited:
+            # the model accepts a size the first file fixed: that is the finding; the retries'
+            # failures are what was tried to get past it
+            first = audited[0]
+            first.notes += [f"retried by {r.route}" + (f" ({r.tracing})" if r.tracing else "") + f": {r.check.failure() if r.check is not None else 'no check'}"
+                            for r in self.reports if r is not first]
+            first.notes += [f"retried by {route}: {_cause(exc)}" for route, exc in self.errors if route in (DYNAMO_GROWN, TORCHSCRIPT_WIDENED)]
+            return first
         if self.reports:  # a file was made but failed its check: that got furthest
             return self.reports[-1]
         route, exc = self.errors[0]
@@ -272,6 +353,20 @@ def _unneeded_dimensions(naming: Any, leaves: list[Any], given: dict[tuple[int, 
             if isinstance(v, str) and naming.roles.get(v, shapes.OTHER) == shapes.OTHER and (leaf.index, d) not in given:
                 out.append((leaf.name, d, int(leaf.value.shape[d])))
     return out
+
+
+def _asked_static(leaves: list[Any], specs: list[Any], given_shapes: bool) -> frozenset[tuple[str, int]]:
+    """(input, dim) of every dimension the user made static: left out of the offered entry
+    (static= / --static), or, with torch.export's own dynamic_shapes, given no Dim there."""
+    out = set()
+    for leaf, spec in zip(leaves, specs):
+        if not leaf.is_tensor:
+            continue
+        entry = dict(spec) if isinstance(spec, dict) else dict(enumerate(spec)) if isinstance(spec, (list, tuple)) else {}
+        for d in range(leaf.value.dim()):
+            if entry.get(d) is None and (given_shapes or isinstance(spec, dict) or spec is None):
+                out.add((leaf.name, d))
+    return frozenset(out)
 
 
 def _without(specs: list[Any], static: list[tuple[str, int, int]], leaves: list[Any]) -> list[Any]:
@@ -380,8 +475,10 @@ def _state_layer_axes(model: Any, leaves: list[Any], structure: Any) -> dict[int
     return {i: {0} for i, (role, _) in _recurrent_arguments(model, leaves, structure).items() if role == "state" and leaves[i].value.dim() == 3}
 
 
-def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list[Any], offered: Any, user_shapes: bool) -> tuple[Any, str]:
-    """The ExportedProgram, and how size-1 dimensions were handled (for the report)."""
+def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list[Any], offered: Any, user_shapes: bool,
+           grown: tuple[list[Any], str] | None = None) -> tuple[Any, str]:
+    """The ExportedProgram, and how size-1 dimensions were handled (for the report). ``grown``:
+    inputs the model ran with where the audit found a batch or length fixed, traced on instead."""
     import torch
     import torch.fx.experimental._config as fx_config
 
@@ -390,7 +487,10 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
     values = [leaf.value for leaf in leaves]
     attempts: list[tuple[list[Any], bool, str]] = []
     has_one = any(leaf.is_tensor and 1 in leaf.value.shape for leaf in leaves)
-    if user_shapes:
+    if grown is not None:
+        attempts.append((grown[0], False, f"on a copy of the example with {grown[1]} at a size the model runs with, so that torch sees them vary"))
+        attempts.append((grown[0], True, f"on a copy of the example with {grown[1]} at a size the model runs with, size-oblivious"))
+    elif user_shapes:
         attempts.append((values, True, "with the dynamic shapes given, size-oblivious (as torch.onnx does)"))
     elif has_one:
         layer_axes = _state_layer_axes(model, leaves, structure)
@@ -492,8 +592,7 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
 
     tensors = [leaf for leaf in leaves if leaf.is_tensor]
     if len(proto.graph.input) != len(tensors):
-        raise RNNXError(f"the translated graph has {len(proto.graph.input)} inputs for {len(tensors)} tensor inputs "
-                        f"({', '.join(t.name for t in tensors)}); an input the model does not use cannot be fed")
+        _keep_dropped_inputs(proto, tensors)
     wanted = {i.name: leaf.name for i, leaf in zip(proto.graph.input, tensors) if i.name != leaf.name}
     _make_room(proto, set(wanted.values()) - set(wanted))
     record.rename_values(proto, wanted)
@@ -548,6 +647,26 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     record.write_metadata(proto, naming, recurrences, {leaf.name: list(leaf.value.shape) for leaf in tensors}, call=call)
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
     return _Finished(dict(op_types), recurrences, lowered.rewritten, fused_info, unrolled, notes)
+
+
+def _keep_dropped_inputs(proto: Any, tensors: list[Any]) -> None:
+    """Put back, as graph inputs, the tensors a trace dropped because nothing it recorded reads
+    them (torch.onnx's TorchScript exporter drops an input that reaches only a branch condition
+    or nothing): the file takes every input the model takes, in the model's order. Their
+    shapes are the example's here; the dimension audit frees them, and checks that the model
+    really ignores their values."""
+    import onnx
+
+    kept = {i.name: i for i in proto.graph.input}
+    missing = [t for t in tensors if t.name not in kept]
+    if len(kept) + len(missing) != len(tensors):
+        raise RNNXError(f"the translated graph has {len(kept)} inputs for {len(tensors)} tensor inputs "
+                        f"({', '.join(t.name for t in tensors)}), and their names do not say which is which")
+    added = {t.name: onnx.helper.make_tensor_value_info(t.name, onnx.helper.np_dtype_to_tensor_dtype(t.value.detach().cpu().numpy().dtype),
+                                                        list(t.value.shape)) for t in missing}
+    ordered = [kept.get(t.name) or added[t.name] for t in tensors]
+    del proto.graph.input[:]
+    proto.graph.input.extend(ordered)
 
 
 def _make_room(proto: Any, names: set[str]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.exporters import record
+from rnnx.exporters.audit import AuditResult, DimensionAudit, judge
 from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, refused_dimensions, run_self_check
 from rnnx.exporters.streaming import STREAMING
 from rnnx.fileio import atomic_output
@@ -238,7 +239,11 @@ def run_layer_check(check: SelfCheck, path: Path) -> None:
 
 
 def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leaves: list[Any], structure: Any, naming: Any, check: bool, seed: int,
-                   tolerances: Tolerances | None = None) -> None:
+                   tolerances: Tolerances | None = None, audit: DimensionAudit | None = None,
+                   user_static: frozenset[tuple[str, int]] = frozenset()) -> AuditResult | None:
+    """Check ``proto`` (the dimension audit, then the self-check, then the layer check) and
+    write it to ``path`` if it passed; returns the audit's result where it ran."""
+    judged = None
     if check:
         refused = refused_dimensions(model, leaves, structure, naming, seed)
         if refused:
@@ -246,6 +251,14 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
             report.axes = naming.axes()
             for label, why in refused.items():
                 report.notes.append(f"{label} is static at {fixed[label]}: torch kept it dynamic, but the model itself raised at another size ({why})")
+        progress.step("asking the torch model which sizes it accepts")
+        judged = judge(audit or DimensionAudit(model, leaves, structure), proto, naming, set(user_static))
+        report.axes = naming.axes()
+        report.notes += judged.notes
+        if judged.failure:
+            report.written = False
+            report.check = SelfCheck(tolerances=tolerances or Tolerances(), dims=judged.to_json(), audit_failure=judged.failure)
+            return judged
     stream = STREAMING.get()  # a streaming export: its state pairs recorded in the file, and its chunked check
     if stream is not None:
         stream.annotate(proto, report)
@@ -255,6 +268,7 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
             report.external_data = write_model(proto, tmp, path.name)
             if check:
                 report.check = run_self_check(model, leaves, structure, naming, tmp, seed=seed, tolerances=tolerances)
+                report.check.dims = judged.to_json() if judged is not None else []
                 if report.check and stream is not None:
                     stream.check(report.check, tmp, model, leaves, structure, naming, seed)
                 if report.check:
@@ -269,3 +283,4 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
         if report.external_data and data.exists():
             data.unlink()
         raise
+    return judged

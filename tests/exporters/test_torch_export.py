@@ -372,9 +372,18 @@ def test_an_autoregressive_loop_keeps_its_steps_and_every_other_axis_dynamic(tmp
     assert ops["LSTM"] == 4 and not UNROLLED_OPS - {"Gemm"} & set(ops)
 
 
-def test_a_chain_with_side_uses_is_left_alone_with_a_reason(tmp_path) -> None:
-    report = rnnx.export(SteppedWithSideUse(), (torch.randn(5, 3, 4),), tmp_path / "s.onnx")
+def test_a_chain_with_side_uses_is_refused_by_the_audit_unless_its_length_is_made_static(tmp_path) -> None:
+    # the model runs at any length, but the file would take only the example's: not written,
+    # and the line names the dimension, the size the model ran at and the loop
+    with pytest.raises(rnnx.ExportCheckFailed) as raised:
+        rnnx.export(SteppedWithSideUse(), (torch.randn(5, 3, 4),), tmp_path / "s.onnx")
+    assert "input x dim 0 is fixed at 5 in the file, but the model runs with it at 10" in str(raised.value)
+    assert "a Python loop calls cell once per step" in str(raised.value) and "--static x:0" in str(raised.value)
+    assert not (tmp_path / "s.onnx").exists()
+    # asked static, the file keeps the example's length and says why
+    report = rnnx.export(SteppedWithSideUse(), (torch.randn(5, 3, 4),), tmp_path / "s.onnx", static={"x": [0]})
     assert report.passed and not report.fused and report.unrolled_cells == ["cell"]
+    assert {"input": "x", "dim": 0, "size": 5, "verdict": "static: asked"}.items() <= report.check.dims[0].items()
     assert any("per-step Add reads" in n and "neither the step's h nor a constant" in n for n in report.notes), report.notes
     assert report.axes == {"x": {1: "batch"}}  # the graph keeps the example's length, and says why
     assert any("step count is fixed" in n for n in report.notes)

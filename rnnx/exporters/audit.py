@@ -1,0 +1,391 @@
+"""The dimension audit: which sizes the torch model accepts, held against what the file accepts.
+
+torch.export decides which dimensions a trace keeps dynamic, and it decides from the example:
+a batch of 1, an input nothing reads, a dimension squeezed away all come out static. The file
+would then refuse shapes the model runs with, and a self-check that only tries the file's own
+shapes cannot see it. So the model is asked directly. For every dimension the file fixes,
+the torch model is run with that dimension changed (twice the size, and half of it):
+alone, together with every dimension of the other inputs that has the same size in the
+example (a batch is shared across inputs), and together with just those of them that the
+file keeps dynamic. New sizes are made by repeating or cutting the example's own values, so
+token ids, lengths and flags stay valid.
+
+What the recurrences see tells a dimension's role: if a recurrent module's batch changed with
+it, it is a batch; if its time axis changed, or any module was called a different number of
+times (a Python loop over time), it is a length; otherwise it is another dimension.
+
+Verdicts, one per dimension of every input (:class:`DimVerdict`):
+
+- ``dynamic``: the file takes any size;
+- ``static: required``: the model itself refused every other size tried;
+- ``static: asked``: the user made it static;
+- ``static``, with why: the model runs at another size, the dimension is neither a batch nor
+  a length, and the file could not keep it dynamic (said in the report, by name);
+- ``missed``: the model runs at another size and the dimension is a batch or a length. The
+  export fails, unless a retry (the dimension offered to torch.export as dynamic, on the
+  inputs the model accepted) makes it dynamic.
+
+A dimension of an input whose values the file never reads is made dynamic in the file
+directly (nothing in the graph depends on it). And an input the file ignores must be one the
+model ignores: its values are varied (zeros, ones) and torch's outputs compared; where they
+move, the file computes the branch the example took, and it is not written.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rnnx.exporters.shapes import BATCH, LENGTH, OTHER, Leaf, Naming
+
+DYNAMIC, REQUIRED, ASKED, STATIC, MISSED = "dynamic", "static: required", "static: asked", "static", "missed"
+# Bounds on the work a hostile or huge model can make the audit do.
+MAX_PROBE_RUNS = 96
+MAX_PROBE_BYTES = 1 << 29
+# Graph ops that read a tensor's shape, not its values.
+_SHAPE_ONLY = {"Shape", "Size"}
+
+
+@dataclass
+class DimVerdict:
+    input: str
+    dim: int
+    size: int
+    verdict: str
+    label: str | None = None  # the file's label where the dimension is dynamic
+    role: str = ""  # batch / length / other where a probe or the trace told
+    accepted: int | None = None  # a size the model ran at, for a dimension the file fixes
+    why: str = ""
+
+    def line(self) -> str:
+        text = f"{self.input} dim {self.dim} ({self.size} in the example): {self.verdict}"
+        if self.label:
+            text += f" as {self.label}"
+        if self.why:
+            text += f" ({self.why})"
+        return text
+
+
+@dataclass
+class _Probe:
+    accepted: int | None = None
+    role: str = ""
+    told: str = ""  # how the recurrences told the role
+    partners: list[tuple[int, int]] = field(default_factory=list)
+    values: list[Any] | None = None
+    refused: str = ""
+    skipped: str = ""
+
+
+@dataclass
+class AuditResult:
+    dims: list[DimVerdict] = field(default_factory=list)
+    failure: str = ""  # one line where a batch or length is fixed, or an ignored input moves torch's outputs
+    notes: list[str] = field(default_factory=list)
+    missed: list[tuple[Leaf, int, _Probe]] = field(default_factory=list)  # for a retry
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [asdict(d) for d in self.dims]
+
+
+@dataclass
+class _Observation:
+    """What the recurrences saw in one run: per module, (batch, time) per call, and call counts."""
+
+    shapes: dict[str, list[tuple[int | None, int | None]]]
+    calls: collections.Counter
+
+
+class DimensionAudit:
+    """Asks one torch model which sizes it accepts; probes are cached across the routes tried."""
+
+    def __init__(self, model: Any, leaves: Sequence[Leaf], structure: Any) -> None:
+        self.model, self.leaves, self.structure = model, list(leaves), structure
+        self._probes: dict[tuple[int, int, tuple[tuple[int, int], ...]], _Probe] = {}
+        self._base: _Observation | None = None
+        self._base_out: list[Any] | None = None
+        self.runs = 0
+
+    # --- asking the model ------------------------------------------------------------------
+
+    def _observe(self, values: list[Any]) -> tuple[_Observation, list[Any]]:
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        from rnnx.exporters.selfcheck import run_eager
+
+        shapes: dict[str, list[tuple[int | None, int | None]]] = collections.defaultdict(list)
+        calls: collections.Counter = collections.Counter()
+        names = {id(m): n for n, m in self.model.named_modules()}
+
+        def hook(module: Any, args: tuple[Any, ...]) -> None:
+            name = names.get(id(module), "?")
+            calls[name] += 1
+            seen = _recurrence_sizes(module, args[0] if args else None)
+            if seen is not None:
+                shapes[name].append(seen)
+
+        # a TorchScript module takes no hooks: its roles stay unknown (other)
+        hooked = not isinstance(self.model, torch.jit.ScriptModule)
+        handles = [m.register_forward_pre_hook(hook) for m in self.model.modules()] if hooked else []
+        self.runs += 1
+        try:
+            out = run_eager(self.model, values, self.structure)
+        finally:
+            for h in handles:
+                h.remove()
+        return _Observation(dict(shapes), calls), [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+
+    def _baseline(self) -> _Observation:
+        if self._base is None:
+            self._base, self._base_out = self._observe([leaf.value for leaf in self.leaves])
+        return self._base
+
+    def _probe(self, index: int, d: int, partners: tuple[tuple[int, int], ...]) -> _Probe:
+        key = (index, d, partners)
+        if key in self._probes:
+            return self._probes[key]
+        probe = _Probe(partners=list(partners))
+        self._probes[key] = probe
+        size = int(self.leaves[index].value.shape[d])
+        for new in dict.fromkeys(s for s in (max(2, 2 * size), size // 2) if s >= 1 and s != size):
+            if self.runs >= MAX_PROBE_RUNS:
+                probe.skipped = f"not probed: the audit's budget of {MAX_PROBE_RUNS} model runs was spent"
+                return probe
+            values = self._resized(((index, d),) + partners, new)
+            if values is None:
+                probe.skipped = f"not probed: inputs at {new} would exceed {MAX_PROBE_BYTES >> 20} MiB"
+                return probe
+            try:
+                base = self._baseline()
+                seen, _ = self._observe(values)
+            except Exception as exc:  # noqa: BLE001  the user's model may raise anything at a size it does not take
+                probe.refused = f"at {new}: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+                continue
+            probe.accepted, probe.values = new, values
+            probe.role, probe.told = _role(base, seen)
+            return probe
+        return probe
+
+    def _resized(self, dims: Sequence[tuple[int, int]], new: int) -> list[Any] | None:
+        out = [leaf.value for leaf in self.leaves]
+        for i, d in dims:
+            out[i] = resize(out[i], d, new)
+        total = sum(v.numel() * v.element_size() for v in out if hasattr(v, "element_size"))
+        return None if total > MAX_PROBE_BYTES else out
+
+    def accepts(self, index: int, d: int, dynamic: set[tuple[int, int]]) -> _Probe:
+        """Does the model run with input ``index``'s dimension ``d`` at another size? Tried alone and
+        with sets of the same-size dimensions of the other inputs (``dynamic``: the file's dynamic ones)."""
+        size = int(self.leaves[index].value.shape[d])
+        same = tuple((leaf.index, k) for leaf in self.leaves if leaf.is_tensor and leaf.index != index
+                     for k, n in enumerate(leaf.value.shape) if n == size)
+        # alone; with every same-size dimension; with those at the same position (a batch
+        # leads every input); with those the file keeps dynamic
+        tries = [(), same, tuple(p for p in same if p[1] == d), tuple(p for p in same if p in dynamic)]
+        last = _Probe()
+        for partners in dict.fromkeys(tries):
+            probe = self._probe(index, d, partners)
+            if probe.accepted is not None or probe.skipped:
+                return probe
+            last = probe
+        return last
+
+    def ignored_input_moves(self, index: int) -> str:
+        """Where varying the values of input ``index`` (zeros, then ones) changes torch's
+        outputs: a one-line description of which module reads it; else ""."""
+        import torch
+
+        leaf = self.leaves[index]
+        self._baseline()
+        for fill in (0, 1):
+            values = [v for v in (lf.value for lf in self.leaves)]
+            values[index] = torch.full_like(leaf.value, fill)
+            try:
+                _, out = self._observe(values)
+            except Exception as exc:  # noqa: BLE001  a model that raises on other values reads them
+                return f"the model raised at {leaf.name} = {fill}s ({type(exc).__name__})"
+            base = self._base_out or []
+            if len(out) != len(base) or any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(out, base)):
+                return f"torch's outputs change when {leaf.name} is all {fill}s" + self._reader(index)
+        return ""
+
+    def _reader(self, index: int) -> str:
+        """" (read by <module> (<Class>))": the innermost module that received the tensor as it was."""
+        import torch
+
+        from rnnx.exporters.selfcheck import run_eager
+
+        target = self.leaves[index].value
+        found: list[tuple[str, str]] = []
+        names = {id(m): n for n, m in self.model.named_modules()}
+
+        def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            if any(a is target for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)):
+                found.append((names.get(id(module), "?"), type(module).__name__))
+
+        if isinstance(self.model, torch.jit.ScriptModule):
+            return ""
+        handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in self.model.modules()]
+        try:
+            run_eager(self.model, [leaf.value for leaf in self.leaves], self.structure)
+        except Exception:  # noqa: BLE001  the reader is a hint; the verdict stands without it
+            pass
+        finally:
+            for h in handles:
+                h.remove()
+        if not found:
+            return ""
+        name, cls = max(found, key=lambda f: f[0].count(".") + bool(f[0]))
+        return f" (read in {name or 'the model'}'s forward, {cls})"
+
+
+def resize(value: Any, d: int, new: int) -> Any:
+    """``value`` with dimension ``d`` at ``new``: the example's slices repeated, or cut."""
+    import torch
+
+    size = int(value.shape[d])
+    if new <= size:
+        return value.narrow(d, 0, new).clone()
+    reps = [1] * value.dim()
+    reps[d] = math.ceil(new / max(size, 1))
+    return value.repeat(*reps).narrow(d, 0, new).clone() if size else torch.zeros(*[new if k == d else s for k, s in enumerate(value.shape)], dtype=value.dtype)
+
+
+def _recurrence_sizes(module: Any, x: Any) -> tuple[int | None, int | None] | None:
+    """(batch, time) of a recurrent module's input, or None for any other module."""
+    import torch
+    from torch.nn.utils.rnn import PackedSequence
+
+    if isinstance(module, torch.nn.RNNBase):
+        if isinstance(x, PackedSequence):
+            return int(x.batch_sizes[0]), len(x.batch_sizes)
+        if isinstance(x, torch.Tensor):
+            if x.dim() == 2:
+                return None, int(x.shape[0])
+            t, b = (1, 0) if module.batch_first else (0, 1)
+            return int(x.shape[b]), int(x.shape[t])
+    if isinstance(module, torch.nn.RNNCellBase) and isinstance(x, torch.Tensor):
+        return (int(x.shape[0]) if x.dim() == 2 else None), None
+    return None
+
+
+def _role(base: _Observation, seen: _Observation) -> tuple[str, str]:
+    """(role, how the recurrences told it)."""
+    for name, calls in base.shapes.items():
+        now = seen.shapes.get(name, [])
+        if {b for b, _ in calls} != {b for b, _ in now}:
+            return BATCH, f"{name or 'the model'}'s batch follows it"
+    for name, calls in base.shapes.items():
+        if {t for _, t in calls} != {t for _, t in seen.shapes.get(name, [])}:
+            return LENGTH, f"{name or 'the model'}'s time axis follows it"
+    looped = [n for n in base.calls if base.calls[n] != seen.calls.get(n, 0)]
+    if looped:  # a module called per step: a Python loop over this dimension
+        name = max(looped, key=lambda n: n.count(".") + bool(n))
+        return LENGTH, f"a Python loop calls {name or 'the model'} once per step ({base.calls[name]} calls, {seen.calls.get(name, 0)} at the new size)"
+    return OTHER, ""
+
+
+def values_read(proto: Any) -> set[str]:
+    """Graph inputs whose values some node reads (not only their shape)."""
+    readers: dict[str, list[str]] = collections.defaultdict(list)
+    from rnnx.graphs.index import all_graphs
+
+    for g in all_graphs(proto.graph):
+        for node in g.node:
+            for name in node.input:
+                readers[name].append(node.op_type)
+    outputs = {o.name for o in proto.graph.output}
+    return {i.name for i in proto.graph.input if i.name in outputs or any(op not in _SHAPE_ONLY for op in readers.get(i.name, []))}
+
+
+def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tuple[str, int]]) -> AuditResult:
+    """Every dimension of every tensor input, against what the model accepts. Makes the
+    dimensions of inputs whose values the file never reads dynamic in ``proto`` and ``naming``."""
+    result = AuditResult()
+    read = values_read(proto)
+    tensors = [leaf for leaf in audit.leaves if leaf.is_tensor]
+    dynamic = {(leaf.index, d) for leaf in tensors for d, v in enumerate(naming.input_dims.get(leaf.name, [])) if isinstance(v, str)}
+    label_at = {(leaf.index, d): v for leaf in tensors for d, v in enumerate(naming.input_dims.get(leaf.name, [])) if isinstance(v, str)}
+    freed: dict[str, dict[int, str]] = {}
+    for leaf in tensors:
+        dims = naming.input_dims.get(leaf.name, list(leaf.value.shape))
+        ignored = leaf.name not in read
+        if ignored:
+            why = audit.ignored_input_moves(leaf.index)
+            if why:
+                result.failure = result.failure or (
+                    f"the file ignores input {leaf.name}, but {why}: the trace kept only the branch the example took. "
+                    "Write the branch with torch.cond, or export the general branch (the per-step path) so that the input is read")
+        for d, v in enumerate(dims):
+            size = int(leaf.value.shape[d])
+            if isinstance(v, str):
+                result.dims.append(DimVerdict(leaf.name, d, size, DYNAMIC, v, naming.roles.get(v, "")))
+                continue
+            if (leaf.name, d) in user_static:
+                result.dims.append(DimVerdict(leaf.name, d, size, ASKED))
+                continue
+            if ignored:
+                # nothing in the graph depends on it: any size; a batch keeps its name so the sizes stay tied
+                partner = next((label_at[(o.index, k)] for o in tensors if o is not leaf for k, n in enumerate(o.value.shape)
+                                if n == size and naming.roles.get(label_at.get((o.index, k), "")) == BATCH), None)
+                label = partner or f"{leaf.name}_dim{d}"
+                freed.setdefault(leaf.name, {})[d] = label
+                result.dims.append(DimVerdict(leaf.name, d, size, DYNAMIC, label, BATCH if partner else OTHER,
+                                              why="the file never reads this input's values"))
+                continue
+            probe = audit.accepts(leaf.index, d, dynamic)
+            if probe.skipped:
+                result.dims.append(DimVerdict(leaf.name, d, size, STATIC, why=probe.skipped))
+            elif probe.accepted is None:
+                result.dims.append(DimVerdict(leaf.name, d, size, REQUIRED, why=probe.refused))
+            elif probe.role in (BATCH, LENGTH):
+                with_ = ", ".join(f"{audit.leaves[i].name} dim {k}" for i, k in probe.partners)
+                why = (f"the model runs with it at {probe.accepted}" + (f" (with {with_})" if with_ else "")
+                       + f", as a {probe.role}: {probe.told}")
+                result.dims.append(DimVerdict(leaf.name, d, size, MISSED, role=probe.role, accepted=probe.accepted, why=why))
+                result.missed.append((leaf, d, probe))
+            else:
+                result.dims.append(DimVerdict(leaf.name, d, size, STATIC, role=OTHER, accepted=probe.accepted,
+                                              why=f"the model runs with it at {probe.accepted}, but it reaches no recurrence and torch fixed it"))
+    if freed:
+        _free(proto, naming, freed)
+        result.notes.append("inputs the file never reads take any size: "
+                            + "; ".join(f"{n}[{', '.join(f'{d}={lab}' for d, lab in dims.items())}]" for n, dims in freed.items()))
+    if result.missed and not result.failure:
+        first = next(v for v in result.dims if v.verdict == MISSED)
+        result.failure = (f"input {first.input} dim {first.dim} is fixed at {first.size} in the file, but {first.why}"
+                          f"; rnnx could not make it dynamic (give static={{'{first.input}': [{first.dim}]}} / --static {first.input}:{first.dim} "
+                          "to accept a file fixed at the example's size)")
+    for v in result.dims:
+        if v.verdict == STATIC and v.accepted is not None:
+            result.notes.append(f"{v.input} dim {v.dim} is static at {v.size}, although the model also runs at {v.accepted}: "
+                                "it reaches no recurrence and torch fixed it (name it with dynamic= / --dynamic to insist)")
+    return result
+
+
+def _free(proto: Any, naming: Naming, freed: dict[str, dict[int, str]]) -> None:
+    """Make the dimensions in ``freed`` dynamic in the graph's declared input shapes, in
+    ``naming`` and in the file's record."""
+    import json
+
+    from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata
+
+    for inp in proto.graph.input:
+        for d, label in freed.get(inp.name, {}).items():
+            dim = inp.type.tensor_type.shape.dim[d]
+            dim.ClearField("dim_value")
+            dim.dim_param = label
+    for name, dims in freed.items():
+        shape = list(naming.input_dims.get(name, []))
+        for d, label in dims.items():
+            shape[d] = label
+            naming.roles.setdefault(label, OTHER)
+        naming.input_dims[name] = shape
+    export, _ = read_metadata(proto)
+    if export is not None:
+        export.update(inputs=naming.input_dims, roles=naming.roles)
+        set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
