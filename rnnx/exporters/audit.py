@@ -34,12 +34,16 @@ move, the file computes the branch the example took, and it is not written.
 from __future__ import annotations
 
 import collections
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.shapes import BATCH, LENGTH, OTHER, Leaf, Naming
+from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata
+from rnnx.graphs.index import all_graphs
 
 DYNAMIC, REQUIRED, ASKED, STATIC, MISSED = "dynamic", "static: required", "static: asked", "static", "missed"
 # Bounds on the work a hostile or huge model can make the audit do.
@@ -114,8 +118,6 @@ class DimensionAudit:
     def _observe(self, values: list[Any]) -> tuple[_Observation, list[Any]]:
         import torch
         from torch.utils._pytree import tree_flatten
-
-        from rnnx.exporters.selfcheck import run_eager
 
         shapes: dict[str, list[tuple[int | None, int | None]]] = collections.defaultdict(list)
         calls: collections.Counter = collections.Counter()
@@ -217,8 +219,6 @@ class DimensionAudit:
         """" (read by <module> (<Class>))": the innermost module that received the tensor as it was."""
         import torch
 
-        from rnnx.exporters.selfcheck import run_eager
-
         target = self.leaves[index].value
         found: list[tuple[str, str]] = []
         names = {id(m): n for n, m in self.model.named_modules()}
@@ -292,8 +292,6 @@ def _role(base: _Observation, seen: _Observation) -> tuple[str, str]:
 def values_read(proto: Any) -> set[str]:
     """Graph inputs whose values some node reads (not only their shape)."""
     readers: dict[str, list[str]] = collections.defaultdict(list)
-    from rnnx.graphs.index import all_graphs
-
     for g in all_graphs(proto.graph):
         for node in g.node:
             for name in node.input:
@@ -370,10 +368,6 @@ def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tu
 def _free(proto: Any, naming: Naming, freed: dict[str, dict[int, str]]) -> None:
     """Make the dimensions in ``freed`` dynamic in the graph's declared input shapes, in
     ``naming`` and in the file's record."""
-    import json
-
-    from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata
-
     for inp in proto.graph.input:
         for d, label in freed.get(inp.name, {}).items():
             dim = inp.type.tensor_type.shape.dim[d]

@@ -3,8 +3,10 @@
 ``metadata_props`` of every file ``rnnx export`` writes holds two JSON entries:
 
 - ``rnnx.export``: each graph input's dimensions (a size, or the label of a dynamic
-  dimension), what each label is (``batch``, ``length`` or ``other``), and which inputs
-  hold per-sequence lengths;
+  dimension), what each label is (``batch``, ``length`` or ``other``), which inputs
+  hold per-sequence lengths, and, per integer input, the range of values the example
+  held and its padding value (``values``: ``{"min", "max", "padding"}``, see
+  :mod:`rnnx.exporters.example_values`);
 - ``rnnx.recurrences``: per recurrent module, its spec, its layout (batch-first or not),
   its ONNX nodes, and which graph inputs feed its X, initial states and sequence lengths
   and which graph outputs its Y and final states reach.
@@ -237,6 +239,27 @@ def free_label(naming: Any, wanted: str) -> str:
 _SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 
 
+def module_of_node_name(name: str, modules: Sequence[str]) -> str | None:
+    """The one module of ``modules`` whose call scopes a TorchScript-exported node's name
+    spells (``/encoder/rnn/LSTM_1``: scopes ``encoder``, ``rnn``), where just one matches: the
+    scopes are the called modules' attribute names, so a container never called (a
+    ModuleDict) is left out and the scopes are a subsequence of the module's dotted path,
+    ending at its last part."""
+    scopes = [p for p in name.split("/")[1:-1] if p]
+    if not scopes:
+        return None
+
+    def spells(module: str) -> bool:
+        parts = module.split(".")
+        if parts[-1] != scopes[-1]:
+            return False
+        it = iter(parts)
+        return all(any(part == scope for part in it) for scope in scopes)
+
+    found = [m for m in modules if m and spells(m)]
+    return found[0] if len(found) == 1 else None
+
+
 def module_of(node: Any) -> str | None:
     return _module_of_scopes({p.key: p.value for p in node.metadata_props}.get(_SCOPES_KEY))
 
@@ -287,21 +310,25 @@ class _Flow:
 
 
 def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]], example: dict[str, list[int]] | None = None,
-                   call: dict[str, Any] | None = None) -> None:
+                   call: dict[str, Any] | None = None, values: dict[str, Any] | None = None) -> None:
     """Record the recurrences and the axes in ``metadata_props`` (see the module docstring);
     ``example`` is each input's shape in the example it was exported from: the sizes a
     dynamic dimension that is neither a batch nor a length is known to take; ``call`` is how
     the model was called (:func:`call_record`, :func:`call_of_program`), written as
-    ``rnnx.call`` when given, with each tensor that became no graph input unrecorded."""
+    ``rnnx.call`` when given, with each tensor that became no graph input unrecorded;
+    ``values`` is each integer input's summary (:func:`rnnx.exporters.example_values.integer_summary`)."""
 
     graph = proto.graph
     flow = _Flow(graph)
     # Each layer as (node name, its input tensors, its output tensors), native nodes and
     # lowered ones alike (a lowered layer's Scans keep the node's tensor names).
     by_module: dict[str, list[tuple[str, list[str], list[str]]]] = {}
+    names = [str(r["module"]) for r in recurrences]
     for n in graph.node:
         if n.op_type in NATIVE_OPS:
             module = module_of(n)
+            if module is None:
+                module = module_of_node_name(n.name, names)
             if module is not None:
                 by_module.setdefault(module, []).append((n.name, list(n.input), list(n.output)))
     for low in read_lowered(proto):
@@ -327,7 +354,7 @@ def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]], e
                 rec["outputs"][key] = reached
         records.append(rec)
     export = {"rnnx_version": __version__, "inputs": naming.input_dims, "outputs": _output_dims(proto), "roles": naming.roles, "lengths_inputs": naming.lengths_inputs,
-              "example": example or {}}
+              "example": example or {}, "values": {k: v for k, v in (values or {}).items() if v is not None}}
     entries = {EXPORT_KEY: json.dumps(export), RECURRENCES_KEY: json.dumps(records)}
     if call is not None:
         initializers = {t.name for t in graph.initializer}

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from rnnx import progress
+from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
 from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance, Tolerances, compare_arrays, compare_calibrated, quantile_label
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
@@ -257,10 +258,8 @@ def fresh_inputs(leaves: Sequence[Leaf], naming: Naming, sizes: dict[str, int], 
             out.append(torch.from_numpy(lens).to(x.dtype))
         elif x.dtype == torch.bool:
             out.append(torch.from_numpy(rng.random(shape) < 0.5))
-        else:
-            low = int(x.min()) if x.numel() else 0
-            high = int(x.max()) + 1 if x.numel() else 2
-            out.append(torch.from_numpy(rng.integers(min(low, 0), max(high, 1), size=shape)).to(x.dtype))
+        else:  # token ids and flags: the example's range, its padding value left out
+            out.append(torch.from_numpy(draw_integers(rng, shape, integer_summary(x.numpy()), np.int64)).to(x.dtype))
     return out
 
 

@@ -38,7 +38,8 @@ from rnnx.exporters import torchscript_route
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.graphs.legalize import convert_down
 from rnnx.exporters import record
-from rnnx.exporters.audit import DimensionAudit
+from rnnx.exporters.audit import DimensionAudit, resize
+from rnnx.exporters.example_values import integer_summary
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.formats.onnx_scan import lower_projections
 from rnnx.graphs.index import all_graphs
@@ -227,8 +228,6 @@ class _Routes:
     def grown_example(self) -> tuple[list[Any], str]:
         """The example with every missed dimension (and the partners it ran with) at the size
         the model accepted, where the model runs on them all together; else the first's alone."""
-        from rnnx.exporters.audit import resize
-
         values = [leaf.value for leaf in self.leaves]
         changed: list[str] = []
         for leaf, d, probe in self.missed:
@@ -644,7 +643,8 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     ]
     call = record.call_of_program(program, leaves) if program is not None else record.call_of_module(
         model, tuple(_unflatten([leaf.value for leaf in leaves], structure)), [leaf.name for leaf in tensors])
-    record.write_metadata(proto, naming, recurrences, {leaf.name: list(leaf.value.shape) for leaf in tensors}, call=call)
+    record.write_metadata(proto, naming, recurrences, {leaf.name: list(leaf.value.shape) for leaf in tensors}, call=call,
+                          values={leaf.name: integer_summary(leaf.value.detach().cpu().numpy()) for leaf in tensors})
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
     return _Finished(dict(op_types), recurrences, lowered.rewritten, fused_info, unrolled, notes)
 

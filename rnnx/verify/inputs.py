@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
+from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.verify.drive import axis_roles
 
 BATCH, LENGTH, OTHER = "batch", "length", "other"
@@ -35,6 +36,7 @@ class InputSpec:
     dims: list[int | str]  # a size, or a label (an expression of labels for derived sizes)
     lengths_of: str | None = None  # holds per-sequence lengths bounded by this label
     vocabulary: int | None = None  # token ids: indexes a table of this many rows
+    values: dict[str, Any] | None = None  # integers: the recorded example's range and padding (rnnx.exporters.example_values)
 
 
 @dataclass
@@ -61,6 +63,7 @@ def input_specs(proto: Any, export: dict[str, Any] | None) -> tuple[list[InputSp
     inits = {i.name: i for i in proto.graph.initializer}
     roles = dict((export or {}).get("roles") or {}) if isinstance((export or {}).get("roles"), dict) else {}
     lengths = (export or {}).get("lengths_inputs") if isinstance((export or {}).get("lengths_inputs"), dict) else {}
+    recorded = (export or {}).get("values") if isinstance((export or {}).get("values"), dict) else {}
     specs = []
     for vi in proto.graph.input:
         if vi.name in inits:
@@ -76,7 +79,7 @@ def input_specs(proto: Any, export: dict[str, Any] | None) -> tuple[list[InputSp
                 dims.append(int(dim.dim_value))
             else:
                 dims.append(dim.dim_param or f"{vi.name}_dim{d}")
-        specs.append(InputSpec(vi.name, dtype, dims, lengths_of=lengths.get(vi.name)))
+        specs.append(InputSpec(vi.name, dtype, dims, lengths_of=lengths.get(vi.name), values=_summary(recorded.get(vi.name))))
     wired = wired_roles(proto, specs)
     for spec in specs:
         for dim in spec.dims:
@@ -90,6 +93,16 @@ def input_specs(proto: Any, export: dict[str, Any] | None) -> tuple[list[InputSp
         if spec.dtype.kind in "iu" and spec.lengths_of is None:
             spec.vocabulary = _vocabulary(proto, spec.name)
     return specs, roles
+
+
+def _summary(entry: Any) -> dict[str, Any] | None:
+    """A recorded integer summary, where it is one (the file may be anyone's)."""
+    if not isinstance(entry, dict):
+        return None
+    low, high, pad = entry.get("min"), entry.get("max"), entry.get("padding")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 62 for v in (low, high)) or low > high:
+        return None
+    return {"min": low, "max": high, "padding": pad if isinstance(pad, int) and not isinstance(pad, bool) else None}
 
 
 def wired_roles(proto: Any, specs: list[InputSpec]) -> dict[str, str]:
@@ -220,11 +233,12 @@ def make_feed(specs: list[InputSpec], case: Case, example: dict[str, Any], seed:
             if lens.size:
                 lens.flat[0] = longest
             feed[spec.name] = lens.astype(spec.dtype)
-        else:
+        else:  # the recorded example's ids, else the model's own example's, else the embedding table's rows
             known = example.get(spec.name)
-            high = spec.vocabulary or (int(known.max()) + 1 if known is not None and known.size else 2)
-            low = 0 if spec.vocabulary else (min(int(known.min()), 0) if known is not None and known.size else 0)
-            feed[spec.name] = rng.integers(low, max(high, low + 1), size=shape).astype(spec.dtype)
+            summary = spec.values or (integer_summary(np.asarray(known)) if known is not None else None)
+            if summary is not None and spec.vocabulary:
+                summary = {**summary, "max": min(summary["max"], spec.vocabulary - 1)}
+            feed[spec.name] = draw_integers(rng, shape, summary, spec.dtype, spec.vocabulary)
     return feed
 
 

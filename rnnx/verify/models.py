@@ -121,17 +121,30 @@ def layer_truths(model: Any, layers: list[Layer], recurrences: list[dict[str, An
     notes = []
     unmatched = [la for la in layers if la.name not in truths]
     if unmatched:  # a file from another exporter: match layers to modules by spec, in order
-        pool = [(name, k, single_layer(w, k)) for name, w in modules.items() for k in range(w.spec.num_layers)]
+        # The layers of one module come in order; between modules of the same spec the order
+        # proves nothing (a forward and a backward RNN of one size), so a layer that two such
+        # modules could own is not paired: a guess must not fail a file.
+        claimed = {t.said.split("'")[1] for t in truths.values() if t.said.startswith("torch module '")}
+        pool = [(name, k, single_layer(w, k)) for name, w in modules.items() if name not in claimed for k in range(w.spec.num_layers)]
         used: set[int] = set()
+        ambiguous: dict[str, list[str]] = {}
         for la in unmatched:
             if la.spec is None:
                 continue
-            for i, (name, k, w) in enumerate(pool):
-                if i not in used and w.spec.with_(bias=True) == la.spec.with_(bias=True):
-                    used.add(i)
-                    truths[la.name] = Truth(w, f"torch module '{name}'" + (f" layer {k}" if modules[name].spec.num_layers > 1 else "") + " (matched by spec)", k)
-                    break
-        still = [la.name for la in unmatched if la.name not in truths]
+            fits = [i for i, (_, _, w) in enumerate(pool) if i not in used and w.spec.with_(bias=True) == la.spec.with_(bias=True)]
+            owners = list(dict.fromkeys(pool[i][0] for i in fits))
+            if len(owners) > 1:
+                ambiguous[la.name] = owners
+                continue
+            if fits:
+                i = fits[0]
+                name, k, w = pool[i]
+                used.add(i)
+                truths[la.name] = Truth(w, f"torch module '{name}'" + (f" layer {k}" if modules[name].spec.num_layers > 1 else "") + " (matched by spec)", k)
+        for layer, owners in ambiguous.items():
+            notes.append(f"layer {layer} could come from any of torch modules {', '.join(repr(o) for o in owners)} (the same spec, and the file "
+                         "does not say which): not checked layer by layer; the outputs are checked end to end")
+        still = [la.name for la in unmatched if la.name not in truths and la.name not in ambiguous]
         if still:
             notes.append(f"no torch module matches layer(s) {', '.join(still)}: checked against their own weights (arithmetic only)")
     covered = {t.said.split("'")[1] for t in truths.values() if t.said.startswith("torch module '")}
@@ -201,6 +214,7 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
                 model64 = None
                 report.notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({' '.join(str(exc).split())[:120]}); "
                                     "outputs compared with torch in float32 only")
+        _refuse_non_finite(want64 if want64 is not None else want32, graph_outputs, case, specs, feed)
         try:
             got = runner(feed)
         except RNNXError as exc:
@@ -224,6 +238,21 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
     report.layers = check_layers(layers, truths, runs, tolerances.get("", "float32"), calibrate=layers_calibrated or tolerances.calibrates())
     report.notes += [n for n in [saturation_note([la.quantization for la in layers if la.quantization is not None])] if n]
     return report
+
+
+def _refuse_non_finite(want: list[Any], names: list[str], case: Any, specs: list[Any], feed: dict[str, np.ndarray]) -> None:
+    """A NaN or an infinity in the torch model's own output is an input problem (ids it never
+    sees, a row of padding that leaves attention nothing), not a parity failure: exit 2, saying
+    which inputs were drawn and how to give others."""
+    for i, w in enumerate(want):
+        w = np.asarray(w)
+        if w.dtype.kind == "f" and not np.isfinite(w).all():
+            drawn = "; ".join(f"{s.name} ids {int(feed[s.name].min())}..{int(feed[s.name].max())}" for s in specs
+                              if s.dtype.kind in "iu" and s.lengths_of is None and feed[s.name].size)
+            raise RNNXError(f"the torch model's own output {names[i] if i < len(names) else i} is {'NaN' if np.isnan(w).any() else 'infinite'} "
+                            f"at {case.name} on the inputs verify drew ({drawn or 'standard normal floats'}): the model does not take such inputs, so "
+                            "nothing can be compared. Export with an example whose integer inputs show their range and padding (rnnx records "
+                            "them), or give sizes the model takes with --seq-lens, --batch and --dim")
 
 
 def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: list[int] | None = None, dims: dict[str, int] | None = None,

@@ -1,0 +1,281 @@
+"""The dimension audit (rnnx.exporters.audit): every shape the torch model accepts, the file
+accepts, or the export says by name why not.
+
+Each model below is written the way other authors' packages write it (the failure classes
+found on them: an input the API passes and the model never reads, a batch-1 example whose
+second size-1 axis the forward squeezes, a branch on an episode-start mask, a recurrence
+written as a Python loop, twin recurrences of one size, token ids with padding). Each is
+exported from a batch-3 and from a batch-1 example with no axes given, and the file is run in
+ONNX Runtime at three shapes the example does not have, against torch eager.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+import rnnx  # noqa: E402
+from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata  # noqa: E402
+
+MODELS = '''
+import torch
+from torch import nn
+
+
+class OCR(nn.Module):
+    """A CRNN recogniser whose forward takes the text too (training passes it; inference ignores it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d((1, None))
+        self.rnn = nn.LSTM(4, 6, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(12, 7)
+
+    def forward(self, image, text):
+        features = self.pool(torch.relu(self.conv(image))).squeeze(2).permute(0, 2, 1)
+        return self.head(self.rnn(features)[0])
+
+
+class Enhancer(nn.Module):
+    """A speech enhancer fed a complex spectrum (B, 1, T, F, 2) and a magnitude (B, 1, T, F)."""
+
+    def __init__(self, freq=8):
+        super().__init__()
+        self.rnn = nn.LSTM(3 * freq, 10, batch_first=True)
+        self.mask = nn.Linear(10, freq)
+
+    def forward(self, spec, mag):
+        spec, mag = spec.squeeze(1), mag.squeeze(1)
+        b, t, f, _ = spec.shape
+        y, _ = self.rnn(torch.cat([spec.reshape(b, t, 2 * f), mag], -1))
+        return torch.sigmoid(self.mask(y)) * mag
+
+
+class Policy(nn.Module):
+    """A recurrent policy that skips the per-step reset loop when no episode starts."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 8)
+        self.pi = nn.Linear(8, 3)
+
+    def forward(self, obs, h, c, episode_starts):
+        n = h.shape[1]
+        x, starts = obs.reshape(-1, n, 4), episode_starts.reshape(-1, n)
+        if torch.all(starts == 0.0):
+            y, (h, c) = self.lstm(x, (h, c))
+        else:
+            ys = []
+            for t in range(x.shape[0]):
+                keep = (1.0 - starts[t]).view(1, n, 1)
+                yt, (h, c) = self.lstm(x[t:t + 1], (h * keep, c * keep))
+                ys.append(yt)
+            y = torch.cat(ys)
+        return self.pi(y.reshape(-1, 8)), h, c
+
+
+class HandLSTM(nn.Module):
+    """An LSTM written from Linear layers and gate chunks, looped over time in Python."""
+
+    def __init__(self):
+        super().__init__()
+        self.ih = nn.Linear(5, 24)
+        self.hh = nn.Linear(6, 24, bias=False)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x):
+        h = c = x.new_zeros(x.shape[0], 6)
+        for t in range(x.size(1)):
+            i, f, g, o = (self.ih(x[:, t]) + self.hh(h)).chunk(4, -1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return self.head(h)
+
+
+class TwinRNN(nn.Module):
+    """Two recurrences of one size, one forward in time and one backward (as imputation
+    models run them); a check on the data first, which torch.export cannot trace."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn_f = nn.LSTM(4, 8, batch_first=True)
+        self.rnn_b = nn.LSTM(4, 8, batch_first=True)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x):
+        if bool(torch.isnan(x).any()):
+            x = torch.nan_to_num(x)
+        f, _ = self.rnn_f(x)
+        b, _ = self.rnn_b(x.flip(1))
+        return self.out(torch.cat([f, b.flip(1)], -1))
+
+
+class LogIds(nn.Module):
+    """A tagger finite only on ids of 1 and above (id 0 is reserved): log-scaled embeddings."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 6)
+        self.rnn = nn.GRU(6, 8, batch_first=True)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, ids):
+        x = self.emb(ids) * torch.log(ids.float())[..., None]
+        return self.out(self.rnn(x)[0])
+'''
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    path = tmp_path_factory.mktemp("audit") / "authors.py"
+    path.write_text(MODELS)
+    namespace: dict = {}
+    exec(compile(MODELS, str(path), "exec"), namespace)
+    return path, namespace
+
+
+def _ocr(ns: dict, b: int, t: int, g: torch.Generator) -> tuple:
+    return torch.randn(b, 1, 8, t, generator=g), torch.randint(2, 9, (b, 5), generator=g)
+
+
+def _enhancer(ns: dict, b: int, t: int, g: torch.Generator) -> tuple:
+    return torch.randn(b, 1, t, 8, 2, generator=g), torch.rand(b, 1, t, 8, generator=g)
+
+
+CASES = {"OCR": _ocr, "Enhancer": _enhancer}
+
+
+def _run_file(path: Path, inputs: tuple) -> list[np.ndarray]:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)})
+
+
+@pytest.mark.parametrize("batch", [3, 1])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_file_takes_every_batch_and_length_the_model_takes(models, tmp_path: Path, name: str, batch: int) -> None:
+    _, ns = models
+    torch.manual_seed(0)
+    model = ns[name]().eval()
+    g = torch.Generator().manual_seed(1)
+    report = rnnx.export(model, CASES[name](ns, batch, 6, g), tmp_path / "m.onnx")
+    assert report.passed and report.written, str(report)
+    dims = {(d["input"], d["dim"]): d for d in report.check.dims}
+    assert not [d for d in dims.values() if d["verdict"] == "missed"]
+    for b, t in [(1, 4), (2, 9), (5, 13)]:
+        inputs = CASES[name](ns, b, t, torch.Generator().manual_seed(b * 100 + t))
+        with torch.no_grad():
+            want = model(*inputs)
+        got = _run_file(tmp_path / "m.onnx", inputs)
+        np.testing.assert_allclose(got[0], want.numpy(), atol=1e-5, rtol=1e-4, err_msg=f"batch {b}, length {t}")
+    # the self-check ran a shape other than the example's for each dynamic dimension
+    for d in dims.values():
+        if d["verdict"] == "dynamic":
+            assert any(case["shapes"][d["input"]][d["dim"]] != d["size"] for case in report.check.to_json()["cases"]), d
+
+
+def test_an_input_the_model_never_reads_takes_any_size_and_its_batch_stays_tied(models, tmp_path: Path) -> None:
+    _, ns = models
+    report = rnnx.export(ns["OCR"]().eval(), _ocr(ns, 1, 6, torch.Generator().manual_seed(0)), tmp_path / "o.onnx")
+    shapes = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in onnx.load(str(tmp_path / "o.onnx")).graph.input}
+    assert shapes["text"] == ["batch", "text_dim1"] and shapes["image"][0] == "batch"
+    text = [d for d in report.check.dims if d["input"] == "text"]
+    assert all(d["verdict"] == "dynamic" and "never reads" in d["why"] for d in text)
+    assert any("inputs the file never reads take any size: text[0=batch, 1=text_dim1]" in n for n in report.notes)
+
+
+def test_an_input_that_reaches_only_a_branch_condition_is_kept_and_the_traced_branch_refused(models, tmp_path: Path) -> None:
+    _, ns = models
+    policy = ns["Policy"]().eval()
+    example = (torch.randn(18, 4), torch.zeros(1, 3, 8), torch.zeros(1, 3, 8), torch.zeros(18))
+    with pytest.raises(rnnx.ExportCheckFailed) as raised:
+        rnnx.export(policy, example, tmp_path / "p.onnx")
+    line = str(raised.value)
+    assert "the file ignores input episode_starts, but torch's outputs change when episode_starts is all 1s" in line
+    assert "torch.cond" in line and "\n" not in line
+    assert not (tmp_path / "p.onnx").exists() and not list(tmp_path.iterdir())
+
+
+def test_a_hand_written_loop_over_time_is_not_written_at_the_example_length(models, tmp_path: Path) -> None:
+    _, ns = models
+    with pytest.raises(rnnx.ExportCheckFailed) as raised:
+        rnnx.export(ns["HandLSTM"]().eval(), (torch.randn(2, 5, 5),), tmp_path / "h.onnx")
+    line = str(raised.value)
+    assert "input x dim 1 is fixed at 5 in the file, but the model runs with it at 10" in line
+    assert "a Python loop calls ih once per step" in line or "a Python loop calls hh once per step" in line
+    assert not (tmp_path / "h.onnx").exists()
+
+
+def test_a_dimension_the_model_requires_is_static_and_said_so(models, tmp_path: Path) -> None:
+    _, ns = models
+    report = rnnx.export(ns["Enhancer"]().eval(), _enhancer(ns, 2, 6, torch.Generator().manual_seed(0)), tmp_path / "e.onnx")
+    by = {(d["input"], d["dim"]): d for d in report.check.dims}
+    assert by[("spec", 1)]["verdict"] == "static: required" and by[("spec", 4)]["verdict"] == "static: required"
+    assert by[("spec", 0)]["verdict"] == "dynamic" and by[("spec", 0)]["label"] == by[("mag", 0)]["label"] == "batch"
+    assert "dimensions, asked of the torch model:" in str(report)
+
+
+def test_twin_recurrences_of_one_size_are_paired_by_provenance(models, tmp_path: Path) -> None:
+    # torch.export cannot trace the data check, so the TorchScript exporter makes the file;
+    # its nodes are named after their modules' call scopes, which the record reads
+    _, ns = models
+    torch.manual_seed(3)
+    report = rnnx.export(ns["TwinRNN"]().eval(), (torch.randn(2, 6, 4),), tmp_path / "t.onnx")
+    assert report.passed and "TorchScript" in report.route, str(report)
+    records = json.loads({p.key: p.value for p in onnx.load(str(tmp_path / "t.onnx")).metadata_props}["rnnx.recurrences"])
+    assert {r["module"]: r["nodes"] for r in records} == {"rnn_f": ["/rnn_f/LSTM"], "rnn_b": ["/rnn_b/LSTM"]}
+    assert [la["truth"] for la in report.check.layers] == ["torch module 'rnn_f'", "torch module 'rnn_b'"]
+
+
+def test_by_spec_a_layer_two_modules_could_own_is_not_paired_on_a_guess(models) -> None:
+    # a file of another exporter (no record), two layers each of which either module could own
+    from rnnx.verify.layers import find_layers
+    from rnnx.verify.models import layer_truths
+
+    _, ns = models
+    model = ns["TwinRNN"]().eval()
+    truths, notes = layer_truths(model, find_layers(_twin_file(model)), [])
+    assert truths == {}
+    assert any("could come from any of torch modules 'rnn_f', 'rnn_b'" in n for n in notes), notes
+
+
+def _twin_file(model: torch.nn.Module) -> onnx.ModelProto:
+    import io
+
+    buffer = io.BytesIO()
+    torch.onnx.export(model, (torch.randn(2, 6, 4),), buffer, dynamo=False, opset_version=17)
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def test_verify_draws_integer_inputs_from_the_recorded_example_and_a_nan_reference_is_bad_input(models, tmp_path: Path) -> None:
+    path, ns = models
+    torch.manual_seed(0)
+    model = ns["LogIds"]().eval()
+    torch.save(model.state_dict(), tmp_path / "w.pt")
+    report = rnnx.export(model, (torch.randint(1, 20, (1, 7), generator=torch.Generator().manual_seed(0)),), tmp_path / "ids.onnx")
+    assert report.passed
+    export, _ = read_metadata(onnx.load(str(tmp_path / "ids.onnx")))
+    assert export["values"]["ids"]["min"] >= 1
+    verify = [sys.executable, "-m", "rnnx", "verify", "--against", f"{path}:LogIds", "--checkpoint", str(tmp_path / "w.pt")]
+    done = subprocess.run(verify + [str(tmp_path / "ids.onnx")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    # a file whose record does not say which ids the example held: verify draws the embedding's
+    # rows, id 0 among them, the model's own output is not finite: an input problem, exit 2
+    proto = onnx.load(str(tmp_path / "ids.onnx"))
+    export.pop("values")
+    set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
+    onnx.save(proto, str(tmp_path / "old.onnx"))
+    done = subprocess.run(verify + [str(tmp_path / "old.onnx")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    line = done.stderr.strip()
+    assert "the torch model's own output" in line and "the model does not take such inputs" in line and "Traceback" not in line
