@@ -316,8 +316,9 @@ def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tu
             why = audit.ignored_input_moves(leaf.index)
             if why:
                 result.failure = result.failure or (
-                    f"the file ignores input {leaf.name}, but {why}: the trace kept only the branch the example took. "
-                    "Write the branch with torch.cond, or export the general branch (the per-step path) so that the input is read")
+                    f"the file ignores input {leaf.name}, but {why}: the trace kept only what the example took (a Python branch on its "
+                    "values, or a write tracing cannot see). Write such a branch with torch.cond, or export the general branch (the per-step "
+                    "path) so that the file reads the input")
         for d, v in enumerate(dims):
             size = int(leaf.value.shape[d])
             if isinstance(v, str):

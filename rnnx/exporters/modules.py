@@ -102,6 +102,32 @@ def packed_sequences_as_lengths() -> Iterator[int]:
             namespace[name] = value
 
 
+_NO_OWN = object()
+
+
+@contextlib.contextmanager
+def data_writes_traced() -> Iterator[None]:
+    """While tracing, ``tensor.data`` is the tensor itself. Model code writes through ``.data``
+    to change a tensor in place outside autograd (Tacotron's attention masks its energies with
+    ``alignment.data.masked_fill_(mask, -inf)``); eagerly that writes the tensor's own storage,
+    but ``.data`` makes a detached alias that neither torch.export (it fails on the alias, "a
+    fake tensor in the exported program constant's list") nor the TorchScript trace (it drops
+    the write) follows. Without autograd the two are the same computation, so the write is
+    traced as the in-place op on the tensor it changes. Assigning ``.data`` works as before."""
+    import torch
+
+    base = torch._C.TensorBase.data
+    own = torch.Tensor.__dict__.get("data", _NO_OWN)
+    torch.Tensor.data = property(lambda self: self, lambda self, value: base.__set__(self, value))  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        if own is _NO_OWN:
+            del torch.Tensor.data
+        else:
+            torch.Tensor.data = own  # type: ignore[method-assign]
+
+
 class NativeRecurrence:
     """Mixed in before nn.LSTM / GRU / RNN: the module keeps its class, attributes, parameters
     and methods, and only its forward calls rnnx's ops, one per layer.

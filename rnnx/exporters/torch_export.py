@@ -40,6 +40,7 @@ from rnnx.graphs.legalize import convert_down
 from rnnx.exporters import record
 from rnnx.exporters.audit import DimensionAudit, resize
 from rnnx.exporters.example_values import integer_summary
+from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.formats.onnx_scan import lower_projections
 from rnnx.graphs.index import all_graphs
@@ -481,7 +482,7 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
     import torch
     import torch.fx.experimental._config as fx_config
 
-    from rnnx.exporters.modules import packed_sequences_as_lengths
+    from rnnx.exporters.modules import data_writes_traced, packed_sequences_as_lengths
 
     values = [leaf.value for leaf in leaves]
     attempts: list[tuple[list[Any], bool, str]] = []
@@ -508,7 +509,7 @@ def _trace(model: Any, work: Any, leaves: list[Any], structure: Any, specs: list
         shapes_now = offered
         for _ in range(2):  # once more with torch's own suggested fixes, as torch.onnx does
             try:
-                with quiet(), packed_sequences_as_lengths(), fx_config.patch(backed_size_oblivious=oblivious):
+                with quiet(), packed_sequences_as_lengths(), data_writes_traced(), fx_config.patch(backed_size_oblivious=oblivious):
                     program = torch.export.export(work, _unflatten(vals, structure), dynamic_shapes=shapes_now, strict=False)
                 if vals is not values and not _accepts(program, values, structure):
                     # traced on a grown copy, torch may have pinned a grown dimension at 2 or
@@ -611,7 +612,14 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     notes = []
     fused_info: list[dict[str, Any]] = []
     unrolled: list[str] = []
-    if stepped:
+    # A cell written by hand (Linear layers, gate chunks, sigmoid and tanh) and looped over
+    # time in Python is traced as that many decomposed steps: each becomes a one-step native
+    # node here, and the chain one node over the sequence below, as stepped nn cells do.
+    cells = fuse_cells(proto)
+    if cells.rewritten:
+        notes.append(f"{len(cells.rewritten)} step(s) of a recurrent cell written from elementwise operations recognised as native "
+                     f"{'/'.join(sorted({n.op_type for n in proto.graph.node if n.op_type in NATIVE_OPS}))} steps")
+    if stepped or cells.rewritten:
         fused = fuse_steps(proto, seq_label=record.free_label(naming, "seq"))
         fused_info = fused.rewritten
         for info in fused.rewritten:
@@ -623,6 +631,9 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
                          + (f"; per-step {', '.join(info['hoisted'])} applied to all steps after it" if info.get("hoisted") else ""))
         calls = collections.Counter(record.module_of(n) for n in proto.graph.node if n.op_type in NATIVE_OPS)
         looped = [name for name in stepped if calls.get(name, 0) > 1]  # a cell called once is one step, not a loop
+        if cells.rewritten and not fused.rewritten:
+            notes.append("the hand-written cell's steps stay one node per step, so their step count is fixed at the example's ("
+                         + ("; ".join(str(r) for r in fused.left_alone) or "no chain of steps over one input found") + ")")
         if looped and (not fused.rewritten or fused.left_alone):
             unrolled = looped
             reasons = "; ".join(str(r) for r in fused.left_alone) or "no chain of steps over one input found"

@@ -154,13 +154,13 @@ def translate(work: Any, args: tuple[Any, ...], names: Sequence[str], dynamic_ax
     import onnx
     import torch
 
-    from rnnx.exporters.modules import packed_sequences_as_lengths
+    from rnnx.exporters.modules import data_writes_traced, packed_sequences_as_lengths
 
     register_symbolics()
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "torchscript.onnx"
         try:
-            with quiet(), _native_output_to(Path(tmp) / "stderr.txt"), packed_sequences_as_lengths(), torch.no_grad():
+            with quiet(), _native_output_to(Path(tmp) / "stderr.txt"), packed_sequences_as_lengths(), data_writes_traced(), torch.no_grad():
                 torch.onnx.export(work, args, str(raw), dynamo=False, opset_version=opset, input_names=list(names),
                                   dynamic_axes={n: dict(ax) for n, ax in dynamic_axes.items() if ax})
         except Exception as exc:  # the TorchScript exporter raises many types; the first line says what failed

@@ -148,7 +148,10 @@ def _signature(g: GraphIndex, nodes: list[Any], h: str) -> list[tuple[Any, ...]]
 def find_per_step(g: GraphIndex, hs: list[str], chain_ids: set[int]) -> PerStep | Declined | None:
     """The per-step regions of a chain whose steps' h are ``hs``; None if there are none."""
     T = len(hs)
-    found = [_region_from(g, h, chain_ids, k) for k, h in enumerate(hs)]
+    found = [_region_from(g, h, chain_ids, k) for k, h in enumerate(hs[:-1])]
+    if all(not isinstance(f, Declined) and not f[0] for f in found):
+        return None  # no step but the last is read: its h is the final state, which may go anywhere
+    found.append(_region_from(g, hs[-1], chain_ids, T - 1))
     for f in found:
         if isinstance(f, Declined):
             return f
