@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.shapes import BATCH, LENGTH, OTHER, Leaf, Naming
 from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata
@@ -197,22 +198,41 @@ class DimensionAudit:
         return last
 
     def ignored_input_moves(self, index: int) -> str:
-        """Where varying the values of input ``index`` (zeros, then ones) changes torch's
-        outputs: a one-line description of which module reads it; else ""."""
+        """Where other values of input ``index`` change torch's outputs: a one-line description
+        (which values, which module reads the input); else "". The values tried are ones the
+        model could be given: for a float or a flag, all zeros and all ones; for integers
+        (ids, lengths), fresh draws within the example's range and the example reversed."""
+        import numpy as np
         import torch
 
         leaf = self.leaves[index]
+        x = leaf.value
         self._baseline()
-        for fill in (0, 1):
-            values = [v for v in (lf.value for lf in self.leaves)]
-            values[index] = torch.full_like(leaf.value, fill)
+        if x.dtype == torch.bool:
+            variants = [("all False", torch.zeros_like(x)), ("all True", torch.ones_like(x))]
+        elif x.is_floating_point():
+            variants = [("all 0s", torch.zeros_like(x)), ("all 1s", torch.ones_like(x))]
+        else:
+            rng = np.random.default_rng(0)
+            summary = integer_summary(x.detach().cpu().numpy())
+            variants = [(f"drawn from {summary['min']}..{summary['max']}" if summary else "drawn",
+                         torch.from_numpy(draw_integers(rng, list(x.shape), summary, np.int64)).to(x.dtype))]
+            if x.dim():
+                variants.append(("reversed", x.flip(-1)))
+        raised = []
+        for what, value in variants:
+            values = [lf.value for lf in self.leaves]
+            values[index] = value
             try:
                 _, out = self._observe(values)
-            except Exception as exc:  # noqa: BLE001  a model that raises on other values reads them
-                return f"the model raised at {leaf.name} = {fill}s ({type(exc).__name__})"
+            except Exception as exc:  # noqa: BLE001  not a value the model takes; try the next
+                raised.append(f"{what}: {type(exc).__name__}")
+                continue
             base = self._base_out or []
             if len(out) != len(base) or any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(out, base)):
-                return f"torch's outputs change when {leaf.name} is all {fill}s" + self._reader(index)
+                return f"torch's outputs change when {leaf.name} is {what}" + self._reader(index)
+        if raised and len(raised) == len(variants):
+            return f"the model raised at every other value of {leaf.name} tried ({'; '.join(raised)}), so it reads them" + self._reader(index)
         return ""
 
     def _reader(self, index: int) -> str:

@@ -1,10 +1,11 @@
-"""Which values an integer input takes, read from an example, and fresh ones drawn like them.
+"""Which values an input takes, read from an example, and fresh ones drawn like them.
 
 Token ids are not arbitrary integers: a vocabulary reserves ids (padding, start, end), and a
 model that derives its lengths from ``ids != pad`` or masks attention with them computes NaN
 on ids it would never be given (a row that is all padding leaves softmax nothing). So fresh
 inputs stay within the example's range, and a value the example uses only as padding (every
-occurrence trailing its row) is not drawn. Used by the export's self-check and audit and by
+occurrence trailing its row) is not drawn. Floats keep the example's sign: a magnitude
+fed to ``log1p`` is NaN on a standard normal draw. Used by the export's self-check and audit and by
 ``rnnx verify``, and recorded in the file's metadata (``values``) for verify to read later.
 """
 
@@ -13,6 +14,30 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+
+def value_summary(values: np.ndarray) -> dict[str, Any] | None:
+    """What fresh inputs like ``values`` may hold: for integers their range and padding
+    (:func:`integer_summary`); for floats their sign, where the example says it
+    (``{"nonnegative": true}``, ``{"unit": true}`` for values within [0, 1]: magnitudes,
+    probabilities and masks that a model feeds to log or sqrt); None where anything goes."""
+    values = np.asarray(values)
+    if values.dtype.kind in "iu":
+        return integer_summary(values)
+    if values.dtype.kind != "f" or values.size == 0 or not np.isfinite(values).all():
+        return None
+    low, high = float(values.min()), float(values.max())
+    if low < 0:
+        return None
+    return {"nonnegative": True, "unit": high <= 1.0}
+
+
+def draw_floats(rng: np.random.Generator, shape: list[int], summary: dict[str, Any] | None, dtype: Any) -> np.ndarray:
+    """Standard normal floats, folded to [0, inf) or drawn in [0, 1] where the example's were."""
+    if summary and summary.get("unit"):
+        return rng.random(shape).astype(dtype)
+    out = rng.standard_normal(shape)
+    return (np.abs(out) if summary and summary.get("nonnegative") else out).astype(dtype)
 
 
 def integer_summary(values: np.ndarray) -> dict[str, int | None] | None:

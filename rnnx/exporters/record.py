@@ -4,8 +4,9 @@
 
 - ``rnnx.export``: each graph input's dimensions (a size, or the label of a dynamic
   dimension), what each label is (``batch``, ``length`` or ``other``), which inputs
-  hold per-sequence lengths, and, per integer input, the range of values the example
-  held and its padding value (``values``: ``{"min", "max", "padding"}``, see
+  hold per-sequence lengths, and what values the example held (``values``: per integer
+  input ``{"min", "max", "padding"}``, per float input that was never negative
+  ``{"nonnegative": true, "unit": <all within [0, 1]>}``; see
   :mod:`rnnx.exporters.example_values`);
 - ``rnnx.recurrences``: per recurrent module, its spec, its layout (batch-first or not),
   its ONNX nodes, and which graph inputs feed its X, initial states and sequence lengths
@@ -316,7 +317,7 @@ def write_metadata(proto: Any, naming: Any, recurrences: list[dict[str, Any]], e
     dynamic dimension that is neither a batch nor a length is known to take; ``call`` is how
     the model was called (:func:`call_record`, :func:`call_of_program`), written as
     ``rnnx.call`` when given, with each tensor that became no graph input unrecorded;
-    ``values`` is each integer input's summary (:func:`rnnx.exporters.example_values.integer_summary`)."""
+    ``values`` is each input's summary (:func:`rnnx.exporters.example_values.value_summary`)."""
 
     graph = proto.graph
     flow = _Flow(graph)

@@ -23,7 +23,7 @@ from rnnx.errors import RNNXError
 from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.exporters import record
-from rnnx.exporters.example_values import integer_summary
+from rnnx.exporters.example_values import value_summary
 from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
@@ -140,7 +140,8 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     lengths = {name: SEQ for name, x, ax in zip(names, tensors, tensor_axes) if x.dim() == 1 and not x.is_floating_point() and SEQ in roles}
     naming = Naming({}, roles, dims, lengths)
     record.write_metadata(proto, naming, [], {name: list(x.shape) for name, x in zip(names, tensors)}, call=record.call_of_module(model, args, names),
-                          values={name: integer_summary(x.detach().cpu().numpy()) for name, x in zip(names, tensors)})
+                          values={name: value_summary(x.detach().float().cpu().numpy() if x.is_floating_point() else x.detach().cpu().numpy())
+                                  for name, x in zip(names, tensors)})
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
     native = {k: v for k, v in op_types.items() if k in NATIVE_OPS}
     report = ExportReport(

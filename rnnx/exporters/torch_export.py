@@ -39,7 +39,7 @@ from rnnx.exporters.selfcheck import run_eager
 from rnnx.graphs.legalize import convert_down
 from rnnx.exporters import record
 from rnnx.exporters.audit import DimensionAudit, resize
-from rnnx.exporters.example_values import integer_summary
+from rnnx.exporters.example_values import value_summary
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.formats.onnx_scan import lower_projections
@@ -156,18 +156,23 @@ def export(
                 program2, tracing2 = _trace(model, work, leaves, structure, narrowed, shapes.bind_dynamic_shapes(model, _unflatten(narrowed, structure)),
                                           user_shapes=False)
                 naming2 = shapes.name_dimensions(program2, leaves, labels, ops.KINDS)
-                why = ("; ".join(f"{n} dim {d} static at {size}" for n, d, size in static)
-                       + ": torch kept it dynamic, but it reaches no recurrence, and the export with it dynamic failed"
-                       + " (name it with dynamic= / --dynamic to insist)")
-                routes.try_dynamo(program2, naming2, tracing2, why, label=DYNAMO_STATIC)
+                routes.made_static = static
+                routes.try_dynamo(program2, naming2, tracing2, _static_note(static), label=DYNAMO_STATIC)
             except RNNXError as exc:
                 routes.failed(DYNAMO_STATIC, exc)
+            finally:
+                routes.made_static = []
     if not routes.done:
         routes.try_torchscript(naming, program)
     report = routes.result()
     if model.training:
         report.notes.append("the model was in training mode: it was exported, and checked, in eval mode (dropout off, batch-norm statistics used)")
     return report
+
+
+def _static_note(static: list[tuple[str, int, int]]) -> str:
+    return ("; ".join(f"{n} dim {d} static at {size}" for n, d, size in static)
+            + ": torch kept it dynamic, but it reaches no recurrence, and the export with it dynamic failed (name it with dynamic= / --dynamic to insist)")
 
 
 DYNAMO = "torch.export + torch.onnx (dynamo)"
@@ -191,6 +196,7 @@ class _Routes:
         # (leaf, dim, probe) of each batch or length the model accepts at another size and the
         # last file fixed: a later route is tried on the inputs the model ran with
         self.missed: list[Any] = []
+        self.made_static: list[tuple[str, int, int]] = []  # what the route under way traced static
         self.errors: list[tuple[str, RNNXError]] = []
         self.reports: list[ExportReport] = []
         self.program: Any = None  # the first torch.export program, to say where a failing op sits
@@ -222,6 +228,17 @@ class _Routes:
             report.notes.append(f"{earlier_report.route} made a file first that failed its self-check: {earlier_report.check.failure()}")
         judged = write_checked(proto, self.path, report, self.model, self.leaves, self.structure, naming, self.check, self.seed, self.tolerances,
                                self.audit, self.asked_static)
+        if self.made_static and judged is not None:
+            # the dimensions this route traced static that the file still fixes (the audit frees
+            # those of inputs nothing reads): say so where the note stands
+            fixed = [(n, d, size) for n, d, size in self.made_static if any(v.input == n and v.dim == d and v.verdict != "dynamic" for v in judged.dims)]
+            said = tuple(f"{n} dim {d} is static at {size}, although" for n, d, size in fixed)
+            report.notes = [n for n in report.notes if n != note and not n.startswith(said)]  # the route's reason says it
+            if fixed:
+                report.notes.insert(0, _static_note(fixed))
+                for dim in report.check.dims if report.check is not None else []:
+                    if (dim["input"], dim["dim"]) in {(n, d) for n, d, _ in fixed} and dim["verdict"] == "static":
+                        dim["why"] += "; the export with it dynamic failed"
         if judged is not None and judged.missed:
             self.missed = judged.missed
         self.reports.append(report)
@@ -624,8 +641,12 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
         fused_info = fused.rewritten
         for info in fused.rewritten:
             if info.get("dynamic_seq") and info["source"] in naming.input_dims:  # a source computed inside the graph has no input dim to name
-                naming.input_dims[info["source"]][info["axis"]] = info["seq_label"]
+                dims = naming.input_dims[info["source"]]
+                dims[info["axis"]] = info["seq_label"]
                 naming.roles[info["seq_label"]] = "length"
+                batch = dims[1 - info["axis"]] if len(dims) > 1 else None
+                if isinstance(batch, str) and naming.roles.get(batch) == shapes.OTHER:  # a hand-written cell's batch reached no nn module
+                    naming.roles[batch] = shapes.BATCH
             notes.append(f"{info['steps']} steps of a stepped cell fused into one {info['op']} node over {info['source']}"
                          + (", sequence length dynamic" if info.get("dynamic_seq") else "")
                          + (f"; per-step {', '.join(info['hoisted'])} applied to all steps after it" if info.get("hoisted") else ""))
@@ -655,7 +676,8 @@ def _finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swap
     call = record.call_of_program(program, leaves) if program is not None else record.call_of_module(
         model, tuple(_unflatten([leaf.value for leaf in leaves], structure)), [leaf.name for leaf in tensors])
     record.write_metadata(proto, naming, recurrences, {leaf.name: list(leaf.value.shape) for leaf in tensors}, call=call,
-                          values={leaf.name: integer_summary(leaf.value.detach().cpu().numpy()) for leaf in tensors})
+                          values={leaf.name: value_summary(leaf.value.detach().float().cpu().numpy() if leaf.value.is_floating_point() else leaf.value.detach().cpu().numpy())
+                                  for leaf in tensors})
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
     return _Finished(dict(op_types), recurrences, lowered.rewritten, fused_info, unrolled, notes)
 

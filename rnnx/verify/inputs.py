@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.exporters.example_values import draw_integers, integer_summary
+from rnnx.exporters.example_values import draw_floats, draw_integers, integer_summary, value_summary
 from rnnx.verify.drive import axis_roles
 
 BATCH, LENGTH, OTHER = "batch", "length", "other"
@@ -36,7 +36,7 @@ class InputSpec:
     dims: list[int | str]  # a size, or a label (an expression of labels for derived sizes)
     lengths_of: str | None = None  # holds per-sequence lengths bounded by this label
     vocabulary: int | None = None  # token ids: indexes a table of this many rows
-    values: dict[str, Any] | None = None  # integers: the recorded example's range and padding (rnnx.exporters.example_values)
+    values: dict[str, Any] | None = None  # the recorded example's range and padding, or sign (rnnx.exporters.example_values)
 
 
 @dataclass
@@ -99,6 +99,8 @@ def _summary(entry: Any) -> dict[str, Any] | None:
     """A recorded integer summary, where it is one (the file may be anyone's)."""
     if not isinstance(entry, dict):
         return None
+    if "nonnegative" in entry:  # a float input's sign (rnnx.exporters.example_values.value_summary)
+        return {"nonnegative": entry.get("nonnegative") is True, "unit": entry.get("unit") is True}
     low, high, pad = entry.get("min"), entry.get("max"), entry.get("padding")
     if not all(isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 62 for v in (low, high)) or low > high:
         return None
@@ -223,8 +225,10 @@ def make_feed(specs: list[InputSpec], case: Case, example: dict[str, Any], seed:
     feed = {}
     for spec in specs:
         shape = case.shapes[spec.name]
-        if spec.dtype.kind == "f":
-            feed[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+        if spec.dtype.kind == "f":  # the recorded example's sign, else the model's own example's
+            known = example.get(spec.name)
+            summary = spec.values or (value_summary(np.asarray(known, dtype=np.float64)) if known is not None else None)
+            feed[spec.name] = draw_floats(rng, shape, summary, spec.dtype)
         elif spec.dtype.kind == "b":
             feed[spec.name] = rng.random(shape) < 0.5
         elif spec.lengths_of is not None:
