@@ -124,16 +124,16 @@ class DimensionAudit:
         calls: collections.Counter = collections.Counter()
         names = {id(m): n for n, m in self.model.named_modules()}
 
-        def hook(module: Any, args: tuple[Any, ...]) -> None:
+        def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             name = names.get(id(module), "?")
             calls[name] += 1
-            seen = _recurrence_sizes(module, args[0] if args else None)
+            seen = _recurrence_sizes(module, args[0] if args else kwargs.get("input"))
             if seen is not None:
                 shapes[name].append(seen)
 
         # a TorchScript module takes no hooks: its roles stay unknown (other)
         hooked = not isinstance(self.model, torch.jit.ScriptModule)
-        handles = [m.register_forward_pre_hook(hook) for m in self.model.modules()] if hooked else []
+        handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in self.model.modules()] if hooked else []
         self.runs += 1
         try:
             out = run_eager(self.model, values, self.structure)

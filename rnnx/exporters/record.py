@@ -225,6 +225,23 @@ def fix_dimensions(proto: Any, naming: Any, leaves: Any, labels: Any) -> dict[st
     return sizes
 
 
+def tie_dimensions(proto: Any, naming: Any, tied: dict[str, str]) -> None:
+    """Rename each label in ``tied`` to the label it is tied to, in the graph's declared
+    shapes, in ``naming`` and in the file's record (the two dimensions are then one)."""
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, tied)) + r")\b")
+    rename_dims(proto, lambda text: pattern.sub(lambda m: tied[m.group(0)], text))
+    for name, dims in naming.input_dims.items():
+        naming.input_dims[name] = [pattern.sub(lambda m: tied[m.group(0)], v) if isinstance(v, str) else v for v in dims]
+    for label in tied:
+        naming.roles.pop(label, None)
+    naming.symbol_labels = {k: tied.get(v, v) for k, v in naming.symbol_labels.items()}
+    naming.lengths_inputs = {k: tied.get(v, v) for k, v in naming.lengths_inputs.items()}
+    export, _ = read_metadata(proto)
+    if export is not None:
+        export.update(inputs=naming.input_dims, roles=naming.roles, outputs=_output_dims(proto), lengths_inputs=naming.lengths_inputs)
+        set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
+
+
 def _output_dims(proto: Any) -> dict[str, list[int | str]]:
     return {o.name: [d.dim_param if d.HasField("dim_param") else int(d.dim_value) for d in o.type.tensor_type.shape.dim] for o in proto.graph.output}
 

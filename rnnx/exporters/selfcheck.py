@@ -298,6 +298,26 @@ def refused_dimensions(model: Any, leaves: Sequence[Leaf], structure: Any, namin
     return refused
 
 
+def ties(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, refused: dict[str, str], seed: int = 0) -> dict[str, str]:
+    """For each refused label, another dynamic label of the same example size (a batch or a
+    length first) that the model runs with when both take a new size together: a mask's
+    length that must equal the input's. label -> the label it is tied to."""
+    base = example_sizes(naming, leaves)
+    out: dict[str, str] = {}
+    for label in refused:
+        partners = sorted((m for m in base if m != label and m not in refused and base[m] == base[label]),
+                          key=lambda m: naming.roles.get(m) not in (BATCH, LENGTH))
+        for other in partners:
+            grow = base[label] + _GROWTH.get(naming.roles.get(other, ""), _OTHER_GROWTH)
+            try:
+                run_eager(model, fresh_inputs(leaves, naming, {**base, label: grow, other: grow}, seed), structure)
+            except Exception:  # noqa: BLE001  not together either
+                continue
+            out[label] = other
+            break
+    return out
+
+
 def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, path: Path, seed: int = 0,
                    tolerances: Tolerances | None = None) -> SelfCheck:
     """Run every planned case; the torch model runs in eval mode. Outputs are held to

@@ -280,6 +280,8 @@ class _Routes:
             # the audit found a batch or a length the model accepts and the file fixed: hand
             # the TorchScript exporter that axis too, and trace it on inputs where it is not 1
             widened, named = self._widened(naming)
+            if not named:  # the axes handed over already hold them: nothing new to try
+                return
             grown, changed = self.grown_example()
             self._torchscript(widened, program, grown, f"{how}, and {named} dynamic, traced with {changed} grown", TORCHSCRIPT_WIDENED)
 
@@ -287,11 +289,22 @@ class _Routes:
         tensors = [leaf for leaf in self.leaves if leaf.is_tensor]
         axes = {name: {d: v for d, v in enumerate(dims) if isinstance(v, str) and v.isidentifier()} for name, dims in naming.input_dims.items()}
         progress.step(f"translating with {torchscript_route.ROUTE}")
+        names = [leaf.name for leaf in tensors]
         try:
-            proto = torchscript_route.translate(self.work, tuple(_unflatten(values, self.structure)), [leaf.name for leaf in tensors], axes, self.opset)
+            proto = torchscript_route.translate(self.work, tuple(_unflatten(values, self.structure)), names, axes, self.opset)
         except RNNXError as exc:
-            self.failed(label or torchscript_route.ROUTE, exc)
-            return
+            if not _structured(values, self.structure):
+                self.failed(label or torchscript_route.ROUTE, exc)
+                return
+            # the exporter flattens namedtuples and reads dicts as keywords: call the model with
+            # its own structure rebuilt around flat tensors
+            wrapper, flat = torchscript_route.flat_call(self.work, values, self.structure)
+            try:
+                proto = torchscript_route.translate(wrapper, flat, names, axes, self.opset)
+            except RNNXError:
+                self.failed(label or torchscript_route.ROUTE, exc)
+                return
+            torchscript_route.unscope(proto)
         self._finish(torchscript_route.ROUTE, proto, naming, program, f"by {torchscript_route.ROUTE}, with {how}", label=label)
 
     def _widened(self, naming: Any) -> tuple[Any, str]:
@@ -334,6 +347,18 @@ class _Routes:
         where = _module_of_op(self.program, tried) if self.program is not None else ""
         raise RNNXError(f"no translation route could export the model{where} ({tried}); replace the operator named, or, where a dynamic size "
                         "is the cause, make it static (static= / --static); --debug prints the full trace") from exc
+
+
+def _structured(values: list[Any], structure: Any) -> bool:
+    """Whether the example holds more than tensors in tuples and lists (namedtuples, dicts,
+    values that are not tensors), which the TorchScript exporter does not pass through as given."""
+    import torch
+    from torch.utils._pytree import tree_flatten_with_path
+
+    if any(not isinstance(v, torch.Tensor) for v in values):
+        return True
+    paths, _ = tree_flatten_with_path(_unflatten(values, structure))
+    return any(not hasattr(k, "idx") or type(k).__name__ != "SequenceKey" for path, _ in paths for k in path)
 
 
 def _module_of_op(program: Any, text: str) -> str:

@@ -148,6 +148,43 @@ def _native_output_to(path: Path) -> Iterator[None]:
                 os.close(copy)
 
 
+FLAT_SCOPE = "model"  # the attribute that holds the model in a flat call's wrapper: the first scope of its nodes' names
+
+
+def flat_call(work: Any, values: Sequence[Any], structure: Any) -> tuple[Any, tuple[Any, ...]]:
+    """A module that takes the example's tensors flat, one argument each, and calls ``work``
+    with the example's own structure rebuilt around them (namedtuples, dicts, flags): the
+    TorchScript exporter hands a namedtuple to forward as a plain tuple (sb3's
+    ``lstm_states.pi`` then fails) and reads a trailing dict as keyword arguments."""
+    import torch
+    from torch.utils._pytree import tree_unflatten
+
+    positions = [k for k, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    fixed = list(values)
+
+    class Flat(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            setattr(self, FLAT_SCOPE, work)
+
+        def forward(self, *tensors: Any) -> Any:
+            leaves = list(fixed)
+            for k, t in zip(positions, tensors):
+                leaves[k] = t
+            return getattr(self, FLAT_SCOPE)(*tree_unflatten(leaves, structure))
+
+    return Flat(), tuple(values[k] for k in positions)
+
+
+def unscope(proto: Any) -> None:
+    """Node names of a flat call's export without the wrapper's scope (``/model/rnn/LSTM`` ->
+    ``/rnn/LSTM``), so that they name the model's own modules."""
+    prefix = f"/{FLAT_SCOPE}/"
+    for node in proto.graph.node:
+        if node.name.startswith(prefix):
+            node.name = "/" + node.name[len(prefix):]
+
+
 def translate(work: Any, args: tuple[Any, ...], names: Sequence[str], dynamic_axes: Mapping[str, Mapping[int, str]], opset: int) -> Any:
     """The ONNX proto of ``work`` (a model with rnnx's stand-ins) traced on ``args``, graph
     inputs named ``names``; raises RNNXError with the exporter's first line if it fails."""

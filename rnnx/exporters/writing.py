@@ -19,7 +19,7 @@ from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.exporters import record
 from rnnx.exporters.audit import AuditResult, DimensionAudit, judge
-from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, refused_dimensions, run_self_check
+from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, refused_dimensions, run_self_check, ties
 from rnnx.exporters.streaming import STREAMING
 from rnnx.fileio import atomic_output
 from rnnx.formats.onnx_build import write_model
@@ -246,6 +246,12 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
     judged = None
     if check:
         refused = refused_dimensions(model, leaves, structure, naming, seed)
+        tied = ties(model, leaves, structure, naming, refused, seed) if refused else {}
+        if tied:
+            record.tie_dimensions(proto, naming, tied)
+            report.axes = naming.axes()
+            for label, other in tied.items():
+                report.notes.append(f"{label} is {other}: the model raised with {label} alone at another size ({refused.pop(label)}), and runs with the two equal")
         if refused:
             fixed = record.fix_dimensions(proto, naming, leaves, refused)
             report.axes = naming.axes()

@@ -348,3 +348,19 @@ def test_a_write_through_data_is_traced_and_the_patch_is_undone(models, tmp_path
     x = torch.randn(2, 3)
     x.data.mul_(0)  # .data is the detached alias again
     assert x.data is not x and float(x.abs().sum()) == 0
+
+
+@pytest.mark.parametrize("name", ["OCR", "Enhancer", "MaskedAttention", "HandLSTM"])
+def test_verify_against_the_model_code_passes_on_what_rnnx_exported_from_batch_1(models, tmp_path: Path, name: str) -> None:
+    path, ns = models
+    torch.manual_seed(0)
+    model = ns[name]().eval()
+    torch.save(model.state_dict(), tmp_path / "w.pt")
+    example = CASES[name](ns, 1, 6, torch.Generator().manual_seed(0)) if name in CASES else (torch.randn(1, 6, 5),)
+    assert rnnx.export(model, example, tmp_path / "m.onnx").passed
+    done = subprocess.run([sys.executable, "-m", "rnnx", "verify", str(tmp_path / "m.onnx"), "--against", f"{path}:{name}",
+                           "--checkpoint", str(tmp_path / "w.pt"), "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    ran = [c for c in report["cases"] if not c.get("skipped")]
+    assert report["passed"] and len({tuple(sorted(c["sizes"].items())) for c in ran}) >= 3
