@@ -34,6 +34,7 @@ move, the file computes the branch the example took, and it is not written.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -48,7 +49,8 @@ from rnnx.graphs.index import all_graphs
 
 DYNAMIC, REQUIRED, ASKED, STATIC, MISSED = "dynamic", "static: required", "static: asked", "static", "missed"
 # Bounds on the work a hostile or huge model can make the audit do.
-MAX_PROBE_RUNS = 96
+MAX_PROBE_RUNS = 160
+MAX_COMBINATIONS = 6  # one same-size dimension of each other input: the combinations tried per dimension
 MAX_PROBE_BYTES = 1 << 29
 # Graph ops that read a tensor's shape, not its values.
 _SHAPE_ONLY = {"Shape", "Size"}
@@ -187,8 +189,17 @@ class DimensionAudit:
         same = tuple((leaf.index, k) for leaf in self.leaves if leaf.is_tensor and leaf.index != index
                      for k, n in enumerate(leaf.value.shape) if n == size)
         # alone; with every same-size dimension; with those at the same position (a batch
-        # leads every input); with those the file keeps dynamic
+        # leads every input); with those the file keeps dynamic; then one same-size dimension
+        # of each other input (a state's batch is its second axis), same positions first
         tries = [(), same, tuple(p for p in same if p[1] == d), tuple(p for p in same if p in dynamic)]
+        per_input: dict[int, list[tuple[int, int]]] = {}
+        for i, k in same:
+            per_input.setdefault(i, []).append((i, k))
+        if any(len(v) > 1 for v in per_input.values()):
+            choices = [sorted(v, key=lambda p: (p[1] != d, p[1])) for v in per_input.values()]
+            combos = sorted(itertools.islice(itertools.product(*choices), MAX_COMBINATIONS * 4),
+                            key=lambda c: -sum(p[1] == d for p in c))[:MAX_COMBINATIONS]
+            tries += [tuple(c) for c in combos]
         last = _Probe()
         for partners in dict.fromkeys(tries):
             probe = self._probe(index, d, partners)

@@ -399,7 +399,9 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
             raise _refuse(name, "a PackedSequence input", "per-sequence lengths end the sequences at different frames", "feed it padded chunks")
         given = [h for h in (call.hx if isinstance(call.hx, (tuple, list)) else (call.hx,)) if isinstance(h, torch.Tensor)]
         if any(id(h) in example_ids for h in given):
-            raise _refuse(name, "initial states taken from the inputs", "the model already streams", "export it without streaming=True")
+            raise _refuse(name, "initial states taken from the inputs", "the model already streams",
+                          "export it without streaming (--streaming / streaming=True) and check it chunk by chunk with "
+                          "rnnx verify FILE --against CODE --chunks N,N --state IN=OUT")
         if any(bool(h.detach().ne(0).any()) for h in given):
             raise _refuse(name, "initial states that are not zeros", "a learned or computed start state; streaming starts every stream at zeros",
                           "start from zeros, or pass the states as inputs yourself")

@@ -27,6 +27,7 @@ import numpy as np
 
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.errors import RNNXError
+from rnnx.exporters.record import read_call
 from rnnx.exporters.selfcheck import float64_copy
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_metadata import read_metadata
@@ -252,7 +253,23 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
             out_axes[name] = None if name in state_out else found
 
     names = [s.name for s in streamed]
-    call = plan_call(proto, torch_model, example, names, against)
+    recorded, _ = read_call(proto)
+    # a model that already streams takes its states as parameters (forward(tokens, h, c)): it
+    # is called on the whole sequence with them at zeros, where the stream starts
+    everything = [s.name for s in specs]
+    # (a --streaming file's call record is its wrapper's, which appends the states: not the forward's)
+    takes_states = (record is None and recorded is not None and len(everything) > len(names)
+                    and sorted(recorded.tensors()) == sorted(everything))
+    called = everything if takes_states else names
+    try:
+        call = plan_call(proto, torch_model, example, called, against)
+    except RNNXError as exc:
+        if takes_states:
+            raise
+        try:
+            call, called = plan_call(proto, torch_model, example, everything, against), everything
+        except RNNXError:
+            raise exc from None
     call.notes = [n for n in call.notes if "call record feeds graph inputs" not in n]  # a streaming record feeds the states too
     shapes = {**_recorded_example(export), **{k: list(v.shape) for k, v in call.example_arrays.items()}}
     shortest = max(MIN_FRAMES, max(chunks) + max(chunks) // 2 + 1)
@@ -276,7 +293,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
             feed = make_feed(specs, case, call.example_arrays, seed + k)
             for p in pairs:  # a stream starts from zeros
                 feed[p.input] = np.zeros(case.shapes[p.input], dtype=spec_of[p.input].dtype)
-            whole = {n: feed[n] for n in names}
+            whole = {n: feed[n] for n in called}
             want32 = torch_outputs(torch_model, call, whole)
             want64 = None
             if model64 is not None:

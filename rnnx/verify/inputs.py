@@ -186,8 +186,11 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
         if label in dims:
             fixed[label] = dims[label]
         elif role == OTHER:
+            holders = [s.name for s in specs if any(isinstance(d, str) and re.search(rf"\b{re.escape(label)}\b", d) for d in s.dims)]
+            if not holders:
+                continue  # a role for a label no input carries: nothing to size
             if label not in base:
-                who = next(s.name for s in specs if label in s.dims)
+                who = holders[0]
                 raise RNNXError(f"dimension {label!r} of input {who!r} is dynamic and neither a batch nor a length by its name; "
                                 f"give its size with --dim {label}=SIZE (or define example_inputs in the model file)")
             fixed[label] = base[label]

@@ -1,0 +1,112 @@
+"""Streaming on the model styles a newcomer brings: a CRN whose strided convolutions feed each
+other, and a character LM that already streams (``forward(tokens, h, c)``), checked chunk by
+chunk by ``rnnx verify --chunks`` through the forward's own state parameters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+import rnnx  # noqa: E402
+
+MODELS = '''
+import torch
+from torch import nn
+
+
+class CRN(nn.Module):
+    """A convolutional recurrent enhancer: two causal Conv2d (padded with ZeroPad2d above, in
+    time), each with frequency stride 2, the second reading the first's output; a 2-layer LSTM
+    and a mask over the spectrum (B, 1, T, F)."""
+
+    def __init__(self, freq=32):
+        super().__init__()
+        self.pad1 = nn.ZeroPad2d((0, 0, 1, 0))
+        self.conv1 = nn.Conv2d(1, 4, (2, 3), stride=(1, 2))
+        self.pad2 = nn.ZeroPad2d((0, 0, 1, 0))
+        self.conv2 = nn.Conv2d(4, 8, (2, 3), stride=(1, 2))
+        f = ((freq - 3) // 2 + 1 - 3) // 2 + 1
+        self.lstm = nn.LSTM(8 * f, 16, num_layers=2, batch_first=True)
+        self.mask = nn.Linear(16, freq)
+
+    def forward(self, spec):
+        x = torch.relu(self.conv1(self.pad1(spec)))
+        x = torch.relu(self.conv2(self.pad2(x)))
+        b, c, t, f = x.shape
+        y, _ = self.lstm(x.permute(0, 2, 1, 3).reshape(b, t, c * f))
+        return torch.sigmoid(self.mask(y)) * spec.squeeze(1)
+
+
+class CharLM(nn.Module):
+    """A character LM that carries its own state: forward(tokens, h, c) -> (logits, h, c)."""
+
+    def __init__(self, vocab=20, hid=12):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 8)
+        self.rnn = nn.LSTM(8, hid, batch_first=True)
+        self.out = nn.Linear(hid, vocab)
+
+    def forward(self, tokens, h, c):
+        y, (h, c) = self.rnn(self.emb(tokens), (h, c))
+        return self.out(y), h, c
+'''
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    path = tmp_path_factory.mktemp("styles") / "styles.py"
+    path.write_text(MODELS)
+    namespace: dict = {}
+    exec(compile(MODELS, str(path), "exec"), namespace)
+    return path, namespace
+
+
+def test_a_crn_whose_strided_convolutions_feed_each_other_streams_at_any_batch(models, tmp_path: Path) -> None:
+    _, ns = models
+    torch.manual_seed(0)
+    model = ns["CRN"]().eval()
+    report = rnnx.export(model, (torch.randn(1, 1, 20, 32),), tmp_path / "crn.onnx", streaming=True)
+    assert report.passed and report.written, str(report)
+    assert report.axes["spec"] == {0: "batch", 2: "seq"}
+    assert any(c.name.startswith("streamed in chunks of 1 frame") and c.passed for c in report.check.cases)
+    # by hand, as a user would: batch 3, in chunks of 4 frames, each chunk's states fed to the next
+    session = ort.InferenceSession(str(tmp_path / "crn.onnx"), providers=["CPUExecutionProvider"])
+    ins = {i.name: i for i in session.get_inputs()}
+    states = {n: n.replace("_in", "_out") for n in ins if n != "spec"}
+    x = torch.randn(3, 1, 16, 32, generator=torch.Generator().manual_seed(1))
+    carried = {n: np.zeros([3 if isinstance(d, str) else d for d in ins[n].shape], dtype=np.float32) for n in states}
+    outs = []
+    for t in range(0, 16, 4):
+        got = dict(zip([o.name for o in session.get_outputs()], session.run(None, {"spec": x[:, :, t:t + 4].numpy(), **carried})))
+        outs.append(got[session.get_outputs()[0].name])
+        carried = {n: got[o] for n, o in states.items()}
+    with torch.no_grad():
+        np.testing.assert_allclose(np.concatenate(outs, axis=1), model(x).numpy(), atol=1e-5, rtol=1e-4)
+
+
+def test_verify_drives_the_states_of_a_model_that_already_streams_through_its_forward(models, tmp_path: Path) -> None:
+    path, ns = models
+    torch.manual_seed(0)
+    model = ns["CharLM"]().eval()
+    torch.save(model.state_dict(), tmp_path / "lm.pt")
+    example = (torch.randint(0, 20, (1, 6)), torch.zeros(1, 1, 12), torch.zeros(1, 1, 12))
+    assert rnnx.export(model, example, tmp_path / "lm.onnx", output_names=["logits", "h_out", "c_out"]).passed
+    done = subprocess.run([sys.executable, "-m", "rnnx", "verify", str(tmp_path / "lm.onnx"), "--against", f"{path}:CharLM",
+                           "--checkpoint", str(tmp_path / "lm.pt"), "--chunks", "1,7", "--state", "h=h_out", "--state", "c=c_out", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["passed"] and {r["output"] for r in report["rows"]} == {"logits", "h_out", "c_out"}
+    # the streaming export refuses such a model, naming the flag and the route that checks it
+    with pytest.raises(rnnx.RNNXError) as raised:
+        rnnx.export(model, example, tmp_path / "s.onnx", streaming=True)
+    assert "--streaming" in str(raised.value) and "--chunks" in str(raised.value)
