@@ -97,10 +97,12 @@ def export(model: Any, example_inputs: Any = _MISSING, path: str | Path | None =
     internal, notes = _torch_onnx_options(model, options)
     example_inputs = _with_keyword_inputs(model, example_inputs, options.pop("kwargs", None))
     dynamic_axes = options.pop("dynamic_axes", None)
-    streaming = bool(options.pop("streaming", False))
+    streaming = options.pop("streaming", False)
+    if not isinstance(streaming, bool):
+        raise RNNXError(f"streaming: expected True or False, found {streaming!r}")
     unknown = sorted(set(options) - set(_OWN))
     if unknown:
-        raise RNNXError(f"export: expected a keyword of rnnx's ({', '.join(_OWN)}) or of torch.onnx.export's (dynamic_axes, "
+        raise RNNXError(f"export: expected a keyword of rnnx's ({', '.join(_OWN + ('streaming',))}) or of torch.onnx.export's (dynamic_axes, "
                         f"opset_version, input_names, output_names, ...), found {unknown[0]!r}; see help(rnnx.export)")
     model, example_inputs = at_precision(model, example_inputs, options.pop("precision", "fp32"), options.pop("keep_io_types", False))
     stream = None

@@ -138,9 +138,17 @@ def reference_threads() -> Iterator[ReferenceThreads]:
 ORT_THREADS_ENV = "RNNX_ORT_THREADS"
 
 
+MAX_ORT_THREADS = 1024  # more is a typo: ONNX Runtime would try to start them all
+
+
 def ort_threads() -> int:
-    """The ONNX Runtime intra-op threads asked for by RNNX_ORT_THREADS (0: ONNX Runtime's default)."""
-    try:
-        return max(int(os.environ.get(ORT_THREADS_ENV, "0") or 0), 0)
-    except ValueError:
+    """The ONNX Runtime intra-op threads asked for by RNNX_ORT_THREADS (0 or unset: ONNX
+    Runtime's default). Raises ValueError, saying what was found, for anything but ASCII digits
+    from 0 to :data:`MAX_ORT_THREADS` (``int()`` also reads other scripts' digits and signs)."""
+    text = os.environ.get(ORT_THREADS_ENV, "").strip()
+    if not text:
         return 0
+    if not (text.isascii() and text.isdigit()) or len(text) > 5 or int(text) > MAX_ORT_THREADS:
+        raise ValueError(f"{ORT_THREADS_ENV}: expected a number of threads from 0 to {MAX_ORT_THREADS} in ASCII digits, found {text[:40]!r}; "
+                         "unset it for ONNX Runtime's default, or give e.g. 1")
+    return int(text)

@@ -164,6 +164,10 @@ class StreamingSession:
         self.states = None
 
     def process(self, chunk: Any = None, /, **inputs: Any) -> dict[str, np.ndarray]:
+        known = set(self.runner.input_names)
+        unknown = sorted(set(inputs) - known)
+        if unknown:  # a typo'd state would otherwise be dropped, and the stream go on from its own
+            raise RNNXError(f"process: expected inputs among {', '.join(sorted(known))}, found {unknown[0]!r}")
         feed = {name: np.asarray(value) for name, value in inputs.items()}
         given = {s.input: feed.pop(s.input) for s in self.record.states if s.input in feed}  # a state given by name: the stream goes on from it
         streamed = self.record.streamed_inputs

@@ -58,6 +58,10 @@ class IsolatedOnnxRuntime:
         ``data_folder`` is where the model's external data lies, and ``data_bytes`` its size:
         the model and its data together set the budgets."""
         self.label = label
+        try:
+            ort_threads()  # a bad RNNX_ORT_THREADS is refused here, in one line, not in the child
+        except ValueError as exc:
+            raise RNNXError(str(exc)) from None
         self.budget = limits.memory_budget(len(model_bytes) + data_bytes)
         self.time = time_budget or TimeBudget(limits.time_limit(len(model_bytes) + data_bytes))
         self._child = subprocess.Popen(

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.blas_threads import ort_threads
+from rnnx.blas_threads import MAX_ORT_THREADS, ort_threads
 from rnnx.engines.rules import BackendRules, Rule
 from rnnx.engines.runner import with_zero_states
 from rnnx.errors import RNNXError
@@ -49,6 +49,17 @@ def _computes_in_float16(model: str | Path | Any) -> bool:
     return any(i.type.tensor_type.elem_type == half for i in graph.input) or any(t.data_type == half for t in graph.initializer)
 
 
+def session_threads(threads: int = 0) -> int:
+    """The intra-op threads for a session: ``threads`` where given, else RNNX_ORT_THREADS; each
+    checked, and refused in one line (0: ONNX Runtime's default)."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads <= MAX_ORT_THREADS:
+        raise RNNXError(f"threads: expected a whole number from 0 (ONNX Runtime's default) to {MAX_ORT_THREADS}, found {threads!r}")
+    try:
+        return threads or ort_threads()
+    except ValueError as exc:
+        raise RNNXError(str(exc)) from None
+
+
 class OnnxRuntimeRunner:
     """Runs an ONNX model (path or ModelProto) in ONNX Runtime, on the CPU unless told otherwise."""
 
@@ -59,7 +70,7 @@ class OnnxRuntimeRunner:
 
         options = ort.SessionOptions()
         options.log_severity_level = 4  # fatal only: its errors reach the user as one-line exceptions instead
-        threads = threads or ort_threads()
+        threads = session_threads(threads)
         if threads:
             options.intra_op_num_threads = threads
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")

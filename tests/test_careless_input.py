@@ -1,0 +1,73 @@
+"""Careless input a newcomer gives outside the flags: an environment variable, a state's
+name with a typo, a thread count below zero, a keyword rnnx does not take. Each is refused
+in one line (exit 2 from the command line, RNNXError in Python), never ignored."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+import rnnx  # noqa: E402
+from rnnx.streaming import StreamingSession  # noqa: E402
+
+
+class _Stream(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = torch.nn.GRU(3, 4, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gru(x)[0]
+
+
+@pytest.fixture(scope="module")
+def streaming_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("careless") / "s.onnx"
+    torch.manual_seed(0)
+    assert rnnx.export(_Stream().eval(), (torch.randn(1, 6, 3),), path, streaming=True).passed
+    return path
+
+
+@pytest.mark.parametrize("value", ["abc", "-3", "1000000000000", "\u0663\u0660\u0660\u0660\u0660\u0660", "2.5"])
+def test_a_bad_ort_threads_variable_is_refused_in_one_line(streaming_file: Path, value: str) -> None:
+    env = {**os.environ, "RNNX_ORT_THREADS": value}
+    done = subprocess.run([sys.executable, "-m", "rnnx", "verify", str(streaming_file)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert "\n" not in line and "RNNX_ORT_THREADS: expected a number of threads from 0 to 1024 in ASCII digits" in line
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RNNX_ORT_THREADS", value)
+        with pytest.raises(rnnx.RNNXError, match="RNNX_ORT_THREADS"):
+            StreamingSession(streaming_file)
+
+
+def test_a_good_ort_threads_variable_is_used(streaming_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RNNX_ORT_THREADS", "1")
+    session = StreamingSession(streaming_file)
+    assert session.runner.session.get_session_options().intra_op_num_threads == 1
+
+
+def test_a_typo_in_a_state_name_and_a_negative_thread_count_are_refused(streaming_file: Path) -> None:
+    session = StreamingSession(streaming_file)
+    x = torch.randn(1, 2, 3).numpy()
+    with pytest.raises(rnnx.RNNXError, match=r"process: expected inputs among gru\.h_in, x, found 'gru\.h_inn'"):
+        session.process(x, **{"gru.h_inn": torch.zeros(1, 1, 4).numpy()})
+    assert session.states is None  # nothing ran
+    with pytest.raises(rnnx.RNNXError, match="threads: expected a whole number from 0"):
+        StreamingSession(streaming_file, threads=-1)
+
+
+def test_the_unknown_keyword_message_lists_streaming(tmp_path: Path) -> None:
+    with pytest.raises(rnnx.RNNXError) as raised:
+        rnnx.export(_Stream().eval(), (torch.randn(1, 6, 3),), tmp_path / "m.onnx", streamin=True)
+    assert "streaming" in str(raised.value) and "'streamin'" in str(raised.value)
+    with pytest.raises(rnnx.RNNXError, match="streaming: expected True or False"):
+        rnnx.export(_Stream().eval(), (torch.randn(1, 6, 3),), tmp_path / "m.onnx", streaming="yes")
