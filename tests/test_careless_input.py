@@ -71,3 +71,22 @@ def test_the_unknown_keyword_message_lists_streaming(tmp_path: Path) -> None:
     assert "streaming" in str(raised.value) and "'streamin'" in str(raised.value)
     with pytest.raises(rnnx.RNNXError, match="streaming: expected True or False"):
         rnnx.export(_Stream().eval(), (torch.randn(1, 6, 3),), tmp_path / "m.onnx", streaming="yes")
+
+
+def test_html_without_matplotlib_is_refused_before_any_work(streaming_file: Path, tmp_path: Path) -> None:
+    # matplotlib made unimportable in the child, as on a machine without the plots extra
+    code = ("import sys; sys.modules['matplotlib'] = None; from rnnx.cli import main; "
+            f"sys.exit(main(['verify', {str(streaming_file)!r}, '--report', {str(tmp_path / 'r.json')!r}, '--html', {str(tmp_path / 'r.html')!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "--html: plots need matplotlib, which is not installed: pip install 'rnnx[plots]'" in done.stderr
+    assert not list(tmp_path.iterdir())  # no report written: nothing ran
+
+
+def test_an_example_the_model_refuses_is_named_as_the_input_not_as_a_route_failure(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "rnnx", "export", "examples/tagger.py:model", "-o", str(tmp_path / "t.onnx"), "--input", "2x5:float32"],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith("rnnx export: the model raised on the example as given (tokens 2x5 float32): RuntimeError:") and "\n" not in line
+    assert "no translation route" not in line and not list(tmp_path.iterdir())

@@ -40,7 +40,7 @@ from rnnx.verify.inputs import input_specs
 from rnnx.verify.models import is_model_code, is_whole_model, verify_file, verify_model
 from rnnx.streaming import STREAMING_KEY
 from rnnx.verify.run import DTYPES
-from rnnx.verify.plots import write_html
+from rnnx.verify.plots import require_plots, write_html
 
 
 def json_report(args: argparse.Namespace, report: dict[str, Any], passed: bool | None = None, default: Any = None) -> str:
@@ -228,6 +228,8 @@ def _dimension_roles(path: Path) -> dict[str, str]:
 
 def verify(args: argparse.Namespace) -> int:
     tolerances = ToleranceArgs.parse(args)
+    if args.html:
+        require_plots("--html")  # before any work: a check that runs and then cannot write its report helps nobody
     if args.against is None or is_model_code(args.against):
         return _verify_whole(args, tolerances)
     if args.against.suffix.lower() == ".py":

@@ -120,6 +120,7 @@ def export(
         offered = shapes.bind_dynamic_shapes(model, _unflatten(specs, structure))
     shapes.rename_leaves(leaves, input_names)
     asked = _asked_static(leaves, specs, dynamic_shapes is not None)
+    _runs_on_example(model, leaves, structure)
 
     work = copy.deepcopy(model).eval()
     swapped = swap_recurrent_modules(work)
@@ -347,6 +348,19 @@ class _Routes:
         where = _module_of_op(self.program, tried) if self.program is not None else ""
         raise RNNXError(f"no translation route could export the model{where} ({tried}); replace the operator named, or, where a dynamic size "
                         "is the cause, make it static (static= / --static); --debug prints the full trace") from exc
+
+
+def _runs_on_example(model: Any, leaves: list[Any], structure: Any) -> None:
+    """The model on the example as given, before any route: an example it refuses (tokens as
+    floats, a wrong rank) is the user's input, and its own error says what is wrong with it."""
+    progress.step("running the model on the example")
+    try:
+        run_eager(model, [leaf.value for leaf in leaves], structure)
+    except Exception as exc:  # noqa: BLE001  the user's model may raise anything
+        given = ", ".join(f"{leaf.name} {'x'.join(map(str, leaf.value.shape)) or 'scalar'} {str(leaf.value.dtype).removeprefix('torch.')}"
+                          for leaf in leaves if leaf.is_tensor)
+        raise RNNXError(f"the model raised on the example as given ({given}): {type(exc).__name__}: {' '.join(str(exc).split())[:300]}; "
+                        "give an example the model runs on (--input shapes and dtypes)") from exc
 
 
 def _structured(values: list[Any], structure: Any) -> bool:

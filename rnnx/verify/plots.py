@@ -14,11 +14,22 @@ from rnnx.verify.run import VerifyReport
 from rnnx.fileio import atomic_output
 
 
+_MISSING = "plots need matplotlib, which is not installed: pip install 'rnnx[plots]'"
+
+
+def require_plots(flag: str) -> None:
+    """Refuse ``flag`` in one line where matplotlib is missing, before anything runs."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise RNNXError(f"{flag}: {_MISSING}, or leave {flag} out") from None
+
+
 def _pyplot() -> Any:
     try:  # no backend is forced: headless machines get Agg by themselves, notebooks keep inline
         import matplotlib.pyplot as plt
     except ImportError:
-        raise RNNXError("plots need matplotlib: pip install 'rnnx[plots]'") from None
+        raise RNNXError(_MISSING) from None
     return plt
 
 
