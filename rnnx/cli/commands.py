@@ -22,7 +22,7 @@ from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
 from rnnx.engines.trt_profiles import describe_dimensions, merge_shapes
 from rnnx.errors import ExportCheckFailed, ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
-from rnnx.exporters.precision import computes_in_float16
+from rnnx.graphs.precision import computes_in_float16
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats import cudnn_raw
 from rnnx.layouts import cudnn

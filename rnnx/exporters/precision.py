@@ -73,10 +73,3 @@ def cast_edges(module: Any) -> Any:
     wrapper = _cast_edges_class(signature.replace(parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
                                                               *signature.parameters.values()]) if signature else None)
     return wrapper(module)
-
-
-def computes_in_float16(proto: Any) -> bool:
-    """Whether an ONNX model's weights are float16 (what ``--precision fp16`` writes)."""
-    from onnx import TensorProto
-
-    return any(t.data_type == TensorProto.FLOAT16 for t in proto.graph.initializer)

@@ -13,6 +13,14 @@ from typing import Any
 _EDGE_SUFFIX = "__fp16"
 
 
+def computes_in_float16(proto: Any) -> bool:
+    """Whether an ONNX model's weights are float16 (what ``--precision fp16`` writes), whatever
+    its inputs and outputs are (float32 with ``--keep-io-types``)."""
+    from onnx import TensorProto
+
+    return any(t.data_type == TensorProto.FLOAT16 for t in proto.graph.initializer)
+
+
 def keep_io_types(proto: Any) -> list[str]:
     """Every float16 graph input and output of ``proto``'s main graph made float32, with a Cast
     to float16 after each input and a Cast to float32 before each output; returns their names."""

@@ -42,7 +42,8 @@ from rnnx.verify.model_report import OutputRow, WholeModelReport
 from rnnx.verify.quantized import saturation_note
 from rnnx.weights import RNNWeights
 from rnnx.exporters.loading import load_checkpoint
-from rnnx.exporters.precision import cast_edges, computes_in_float16
+from rnnx.exporters.precision import cast_edges
+from rnnx.graphs.precision import computes_in_float16
 from rnnx.exporters.selfcheck import float64_copy
 from rnnx.exporters.loading import load_model as load_torch_model_from
 from rnnx.formats.files import from_format

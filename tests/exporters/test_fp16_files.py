@@ -164,3 +164,17 @@ def test_verify_an_fp16_file_against_its_model_code(keep: bool, tmp_path: Path) 
     onnx.save(proto, str(bad))
     with redirect_stdout(io.StringIO()):
         assert main(["verify", str(bad), "--against", f"{code}:Tagger"]) == 1
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["float16 io", "float32 io"])
+def test_lower_holds_an_fp16_file_to_the_floor_of_the_precision_it_computes_in(keep: bool, tmp_path: Path) -> None:
+    # a file that computes in float16 and takes float32 (--keep-io-types) was held to float32's
+    # floor, which the float16 arithmetic of any rewrite exceeds; a wrong rewrite still fails
+    from rnnx.pipelines.lower import lower_file
+
+    path = tmp_path / "t16.onnx"
+    assert rnnx.export(Tagger(), (torch.randn(2, 4, 20),), path, precision="fp16", keep_io_types=keep).passed
+    result = lower_file(path, tmp_path / "low.onnx")
+    assert result.check is not None and bool(result.check), str(result.check)
+    floors = [r.floor for c in result.check.cases for r in c.rows if r.floor is not None]
+    assert floors and min(floors) > 1e-4  # float16's, not float32's (~1e-7)
