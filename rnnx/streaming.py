@@ -99,6 +99,21 @@ class StreamingRecord:
             need = "at least 1 frame" if self.multiple == 1 else f"a multiple of {self.multiple} frames (the model's strides along time)"
             raise RNNXError(f"{where}: expected a chunk of {need}, found {frames}; cut the stream into such chunks")
 
+    def describe(self) -> list[str]:
+        """Lines for ``rnnx inspect``: what the file carries from chunk to chunk."""
+        lines = [f"streaming: chunks along {self.time}, a multiple of {self.multiple} frame(s); states start at zeros"]
+        for name, info in self.inputs.items():
+            if info.get("time_axis") is not None:
+                lines.append(f"  streamed input {name}: time axis {info['time_axis']}" + (f", batch axis {info['batch_axis']}" if info.get("batch_axis") is not None else ""))
+        for s in self.states:  # recurrent states and causal convolutions' caches alike
+            shape = ", ".join(str(d) for d in s.dims)
+            lines.append(f"  carried for {s.module or '(the model)'}: {s.input} -> {s.output} ({shape}) {s.dtype}")
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as ``rnnx inspect --json`` shows it."""
+        return json.loads(self.to_json())
+
     @property
     def streamed_inputs(self) -> list[str]:
         """The inputs cut into chunks along their time axis, in graph order."""

@@ -38,7 +38,7 @@ from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map
 from rnnx.verify.inputs import input_specs
 from rnnx.verify.models import is_model_code, is_whole_model, verify_file, verify_model
-from rnnx.streaming import STREAMING_KEY
+from rnnx.streaming import STREAMING_KEY, read_streaming
 from rnnx.verify.run import DTYPES
 from rnnx.verify.plots import require_plots, write_html
 
@@ -161,7 +161,19 @@ def inspect(args: argparse.Namespace) -> int:
     except RNNXError as exc:
         found = {"not_analysed": str(exc)}
     reports = inspect_model(model, judge=predict.with_tensorrt(tensorrt) if tensorrt else predict)
-    print(json_report(args, as_json(reports, found, model, args.model), default=str) if args.json else as_text(reports, found, model, args.model))
+    try:  # what a streaming file carries from chunk to chunk; a damaged record is said, not fatal to inspecting the rest
+        stream, damaged = read_streaming({p.key: p.value for p in model.metadata_props}), ""
+    except RNNXError as exc:
+        stream, damaged = None, str(exc)
+    if args.json:
+        out = as_json(reports, found, model, args.model)
+        if stream is not None or damaged:
+            out["streaming"] = stream.to_dict() if stream is not None else {"damaged": damaged}
+        print(json_report(args, out, default=str))
+    else:
+        text = as_text(reports, found, model, args.model)
+        extra = stream.describe() if stream is not None else [f"streaming: the record is damaged: {damaged}"] if damaged else []
+        print("\n".join(extra + [text]) if extra else text)
     return 0
 
 

@@ -78,6 +78,13 @@ def test_a_crn_whose_strided_convolutions_feed_each_other_streams_at_any_batch(m
     assert report.passed and report.written, str(report)
     assert report.axes["spec"] == {0: "batch", 2: "seq"}
     assert any(c.name.startswith("streamed in chunks of 1 frame") and c.passed for c in report.check.cases)
+    # inspect says what the file carries from chunk to chunk, in text and JSON
+    shown = subprocess.run([sys.executable, "-m", "rnnx", "inspect", str(tmp_path / "crn.onnx")], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "streaming: chunks along seq, a multiple of 1 frame(s)" in shown.stdout
+    assert "carried for conv2: conv2.cache_in -> conv2.cache_out" in shown.stdout and "carried for lstm: lstm.h_in -> lstm.h_out" in shown.stdout
+    shown = subprocess.run([sys.executable, "-m", "rnnx", "inspect", str(tmp_path / "crn.onnx"), "--json"], capture_output=True, text=True, timeout=120)
+    record = json.loads(shown.stdout)["streaming"]
+    assert record["chunk_multiple"] == 1 and {s["input"] for s in record["states"]} == {"lstm.h_in", "lstm.c_in", "conv1.cache_in", "conv2.cache_in"}
     # by hand, as a user would: batch 3, in chunks of 4 frames, each chunk's states fed to the next
     session = ort.InferenceSession(str(tmp_path / "crn.onnx"), providers=["CPUExecutionProvider"])
     ins = {i.name: i for i in session.get_inputs()}
