@@ -90,3 +90,25 @@ def test_an_example_the_model_refuses_is_named_as_the_input_not_as_a_route_failu
     line = done.stderr.strip()
     assert line.startswith("rnnx export: the model raised on the example as given (tokens 2x5 float32): RuntimeError:") and "\n" not in line
     assert "no translation route" not in line and not list(tmp_path.iterdir())
+
+
+def test_checkpoint_messages_say_what_the_file_is(streaming_file: Path, tmp_path: Path) -> None:
+    from rnnx.exporters.loading import load_checkpoint
+
+    model = _Stream()
+    torch.save(model, tmp_path / "whole.pt")  # a whole pickled model, as torch.save(model) writes it
+    with pytest.raises(rnnx.RNNXError) as raised:
+        load_checkpoint(model, tmp_path / "whole.pt")
+    line = str(raised.value)
+    assert "it pickles Python objects, such as a whole model saved with torch.save(model)" in line and "state_dict" in line
+    assert "\n" not in line and "two options" not in line
+    with pytest.raises(rnnx.RNNXError, match=r"an ONNX file, not torch weights; --checkpoint takes the state_dict"):
+        load_checkpoint(model, streaming_file)
+
+
+def test_a_long_first_line_is_cut_at_a_word() -> None:
+    from rnnx.formats.torch import clip
+
+    text = "Weights only load failed because there is a high likelihood that the file holds code"
+    assert clip(text, 55) == "Weights only load failed because there is a high..."
+    assert clip("short", 60) == "short"

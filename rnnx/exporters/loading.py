@@ -20,6 +20,7 @@ from typing import Any
 from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.fileio import check_archive, read_safetensors, require_file
+from rnnx.formats.torch import weights_only_refusal
 
 _DTYPES = ("float32", "float64", "float16", "int64", "int32", "bool")
 
@@ -111,14 +112,17 @@ def load_checkpoint(module: Any, path: Path) -> str | None:
     import torch
 
     path = require_file(Path(path))
+    if path.suffix.lower() == ".onnx":
+        raise RNNXError(f"{path}: an ONNX file, not torch weights; --checkpoint takes the state_dict (.pt, .pth, .safetensors) to load "
+                        "into the model code, and the ONNX file is verify's MODEL: rnnx verify FILE.onnx --against code.py:NAME")
     if path.suffix.lower() == ".safetensors":  # rnnx's own bounded reader, then torch tensors
         state: Any = {k: torch.from_numpy(v) for k, v in read_safetensors(path, mapped=False)[0].items()}
     else:
         check_archive(path)
         try:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
-        except Exception as exc:  # UnpicklingError and friends
-            raise RNNXError(f"{path}: cannot load as weights only ({str(exc).splitlines()[0][:200]}); save a state_dict") from None
+        except Exception as exc:  # UnpicklingError and friends: the same words as convert's
+            raise weights_only_refusal(path, exc) from None
     state, container = _state_dict_in(state, path)
     wanted = list(module.state_dict())
     state, prefix, ignored = _matched_prefix(state, wanted)

@@ -98,17 +98,30 @@ def load_state(path: Path) -> dict[str, Any]:
         if "TorchScript archive" in str(exc):
             obj = _torchscript_state(torch, path)
             return _checked_flat(path, obj)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if isinstance(exc, EOFError) or any(sign in str(exc) for sign in _DAMAGED):
-            raise RNNXError(f"{path}: the checkpoint is truncated or damaged ({first[:160]}); torch cannot read it: "
-                            "copy it again from where it was saved") from None
-        if "Weights only load failed" in first:  # torch's first line says only how to run the pickle anyway
-            first = "it pickles Python objects, such as a whole model saved with torch.save(model)"
-        raise RNNXError(
-            f"{path}: cannot load as weights only ({first[:200]}); rnnx never runs code inside a pickle: "
-            "save a plain state_dict (torch.save(model.state_dict(), ...)) or a .safetensors file"
-        ) from None
+        raise weights_only_refusal(path, exc) from None
     return _checked_flat(path, obj)
+
+
+def weights_only_refusal(path: Path, exc: BaseException) -> RNNXError:
+    """The one line for a file torch cannot load as weights only: damaged, a pickled whole
+    model, or anything else, in words the user can act on (shared by every verb that reads
+    torch checkpoints)."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, EOFError) or any(sign in str(exc) for sign in _DAMAGED):
+        return RNNXError(f"{path}: the checkpoint is truncated or damaged ({clip(first, 160)}); torch cannot read it: "
+                         "copy it again from where it was saved")
+    if "Weights only load failed" in first:  # torch's first line says only how to run the pickle anyway
+        first = "it pickles Python objects, such as a whole model saved with torch.save(model)"
+    return RNNXError(f"{path}: cannot load as weights only ({clip(first, 200)}); rnnx never runs code inside a pickle: "
+                     "save a plain state_dict (torch.save(model.state_dict(), ...)) or a .safetensors file")
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut at a word to at most ``limit`` characters, with an ellipsis where cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0].rstrip(",;:(")
+    return cut + "..."
 
 
 def _checked_flat(path: Path, obj: Any) -> dict[str, Any]:
