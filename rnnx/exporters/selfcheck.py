@@ -11,8 +11,10 @@ dimensions always keep the example's size):
   example, ``batch=1`` is that case).
 
 Lengths inputs (those that reach a recurrence's sequence lengths) get sorted lengths whose
-longest fills the sequence; integer inputs stay within the example's range (token ids);
-floats are standard normal. A case where the torch module itself raises is listed as
+longest fills the sequence; integer inputs stay within the example's range, without a value
+it uses only as trailing padding (token ids); floats are standard normal, folded to the
+example's sign where it had one (:mod:`rnnx.exporters.example_values`). A case where torch's own
+output is NaN or infinite (on inputs the model does not take) is skipped, saying so. A case where the torch module itself raises is listed as
 skipped with the model's message; one where ONNX Runtime fails or disagrees fails the
 check, naming the case and every input's shape.
 

@@ -40,6 +40,7 @@ from rnnx.graphs.legalize import convert_down
 from rnnx.exporters import record
 from rnnx.exporters.audit import DimensionAudit, resize
 from rnnx.exporters.example_values import value_summary
+from rnnx.formats.torch import clip
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.formats.onnx_scan import lower_projections
@@ -119,7 +120,7 @@ def export(
         specs, labels = shapes.offered_shapes(leaves, overrides)
         offered = shapes.bind_dynamic_shapes(model, _unflatten(specs, structure))
     shapes.rename_leaves(leaves, input_names)
-    asked = _asked_static(leaves, specs, dynamic_shapes is not None)
+    asked = _asked_static(leaves, specs)
     _runs_on_example(model, leaves, structure)
 
     work = copy.deepcopy(model).eval()
@@ -359,7 +360,7 @@ def _runs_on_example(model: Any, leaves: list[Any], structure: Any) -> None:
     except Exception as exc:  # noqa: BLE001  the user's model may raise anything
         given = ", ".join(f"{leaf.name} {'x'.join(map(str, leaf.value.shape)) or 'scalar'} {str(leaf.value.dtype).removeprefix('torch.')}"
                           for leaf in leaves if leaf.is_tensor)
-        raise RNNXError(f"the model raised on the example as given ({given}): {type(exc).__name__}: {' '.join(str(exc).split())[:300]}; "
+        raise RNNXError(f"the model raised on the example as given ({given}): {type(exc).__name__}: {clip(' '.join(str(exc).split()), 300)}; "
                         "give an example the model runs on (--input shapes and dtypes)") from exc
 
 
@@ -411,7 +412,7 @@ def _unneeded_dimensions(naming: Any, leaves: list[Any], given: dict[tuple[int, 
     return out
 
 
-def _asked_static(leaves: list[Any], specs: list[Any], given_shapes: bool) -> frozenset[tuple[str, int]]:
+def _asked_static(leaves: list[Any], specs: list[Any]) -> frozenset[tuple[str, int]]:
     """(input, dim) of every dimension the user made static: left out of the offered entry
     (static= / --static), or, with torch.export's own dynamic_shapes, given no Dim there."""
     out = set()
@@ -419,9 +420,7 @@ def _asked_static(leaves: list[Any], specs: list[Any], given_shapes: bool) -> fr
         if not leaf.is_tensor:
             continue
         entry = dict(spec) if isinstance(spec, dict) else dict(enumerate(spec)) if isinstance(spec, (list, tuple)) else {}
-        for d in range(leaf.value.dim()):
-            if entry.get(d) is None and (given_shapes or isinstance(spec, dict) or spec is None):
-                out.add((leaf.name, d))
+        out |= {(leaf.name, d) for d in range(leaf.value.dim()) if entry.get(d) is None}
     return frozenset(out)
 
 
