@@ -120,28 +120,98 @@ class StreamingRecord:
         return [name for name, info in self.inputs.items() if info.get("time_axis") is not None]
 
 
-def read_streaming(metadata: Mapping[str, str]) -> StreamingRecord | None:
+_MAX_RECORD = 1 << 20  # characters: a record lists a few states and inputs
+_MAX_NAMES = 4096  # states, inputs or outputs in one record
+_MAX_RANK = 16
+_MAX_SIZE = 1 << 31  # a state dimension's size
+_MAX_MULTIPLE = 1 << 20  # frames in the smallest chunk
+_DTYPES = ("float32", "float16", "float64", "bfloat16")
+
+
+def read_streaming(metadata: Mapping[str, str], inputs: Mapping[str, int] | None = None,
+                   outputs: Mapping[str, int] | None = None) -> StreamingRecord | None:
     """The record in a file's metadata map (ONNX Runtime's ``custom_metadata_map`` or
-    ``{p.key: p.value}``); None where there is none. A damaged one is refused (files are
-    untrusted, but a wrong state pairing would run silently wrong)."""
+    ``{p.key: p.value}``); None where there is none. Files are untrusted, and a wrong state
+    pairing would run silently wrong, so the record is read against a schema with bounds: sizes,
+    axes and the chunk multiple are integers in range, names are strings, and, where the
+    graph's ``inputs`` and ``outputs`` are given (name -> rank), every name the record uses is
+    one of the graph's and every axis is within that tensor's rank. A record that breaks any of
+    it is refused in one line naming the field."""
     text = metadata.get(STREAMING_KEY)
     if text is None:
         return None
     try:
-        raw = json.loads(text)
-        if raw.get("version") != STREAMING_VERSION:
-            raise ValueError(f"version {raw.get('version')!r}")
-        states = tuple(StatePair(str(s["module"]), str(s["input"]), str(s["output"]), tuple(s["dims"]),
-                                 None if s.get("batch_axis") is None else int(s["batch_axis"]), str(np.dtype(s["dtype"])))
-                       for s in raw["states"])
-        multiple = int(raw.get("chunk_multiple", 1))
-        if multiple < 1:
-            raise ValueError(f"chunk_multiple {multiple}")
-        record = StreamingRecord(str(raw["time"]), states, dict(raw["inputs"]), dict(raw["outputs"]), multiple)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        if len(text) > _MAX_RECORD:
+            raise ValueError(f"it is {len(text)} characters long, more than a record holds ({_MAX_RECORD})")
+        try:
+            raw = json.loads(text)
+        except RecursionError:
+            raise ValueError("it is nested deeper than JSON can be read") from None
+        _field(isinstance(raw, dict), "the record", "an object", raw)
+        _field(raw.get("version") == STREAMING_VERSION, "version", str(STREAMING_VERSION), raw.get("version"))
+        _field(isinstance(raw.get("states"), list) and len(raw["states"]) <= _MAX_NAMES, "states", "a list of states", raw.get("states"))
+        states = tuple(_state(s, k, inputs, outputs) for k, s in enumerate(raw["states"]))
+        multiple = raw.get("chunk_multiple", 1)
+        _field(_int(multiple) and 1 <= multiple <= _MAX_MULTIPLE, "chunk_multiple", f"an integer from 1 to {_MAX_MULTIPLE}", multiple)
+        _field(isinstance(raw.get("time"), str), "time", "the time axis's label", raw.get("time"))
+        streamed = _axes(raw.get("inputs"), "inputs", inputs)
+        returned = _axes(raw.get("outputs"), "outputs", outputs)
+        record = StreamingRecord(raw["time"], states, streamed, returned, multiple)
+    except ValueError as exc:
         raise RNNXError(f"{STREAMING_KEY}: expected rnnx's streaming record (version {STREAMING_VERSION}), found one that does not read "
-                        f"({type(exc).__name__}: {exc}); re-export with streaming=True") from None
+                        f"({exc}); re-export with streaming=True") from None
     return record
+
+
+def graph_ranks(proto: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """Each graph input's and output's rank, as its declared shape says (initializers left
+    out): what a streaming record is read against."""
+    skip = {t.name for t in proto.graph.initializer}
+    return ({v.name: len(v.type.tensor_type.shape.dim) for v in proto.graph.input if v.name not in skip},
+            {v.name: len(v.type.tensor_type.shape.dim) for v in proto.graph.output})
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _field(ok: bool, where: str, expected: str, found: Any) -> None:
+    if not ok:
+        shown = repr(found)
+        raise ValueError(f"{where}: expected {expected}, found {shown[:60] + '...' if len(shown) > 60 else shown}")
+
+
+def _state(s: Any, k: int, inputs: Mapping[str, int] | None, outputs: Mapping[str, int] | None) -> StatePair:
+    where = f"states[{k}]"
+    _field(isinstance(s, dict), where, "an object", s)
+    for key in ("module", "input", "output"):
+        _field(isinstance(s.get(key), str), f"{where}.{key}", "a name", s.get(key))
+    _field(inputs is None or s["input"] in inputs, f"{where}.input", f"one of the graph's inputs ({', '.join(sorted(inputs or []))})", s["input"])
+    _field(outputs is None or s["output"] in outputs, f"{where}.output", f"one of the graph's outputs ({', '.join(sorted(outputs or []))})", s["output"])
+    dims = s.get("dims")
+    _field(isinstance(dims, list) and len(dims) <= _MAX_RANK, f"{where}.dims", f"a list of at most {_MAX_RANK} dimensions", dims)
+    for d, size in enumerate(dims):
+        _field((_int(size) and 0 <= size <= _MAX_SIZE) or (isinstance(size, str) and 0 < len(size) <= 256 and size.isprintable()),
+               f"{where}.dims[{d}]", f"a size from 0 to {_MAX_SIZE} or a label", size)
+    _field(inputs is None or inputs[s["input"]] == len(dims), f"{where}.dims", f"{inputs[s['input']] if inputs else 0} dimensions (the input's rank)", dims)
+    batch_axis = s.get("batch_axis")
+    _field(batch_axis is None or (_int(batch_axis) and 0 <= batch_axis < len(dims)), f"{where}.batch_axis", f"an axis from 0 to {len(dims) - 1} or null",
+           batch_axis)
+    _field(s.get("dtype") in _DTYPES, f"{where}.dtype", f"one of {', '.join(_DTYPES)}", s.get("dtype"))
+    dtype = str(np.dtype(s["dtype"])) if s["dtype"] != "bfloat16" else "bfloat16"
+    return StatePair(s["module"], s["input"], s["output"], tuple(dims), batch_axis, dtype)
+
+
+def _axes(entry: Any, where: str, ranks: Mapping[str, int] | None) -> dict[str, dict[str, Any]]:
+    _field(isinstance(entry, dict) and len(entry) <= _MAX_NAMES, where, "an object of names", entry)
+    for name, info in entry.items():
+        _field(ranks is None or name in ranks, f"{where}.{name}", f"one of the graph's {where}", name)
+        _field(isinstance(info, dict), f"{where}.{name}", "an object", info)
+        rank = ranks[name] if ranks is not None else _MAX_RANK
+        for key in ("time_axis", "batch_axis"):
+            axis = info.get(key)
+            _field(axis is None or (_int(axis) and 0 <= axis < rank), f"{where}.{name}.{key}", f"an axis from 0 to {rank - 1} or null", axis)
+    return dict(entry)
 
 
 class StreamingSession:
@@ -165,7 +235,9 @@ class StreamingSession:
         from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 
         self.runner = OnnxRuntimeRunner(path, providers=providers, threads=threads)
-        record = read_streaming(self.runner.session.get_modelmeta().custom_metadata_map)
+        session = self.runner.session
+        record = read_streaming(session.get_modelmeta().custom_metadata_map, {i.name: len(i.shape) for i in session.get_inputs()},
+                                {o.name: len(o.shape) for o in session.get_outputs()})
         if record is None:
             raise RNNXError(f"{path}: expected a file exported with streaming=True (its {STREAMING_KEY} metadata), found none; "
                             "export it with rnnx.export(..., streaming=True) or rnnx export --streaming")

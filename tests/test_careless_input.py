@@ -112,3 +112,48 @@ def test_a_long_first_line_is_cut_at_a_word() -> None:
     text = "Weights only load failed because there is a high likelihood that the file holds code"
     assert clip(text, 55) == "Weights only load failed because there is a high..."
     assert clip("short", 60) == "short"
+
+
+def _tampered(source: Path, target: Path, change: str) -> Path:
+    import json
+
+    import onnx
+
+    proto = onnx.load(str(source))
+    props = {p.key: p for p in proto.metadata_props}
+    record = json.loads(props["rnnx.streaming"].value)
+    if change == "missing output":
+        record["states"][0]["output"] = "gru.h_nowhere"
+    elif change == "huge multiple":
+        record["chunk_multiple"] = "@HUGE@"
+    elif change == "deep":
+        record["inputs"] = "@DEEP@"
+    elif change in ("size 1e12", "size -1"):
+        record["states"][0]["dims"][0] = 10**12 if change == "size 1e12" else -1
+    elif change == "time axis 99":
+        record["inputs"]["x"]["time_axis"] = 99
+    elif change == "batch axis text":
+        record["states"][0]["batch_axis"] = "1"
+    text = json.dumps(record).replace('"@HUGE@"', "1e999").replace('"@DEEP@"', "[" * 100_000 + "]" * 100_000)
+    props["rnnx.streaming"].value = text
+    onnx.save(proto, str(target))
+    return target
+
+
+TAMPERINGS = ["missing output", "huge multiple", "deep", "size 1e12", "size -1", "time axis 99", "batch axis text"]
+
+
+@pytest.mark.parametrize("change", TAMPERINGS)
+def test_a_tampered_streaming_record_is_refused_in_one_line_everywhere(streaming_file: Path, tmp_path: Path, change: str) -> None:
+    bad = _tampered(streaming_file, tmp_path / "bad.onnx", change)
+    with pytest.raises(rnnx.RNNXError) as raised:
+        StreamingSession(bad)
+    line = str(raised.value)
+    assert line.startswith("rnnx.streaming: expected rnnx's streaming record") and "\n" not in line and len(line) < 400
+    (tmp_path / "m.py").write_text("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                                   "        self.gru = torch.nn.GRU(3, 4, batch_first=True)\n    def forward(self, x):\n        return self.gru(x)[0]\n")
+    done = subprocess.run([sys.executable, "-m", "rnnx", "verify", str(bad), "--against", f"{tmp_path / 'm.py'}:M", "--chunks", "1,2"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "rnnx.streaming: expected rnnx's streaming record" in done.stderr, done.stderr[-2000:]
+    shown = subprocess.run([sys.executable, "-m", "rnnx", "inspect", str(bad)], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "streaming: the record is damaged" in shown.stdout

@@ -38,7 +38,7 @@ from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map
 from rnnx.verify.inputs import input_specs
 from rnnx.verify.models import is_model_code, is_whole_model, verify_file, verify_model
-from rnnx.streaming import STREAMING_KEY, read_streaming
+from rnnx.streaming import STREAMING_KEY, graph_ranks, read_streaming
 from rnnx.verify.run import DTYPES
 from rnnx.verify.plots import require_plots, write_html
 
@@ -162,7 +162,7 @@ def inspect(args: argparse.Namespace) -> int:
         found = {"not_analysed": str(exc)}
     reports = inspect_model(model, judge=predict.with_tensorrt(tensorrt) if tensorrt else predict)
     try:  # what a streaming file carries from chunk to chunk; a damaged record is said, not fatal to inspecting the rest
-        stream, damaged = read_streaming({p.key: p.value for p in model.metadata_props}), ""
+        stream, damaged = read_streaming({p.key: p.value for p in model.metadata_props}, *graph_ranks(model)), ""
     except RNNXError as exc:
         stream, damaged = None, str(exc)
     if args.json:

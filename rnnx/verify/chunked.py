@@ -31,7 +31,7 @@ from rnnx.exporters.record import read_call
 from rnnx.exporters.selfcheck import float64_copy
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_metadata import read_metadata
-from rnnx.streaming import read_streaming
+from rnnx.streaming import graph_ranks, read_streaming
 from rnnx.tolerance import ErrorStats, Tolerances, compare_arrays, compare_calibrated
 from rnnx.verify.inputs import BATCH, LENGTH, make_feed, plan_cases
 
@@ -204,7 +204,7 @@ def _plan(model_path: Path, states: list[tuple[str, str]] | None) -> tuple[Any, 
     from rnnx.formats.onnx_read import load_model as load_onnx
 
     proto = load_onnx(model_path, lazy=True)
-    record = read_streaming({p.key: p.value for p in proto.metadata_props})
+    record = read_streaming({p.key: p.value for p in proto.metadata_props}, *graph_ranks(proto))
     pairs, paired_by = pair_states(proto, states, record)
     return proto, pairs, paired_by, record
 
@@ -380,3 +380,4 @@ def _run_chunks(runner: Any, feed: dict[str, np.ndarray], pairs: list[Pair], nam
             axis = lead if fits else None
         got[name] = parts[-1] if axis is None else np.concatenate(parts, axis=axis)
     return got, ""
+
