@@ -157,3 +157,11 @@ def test_a_tampered_streaming_record_is_refused_in_one_line_everywhere(streaming
     assert done.returncode == 2 and "rnnx.streaming: expected rnnx's streaming record" in done.stderr, done.stderr[-2000:]
     shown = subprocess.run([sys.executable, "-m", "rnnx", "inspect", str(bad)], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and "streaming: the record is damaged" in shown.stdout
+
+
+@pytest.mark.parametrize("axis", ["tokens:0=b:0:0", "tokens:1=t:4:4", "tokens:1=t:5:2"])
+def test_a_range_of_one_value_or_none_is_refused_in_one_line(axis: str, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "rnnx", "export", "examples/tagger.py:model", "-o", str(tmp_path / "t.onnx"), "--dynamic", axis],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 2, done.stderr
+    assert "expected min < max" in done.stderr and "\n" not in done.stderr.strip() and not list(tmp_path.iterdir())

@@ -317,6 +317,7 @@ def parse_dim(text: str, flag: str) -> tuple[str, int, Any]:
     if not all(b.isdigit() for b in bounds):
         raise RNNXError(f"{flag} {text!r}: expected a range of non-negative integers, MIN or MIN:MAX, e.g. {label}:6 or {label}:6:4096")
     lo, hi = int(bounds[0]), int(bounds[1]) if len(bounds) > 1 else None
-    if hi is not None and hi < lo:
-        raise RNNXError(f"{flag} {text!r}: expected MIN <= MAX, found {lo} > {hi}")
+    if hi is not None and hi <= lo:  # torch's Dim takes no range of one value: that is a static size
+        raise RNNXError(f"{flag} {text!r}: expected min < max (a dynamic size takes more than one value), found min={lo}, max={hi}"
+                        + ("; to fix its size, use --static NAME:DIM" if hi == lo else ""))
     return name, dim, (label, lo, hi)

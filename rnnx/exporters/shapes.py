@@ -145,8 +145,10 @@ class Overrides:
         for bound in (lo, hi):
             if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 0):
                 raise RNNXError(f"dynamic axis {where}={label}: expected a range of non-negative integers, found min={lo}, max={hi}")
-        if lo is not None and hi is not None and hi < lo:
-            raise RNNXError(f"dynamic axis {where}={label}: expected min <= max, found min={lo}, max={hi}")
+        if lo is not None and hi is not None and hi <= lo:
+            fix = "to fix its size, make it static (--static / static=)" if hi == lo else "give min below max"
+            raise RNNXError(f"dynamic axis {where}={label}: expected min < max (a dynamic size takes more than one value), "
+                            f"found min={lo}, max={hi}; {fix}")
         if not isinstance(label, str) or not label:
             raise RNNXError(f"dynamic axis {where}: a range needs a label (NAME:DIM=LABEL:MIN[:MAX]), found {value!r}")
         return label, lo, hi
