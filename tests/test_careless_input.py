@@ -165,3 +165,12 @@ def test_a_range_of_one_value_or_none_is_refused_in_one_line(axis: str, tmp_path
                           capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 2, done.stderr
     assert "expected min < max" in done.stderr and "\n" not in done.stderr.strip() and not list(tmp_path.iterdir())
+
+
+def test_a_huge_argument_is_not_echoed_back_whole(streaming_file: Path, tmp_path: Path) -> None:
+    shape = "x".join(["1"] * 10_000)
+    done = subprocess.run([sys.executable, "-m", "rnnx", "build", str(streaming_file), "-o", str(tmp_path / "e.engine"), "--min-shapes", f"x:{shape}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    line = done.stderr.strip()
+    assert "\n" not in line and len(line) < 1100 and "characters ...]" in line and line.startswith("rnnx build: --min-shapes")

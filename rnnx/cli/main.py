@@ -176,9 +176,15 @@ def _concerns(line: str, args: object, exc: BaseException | None) -> dict[str, s
     return found
 
 
+MAX_LINE = 1000  # characters of an error's one line
+
+
 def _report(args: object, verb: str, code: int, line: str, exc: BaseException | None, stdout: _Watched | None) -> int:
     """Print the failure's one line on stderr and, with --json, one JSON object on stdout (unless
-    the verb already printed its own report, as verify does when a check fails)."""
+    the verb already printed its own report, as verify does when a check fails). A line that
+    would echo a huge argument back is cut in its middle: what failed and what to do stay."""
+    if len(line) > MAX_LINE:
+        line = line[: MAX_LINE // 2] + f" [... {len(line) - MAX_LINE} characters ...] " + line[-MAX_LINE // 2:]
     print(line, file=sys.stderr)
     if stdout is not None and not stdout.used:
         kind = {1: "parity", 2: "bad_input", INTERNAL_ERROR: "internal", 130: "interrupted"}.get(code, "error")
