@@ -174,3 +174,29 @@ def test_a_huge_argument_is_not_echoed_back_whole(streaming_file: Path, tmp_path
     assert done.returncode == 2
     line = done.stderr.strip()
     assert "\n" not in line and len(line) < 1100 and "characters ...]" in line and line.startswith("rnnx build: --min-shapes")
+
+
+@pytest.mark.parametrize("claim", ["huge example", "many roles", "negative size"])
+def test_an_export_record_beyond_what_rnnx_writes_reads_as_absent(tmp_path: Path, claim: str) -> None:
+    import json
+
+    import onnx
+
+    from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata
+
+    path = tmp_path / "l.onnx"
+    assert rnnx.export(torch.nn.LSTM(3, 4), (torch.randn(5, 2, 3),), path).passed
+    proto = onnx.load(str(path))
+    export, recurrences = read_metadata(proto)
+    assert export is not None and recurrences
+    if claim == "huge example":
+        export["example"] = {name: [10**6, 10**6, 8] for name in export["inputs"]}
+    elif claim == "many roles":
+        export["roles"] = {f"label{k}": "other" for k in range(100_000)}
+    else:
+        export["inputs"] = {name: [-1] + dims[1:] for name, dims in export["inputs"].items()}
+    set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
+    assert read_metadata(proto) == (None, [])
+    onnx.save(proto, str(tmp_path / "t.onnx"))
+    done = subprocess.run([sys.executable, "-m", "rnnx", "verify", str(tmp_path / "t.onnx")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr  # checked as a file without the record: from its graph alone

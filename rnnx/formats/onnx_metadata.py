@@ -9,7 +9,9 @@ Two JSON entries (written by :mod:`rnnx.exporters.record`):
   graph inputs feed its X, initial states and sequence lengths and which graph outputs its
   Y and final states reach.
 
-Files are untrusted: a damaged or foreign entry reads as absent.
+Files are untrusted: a damaged or foreign entry reads as absent, and so does an export record
+beyond what rnnx writes (more labels or inputs than a model has, sizes no tensor has, an
+example no machine can make), so that no reader sizes its work by it.
 """
 
 from __future__ import annotations
@@ -40,9 +42,46 @@ def read_metadata(proto: Any) -> tuple[dict[str, Any] | None, list[dict[str, Any
         recurrences = json.loads(props.get(RECURRENCES_KEY, "[]"))
     except (ValueError, RecursionError):
         return None, []
-    if not isinstance(export, dict) or not isinstance(recurrences, list):
+    if not isinstance(export, dict) or not isinstance(recurrences, list) or not _bounded(export):
         return None, []
-    return export, [r for r in recurrences if isinstance(r, dict)]
+    return export, [r for r in recurrences if isinstance(r, dict)][:_MAX_NAMES]
+
+
+_MAX_NAMES = 4096  # inputs, labels or recurrences in one record
+_MAX_RANK = 16
+_MAX_SIZE = 1 << 31
+_MAX_EXAMPLE = 1 << 28  # elements of one recorded example input: the sizes verify starts from
+_ROLES = ("batch", "length", "other")
+
+
+def _bounded(export: dict[str, Any]) -> bool:
+    """Whether the export record keeps to what rnnx writes: a few inputs of a few dimensions,
+    sizes a tensor can have, roles rnnx knows, examples a machine can make. One that does not
+    (a tampered file claiming 10**5 labels or a 10**6 x 10**6 example) reads as absent, so
+    no reader sizes its work by it."""
+
+    def names(entry: Any) -> bool:
+        return isinstance(entry, dict) and len(entry) <= _MAX_NAMES and all(isinstance(k, str) and len(k) <= 256 for k in entry)
+
+    def dims(value: Any, labels: bool) -> bool:
+        return isinstance(value, list) and len(value) <= _MAX_RANK and all(
+            (isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= _MAX_SIZE) or (labels and isinstance(d, str) and len(d) <= 256) for d in value)
+
+    inputs, roles, example = export.get("inputs", {}), export.get("roles", {}), export.get("example", {})
+    if not (names(inputs) and all(dims(v, True) for v in inputs.values())):
+        return False
+    if not (names(roles) and all(r in _ROLES for r in roles.values())):
+        return False
+    if not (names(example) and all(dims(v, False) and _elements(v) <= _MAX_EXAMPLE for v in example.values())):
+        return False
+    return all(names(export.get(key, {})) for key in ("lengths_inputs", "values"))
+
+
+def _elements(shape: list[int]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
 
 
 def describe(export: dict[str, Any] | None, recurrences: list[dict[str, Any]]) -> list[str]:
