@@ -200,3 +200,21 @@ def test_an_export_record_beyond_what_rnnx_writes_reads_as_absent(tmp_path: Path
     onnx.save(proto, str(tmp_path / "t.onnx"))
     done = subprocess.run([sys.executable, "-m", "rnnx", "verify", str(tmp_path / "t.onnx")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr  # checked as a file without the record: from its graph alone
+
+
+def test_a_lowered_record_whose_spec_does_not_fit_its_constants_reads_as_none(tmp_path: Path) -> None:
+    import json
+
+    import onnx
+
+    path = tmp_path / "p.onnx"
+    assert rnnx.export(torch.nn.LSTM(3, 6, proj_size=2), (torch.randn(5, 2, 3),), path).passed  # a projection: lowered to Scans
+    proto = onnx.load(str(path))
+    entry = next(p for p in proto.metadata_props if p.key == "rnnx.lowered")
+    records = json.loads(entry.value)
+    records[0]["spec"] = records[0]["spec"].replace("hidden=6", "hidden=5")
+    entry.value = json.dumps(records)
+    onnx.save(proto, str(tmp_path / "bad.onnx"))
+    for verb in ("verify", "inspect"):
+        done = subprocess.run([sys.executable, "-m", "rnnx", verb, str(tmp_path / "bad.onnx")], capture_output=True, text=True, timeout=120)
+        assert done.returncode in (0, 2) and "internal error" not in done.stderr, (verb, done.stderr)
