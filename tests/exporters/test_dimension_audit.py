@@ -364,3 +364,11 @@ def test_verify_against_the_model_code_passes_on_what_rnnx_exported_from_batch_1
     report = json.loads(done.stdout)
     ran = [c for c in report["cases"] if not c.get("skipped")]
     assert report["passed"] and len({tuple(sorted(c["sizes"].items())) for c in ran}) >= 3
+
+
+def test_a_static_feature_dimension_from_a_batch_1_example_keeps_the_batch_dynamic(models, tmp_path: Path) -> None:
+    _, ns = models
+    report = rnnx.export(ns["Enhancer"]().eval(), _enhancer(ns, 1, 6, torch.Generator().manual_seed(0)), tmp_path / "e.onnx", static={"spec": [3]})
+    assert report.passed and report.axes["spec"] == {0: "batch", 2: "seq"}, str(report)
+    by = {(d["input"], d["dim"]): d["verdict"] for d in report.check.dims}
+    assert by[("spec", 3)] == "static: asked" and by[("spec", 0)] == "dynamic"
