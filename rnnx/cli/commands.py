@@ -40,6 +40,7 @@ from rnnx.verify.inputs import input_specs
 from rnnx.verify.models import is_model_code, is_whole_model, verify_file, verify_model
 from rnnx.streaming import STREAMING_KEY, graph_ranks, read_streaming
 from rnnx.verify.run import DTYPES
+from rnnx.pipelines.rewrite_check import RewriteDiffers
 from rnnx.verify.plots import require_plots, write_html
 
 
@@ -177,17 +178,35 @@ def inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rewrite_report(args: argparse.Namespace, exc: RewriteDiffers) -> None:
+    """A rewrite that differs from its input: its comparison case by case on stdout (a table,
+    or JSON with every case's numbers), and its one line on stderr (raised on)."""
+    if args.json:  # error.json's object, with the comparison: the one --json object of this run
+        print(json.dumps({"passed": False, "exit_code": 1, "error": f"rnnx {args.command}: {exc}", "kind": "parity", "verb": args.command,
+                          "check": exc.check.to_json()}, indent=2))
+    else:
+        print(exc.check)
+
+
 def fuse(args: argparse.Namespace) -> int:
     tolerances, dims, shapes = ToleranceArgs.parse(args), ShapeArgs.dims(args), parse_input_shapes(args.input)
-    report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed, tolerances=tolerances, dims=dims, input_shapes=shapes)
+    try:
+        report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed, tolerances=tolerances, dims=dims, input_shapes=shapes)
+    except RewriteDiffers as exc:
+        _rewrite_report(args, exc)
+        raise
     print(json_report(args, report.to_json(), None if report.check is None else bool(report.check)) if args.json else report)
     return 0
 
 
 def lower(args: argparse.Namespace) -> int:
     tolerances, dims, shapes = ToleranceArgs.parse(args), ShapeArgs.dims(args), parse_input_shapes(args.input)
-    report = lower_file(args.model, args.output, select=args.node, check=not args.no_check, seed=args.seed, tolerances=tolerances,
-                        dims=dims, input_shapes=shapes, for_tensorrt=args.for_target)
+    try:
+        report = lower_file(args.model, args.output, select=args.node, check=not args.no_check, seed=args.seed, tolerances=tolerances,
+                            dims=dims, input_shapes=shapes, for_tensorrt=args.for_target)
+    except RewriteDiffers as exc:
+        _rewrite_report(args, exc)
+        raise
     print(json_report(args, report.to_json(), None if report.check is None else bool(report.check)) if args.json else report)
     return 0
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from rnnx import progress
-from rnnx.errors import ParityError
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
@@ -30,7 +29,7 @@ from rnnx.formats.onnx_prune import prune
 from rnnx.graphs.legalize import drop_newer_attributes
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
-from rnnx.pipelines.rewrite_check import RewriteCheck, check_rewrite_size, compare_models, plan_shapes
+from rnnx.pipelines.rewrite_check import RewriteDiffers, RewriteCheck, check_rewrite_size, compare_models, plan_shapes
 from rnnx.tolerance import Tolerances
 
 
@@ -80,7 +79,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
               dims: dict[str, int] | None = None, input_shapes: dict[str | None, list[int]] | None = None) -> FuseReport:
     """Fuse ``source`` into ``output``; the result is checked against the input in ONNX Runtime,
     each graph output held to ``tolerances`` (by output name; default: its dtype's), and
-    nothing is written if it differs (:class:`~rnnx.errors.ParityError`). The check runs where
+    nothing is written if it differs (:class:`~rnnx.pipelines.rewrite_check.RewriteDiffers`, a ParityError). The check runs where
     the input runs (see :mod:`rnnx.pipelines.rewrite_check`); ``dims`` sets a dynamic
     dimension's size by its label, ``input_shapes`` an input's whole shape (a shape under the
     key None: the one input of a model that has one)."""
@@ -104,7 +103,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
         progress.step("checking against the input in ONNX Runtime")
         report.check = compare_models(original, model, seed, str(source), tolerances, dims, input_shapes)
         if not report.check:
-            raise ParityError(f"the fused model differs from {source} in ONNX Runtime ({report.check.failure()}); nothing was written:\n{report.check}")
+            raise RewriteDiffers(f"the fused model differs from {source} in ONNX Runtime ({report.check.failure()}); nothing was written", report.check)
     progress.step(f"writing {output.name}")
     save_model(model, output)
     return report

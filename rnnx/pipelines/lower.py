@@ -11,7 +11,7 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.engines.tensorrt_parser import DIFFERS, REFUSED, parser_verdicts, resolve_version
-from rnnx.errors import ParityError, RNNXError
+from rnnx.errors import RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
@@ -20,7 +20,7 @@ from rnnx.formats.onnx_prune import prune
 from rnnx.graphs.lower import lower_recurrences
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
-from rnnx.pipelines.rewrite_check import RewriteCheck, check_rewrite_size, compare_models, plan_shapes
+from rnnx.pipelines.rewrite_check import RewriteDiffers, RewriteCheck, check_rewrite_size, compare_models, plan_shapes
 from rnnx.tolerance import Tolerances
 
 
@@ -93,7 +93,7 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
         progress.step("checking against the input in ONNX Runtime")
         report = compare_models(original, model, seed, str(source), tolerances, dims, input_shapes)
         if not report:
-            raise ParityError(f"the lowered model differs from {source} in ONNX Runtime ({report.failure()}); nothing was written:\n{report}")
+            raise RewriteDiffers(f"the lowered model differs from {source} in ONNX Runtime ({report.failure()}); nothing was written", report)
     progress.step(f"writing {output.name}")
     save_model(model, output)
     lowered = LowerReport(str(output), result.rewritten, result.left_alone, report, tolerances.to_json() if tolerances else {})

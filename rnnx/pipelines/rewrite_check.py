@@ -33,7 +33,7 @@ import numpy as np
 
 from rnnx import limits, parity
 from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
-from rnnx.errors import RNNXError
+from rnnx.errors import ParityError, RNNXError
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.graphs.precision import computes_in_float16
 from rnnx.graphs import walk
@@ -200,6 +200,15 @@ class _Plan:
     held: dict[str, tuple[int, str]]  # read position by position: (size, where)
     least: dict[str, int]  # a constant index needs at least this size
     example: dict[str, int]  # the recorded example's sizes
+
+
+class RewriteDiffers(ParityError):
+    """A rewrite (fuse, lower) differs from its input: one line, and ``check``, the case-by-case
+    comparison the command line prints (its table, or its JSON with every case's numbers)."""
+
+    def __init__(self, line: str, check: RewriteCheck) -> None:
+        super().__init__(line)
+        self.check = check
 
 
 def plan_shapes(original: Any, rewritten: Any | None = None, dims: dict[str, int] | None = None,
