@@ -243,6 +243,13 @@ class StreamingSession:
                             "export it with rnnx.export(..., streaming=True) or rnnx export --streaming")
         self.record = record
         self._outputs = {s.output for s in record.states}
+        # Read once, so that a chunk costs little beyond ONNX Runtime's run: the names the
+        # session takes and returns, each streamed input's time axis, the state pairs.
+        self._known = frozenset(self.runner.input_names)
+        self._names = list(self.runner.output_names)
+        self._time_axes = [(name, record.inputs[name].get("time_axis")) for name in record.streamed_inputs]
+        self._pairs = [(s.input, s.output) for s in record.states]
+        self._returned = [name for name in self._names if name not in self._outputs]
         self.states: dict[str, np.ndarray] | None = None  # by state input name; None before the first chunk
         self.batch: int | None = None  # the stream's batch size, set by its first chunk
 
@@ -251,33 +258,39 @@ class StreamingSession:
         self.states = None
 
     def process(self, chunk: Any = None, /, **inputs: Any) -> dict[str, np.ndarray]:
-        known = set(self.runner.input_names)
-        unknown = sorted(set(inputs) - known)
+        unknown = [name for name in inputs if name not in self._known]
         if unknown:  # a typo'd state would otherwise be dropped, and the stream go on from its own
-            raise RNNXError(f"process: expected inputs among {', '.join(sorted(known))}, found {unknown[0]!r}")
-        feed = {name: np.asarray(value) for name, value in inputs.items()}
+            raise RNNXError(f"process: expected inputs among {', '.join(sorted(self._known))}, found {unknown[0]!r}")
+        feed = {name: value if isinstance(value, np.ndarray) else np.asarray(value) for name, value in inputs.items()}
         given = {s.input: feed.pop(s.input) for s in self.record.states if s.input in feed}  # a state given by name: the stream goes on from it
-        streamed = self.record.streamed_inputs
         if chunk is not None:
-            if not streamed:
+            if not self._time_axes:
                 raise RNNXError("process: expected inputs by name (this file has no input with a time axis), found a positional chunk")
-            feed[streamed[0]] = np.asarray(chunk)
-        for name in streamed:
-            axis = self.record.inputs[name].get("time_axis")
+            feed[self._time_axes[0][0]] = chunk if isinstance(chunk, np.ndarray) else np.asarray(chunk)
+        for name, axis in self._time_axes:
             if name in feed and axis is not None and feed[name].ndim > axis:
                 self.record.check_chunk(int(feed[name].shape[axis]), f"process ({name})")
         batch = self._batch(feed)
-        if self.states is None:
+        fresh = self.states is None
+        if fresh:
             self.states = {s.input: s.zeros(batch) for s in self.record.states}
             self.batch = batch
         elif batch != self.batch:  # ONNX Runtime would say only that two shapes differ
             raise RNNXError(f"process: expected batch {self.batch}, as in this stream's chunks so far, found {batch}; call reset() to start a stream at another batch")
-        states = {**self.states, **given}
+        states = {**self.states, **given} if given else self.states
         for s in self.record.states:  # before running: a wrong state would fail in ONNX Runtime's words, or run
-            s.check(states[s.input], batch, "given" if s.input in given else "carried from the chunk before")
-        out = self.runner({**feed, **states})
-        self.states = {s.input: out[s.output] for s in self.record.states}
-        return {name: value for name, value in out.items() if name not in self._outputs}
+            if fresh or s.input in given:  # those carried from the last chunk are ONNX Runtime's own outputs at this batch
+                s.check(states[s.input], batch, "given" if s.input in given else "carried from the chunk before")
+        missing = [n for n in self._known if n not in feed and n not in states]
+        if missing:
+            raise RNNXError(f"process: expected inputs {', '.join(sorted(self._known))}, missing {', '.join(sorted(missing))}")
+        try:
+            values = self.runner.session.run(self._names, {**feed, **states})
+        except Exception as exc:  # onnxruntime's InvalidArgument / Fail: shapes or types the model does not take
+            raise RNNXError(f"ONNX Runtime could not run the model: {' '.join(str(exc).split())[:300]}") from None
+        out = dict(zip(self._names, values))
+        self.states = {i: out[o] for i, o in self._pairs}
+        return {name: out[name] for name in self._returned}
 
     def _batch(self, feed: Mapping[str, np.ndarray]) -> int | None:
         """The batch size of this stream, read from the first input fed that has a batch axis."""
