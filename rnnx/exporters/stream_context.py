@@ -314,14 +314,32 @@ def _doubled(values: Sequence[Any], index: int, axis: int, tail: str) -> list[An
     out = list(values)
     gen = torch.Generator().manual_seed(1234)
     for i, v in enumerate(values):
-        if not (isinstance(v, torch.Tensor) and v.dim() > axis and v.shape[axis] == size and (i == index or v.dim() == values[index].dim())):
+        at = _shared_axis(v, i == index, values[index].dim(), axis, size)
+        if at is None:
             continue
         if tail == "flip" or not v.is_floating_point():
-            second = v.flip(axis) if tail == "flip" else v.roll(1, axis)
+            second = v.flip(at) if tail == "flip" else v.roll(1, at)
         else:
             second = torch.randn(v.shape, generator=gen, dtype=v.dtype) * (v.std() if v.numel() > 1 else 1.0) + v.mean()
-        out[i] = torch.cat([v, second], dim=axis)
+        out[i] = torch.cat([v, second], dim=at)
     return out
+
+
+def _shared_axis(v: Any, itself: bool, rank: int, axis: int, size: int) -> int | None:
+    """The axis of input ``v`` that holds the same frames as the time axis found (``axis`` of
+    a rank-``rank`` input, ``size`` frames): the same axis in an input of that rank; in an
+    input of another rank (features beside a spectrum, ``(B, 1, T, 32)`` and ``(B, 1, T, 96,
+    2)``), the same axis where it has ``size`` there, else its one axis of that size."""
+    import torch
+
+    if not isinstance(v, torch.Tensor):
+        return None
+    if itself or v.dim() == rank:
+        return axis if v.dim() > axis and v.shape[axis] == size else None
+    if v.dim() > axis and v.shape[axis] == size:
+        return axis
+    matching = [a for a in range(v.dim()) if v.shape[a] == size]
+    return matching[0] if len(matching) == 1 else None
 
 
 def _lengths(recorder: _Recorder, recurrent: Sequence[tuple[str, Any]]) -> list[int]:

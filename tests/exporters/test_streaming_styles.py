@@ -46,6 +46,23 @@ class CRN(nn.Module):
         return torch.sigmoid(self.mask(y)) * spec.squeeze(1)
 
 
+class TwoInputs(nn.Module):
+    """A speech enhancer fed two time-aligned tensors: features (B, 1, T, 32) and the spectrum
+    (B, 1, T, 96, 2) it masks."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(32, 16)
+        self.b = nn.Linear(96 * 2, 16)
+        self.rnn = nn.GRU(32, 24, batch_first=True)
+        self.out = nn.Linear(24, 96)
+
+    def forward(self, feats, spec):
+        b, _, t, _ = feats.shape
+        x = torch.cat([self.a(feats[:, 0]), self.b(spec[:, 0].reshape(b, t, 192))], -1)
+        return torch.sigmoid(self.out(self.rnn(x)[0])) * spec[:, 0, ..., 0]
+
+
 class CharLM(nn.Module):
     """A character LM that carries its own state: forward(tokens, h, c) -> (logits, h, c)."""
 
@@ -117,3 +134,18 @@ def test_verify_drives_the_states_of_a_model_that_already_streams_through_its_fo
     with pytest.raises(rnnx.RNNXError) as raised:
         rnnx.export(model, example, tmp_path / "s.onnx", streaming=True)
     assert "--streaming" in str(raised.value) and "--chunks" in str(raised.value)
+
+
+def test_two_inputs_that_share_the_frame_axis_stream_together(models, tmp_path: Path) -> None:
+    _, ns = models
+    torch.manual_seed(0)
+    model = ns["TwoInputs"]().eval()
+    report = rnnx.export(model, (torch.randn(1, 1, 20, 32), torch.randn(1, 1, 20, 96, 2)), tmp_path / "two.onnx", streaming=True)
+    assert report.passed and report.axes["feats"][2] == report.axes["spec"][2] == "seq", str(report)
+    assert any(c.name == "streamed in chunks of 1 frame, batch 3" and c.passed for c in report.check.cases)
+    # StreamingSession: the first streamed input positionally, the other by name, in 5-frame chunks
+    session = rnnx.StreamingSession(tmp_path / "two.onnx")
+    feats, spec = torch.randn(2, 1, 15, 32), torch.randn(2, 1, 15, 96, 2)
+    outs = [session.process(feats[:, :, t:t + 5].numpy(), spec=spec[:, :, t:t + 5].numpy())["output"] for t in range(0, 15, 5)]
+    with torch.no_grad():
+        np.testing.assert_allclose(np.concatenate(outs, axis=1), model(feats, spec).numpy(), atol=1e-5, rtol=1e-4)
