@@ -238,3 +238,38 @@ def test_a_lower_that_differs_says_one_line_and_prints_its_cases(tmp_path: Path)
     done = subprocess.run(lower + ["--json"], capture_output=True, text=True, timeout=300)
     report = json.loads(done.stdout)
     assert report["kind"] == "parity" and report["check"]["cases"] and not (tmp_path / "low.onnx").exists()
+
+
+LOOP = """
+import torch
+from torch import nn
+
+
+class Loop(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(4, 6)
+        self.proj = nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = x.new_zeros(x.shape[0], 6)
+        outs = []
+        for t in range(x.shape[1]):
+            h = self.cell(x[:, t], torch.tanh(self.proj(h)))
+            outs.append(h)
+        return torch.stack(outs, 1)
+
+
+model = Loop().eval()
+example_inputs = (torch.randn(2, 30, 4),)
+"""
+
+
+def test_a_dimension_named_dynamic_that_the_file_must_fix_is_refused_not_narrowed(tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text(LOOP)
+    done = subprocess.run([sys.executable, "-m", "rnnx", "export", f"{tmp_path / 'loop.py'}:model", "-o", str(tmp_path / "l.onnx"),
+                           "--dynamic", "x:1=frames"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert line.startswith("rnnx export: dynamic axis x:1=frames: asked dynamic, but the file can only fix it at 30") and "\n" not in line
+    assert "a Python loop calls" in line and not (tmp_path / "l.onnx").exists()

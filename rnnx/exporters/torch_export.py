@@ -167,9 +167,23 @@ def export(
     if not routes.done:
         routes.try_torchscript(naming, program)
     report = routes.result()
+    _refuse_named(report, leaves, labels)
     if model.training:
         report.notes.append("the model was in training mode: it was exported, and checked, in eval mode (dropout off, batch-norm statistics used)")
     return report
+
+
+def _refuse_named(report: ExportReport, leaves: list[Any], labels: dict[tuple[int, int], str]) -> None:
+    """A dimension the user named dynamic that the file could not keep so (a length a Python
+    loop runs over) is a refusal of what was asked, exit 2, not a check that failed."""
+    if report.check is None or not report.check.audit_failure:
+        return
+    index = {leaf.name: leaf.index for leaf in leaves}
+    for dim in report.check.dims:
+        label = labels.get((index.get(dim["input"], -1), dim["dim"]))
+        if dim["verdict"] == "missed" and label:
+            raise RNNXError(f"dynamic axis {dim['input']}:{dim['dim']}={label}: asked dynamic, but the file can only fix it at {dim['size']}: "
+                            f"{dim['why']}; nothing was written (drop the --dynamic / dynamic= for it, or give --static to accept the fixed size)")
 
 
 def _static_note(static: list[tuple[str, int, int]]) -> str:
