@@ -242,6 +242,34 @@ def tie_dimensions(proto: Any, naming: Any, tied: dict[str, str]) -> None:
         set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
 
 
+def free_output_dims(proto: Any, cases: Sequence[Any]) -> list[str]:
+    """Declare dynamic each output dimension that torch.onnx declared static but that ONNX
+    Runtime returned at other sizes in the self-check's ``cases`` (a batch-1 trace can leave
+    an output's batch declared 1 while the input's is dynamic: other runtimes warn on every
+    run, or trust the declaration). Named after the input label whose size it took in every
+    case, else ``<output>_dim<k>``. Returns what was freed."""
+    ran = [c for c in cases if c.skipped is None and c.error is None and c.output_shapes]
+    freed = []
+    for out in proto.graph.output:
+        for d, dim in enumerate(out.type.tensor_type.shape.dim):
+            if not dim.HasField("dim_value"):
+                continue
+            seen = [c.output_shapes[out.name][d] if d < len(c.output_shapes.get(out.name, [])) else None for c in ran]
+            if not seen or all(size == dim.dim_value for size in seen):
+                continue
+            labels = sorted({label for c in ran for label in c.sizes})
+            label = next((lab for lab in labels if all(c.sizes.get(lab) == size for c, size in zip(ran, seen))), f"{out.name}_dim{d}")
+            dim.ClearField("dim_value")
+            dim.dim_param = label
+            freed.append(f"{out.name}[{d}]={label}")
+    if freed:
+        export, _ = read_metadata(proto)
+        if export is not None:
+            export.update(outputs=_output_dims(proto))
+            set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
+    return freed
+
+
 def _output_dims(proto: Any) -> dict[str, list[int | str]]:
     return {o.name: [d.dim_param if d.HasField("dim_param") else int(d.dim_value) for d in o.type.tensor_type.shape.dim] for o in proto.graph.output}
 

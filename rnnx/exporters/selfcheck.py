@@ -87,6 +87,7 @@ class CheckCase:
     outputs: list[OutputError] = field(default_factory=list)
     error: str | None = None
     skipped: str | None = None
+    output_shapes: dict[str, list[int]] = field(default_factory=dict)  # what ONNX Runtime returned, by graph output
 
     @property
     def passed(self) -> bool:
@@ -357,6 +358,7 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
         except RNNXError as exc:
             case.error = str(exc)
             continue
+        case.output_shapes = {name: [int(n) for n in np.shape(value)] for name, value in got.items()}
         if len(got) != len(want):
             case.error = f"the ONNX model has {len(got)} outputs, the torch model returned {len(want)} tensors"
             continue

@@ -281,6 +281,11 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
                     run_layer_check(report.check, tmp)
                 if not report.check:
                     raise CheckFailed
+                freed = record.free_output_dims(proto, report.check.cases)
+                if freed:  # declared as ONNX Runtime ran them: the file is written again, checked as it was
+                    report.external_data = write_model(proto, tmp, path.name)
+                    report.notes.append("output dimensions torch.onnx declared static, which the self-check saw at other sizes, declared dynamic: "
+                                        + ", ".join(freed))
     except CheckFailed:
         report.written = False
         if report.external_data and data.exists():

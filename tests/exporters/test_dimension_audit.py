@@ -372,3 +372,26 @@ def test_a_static_feature_dimension_from_a_batch_1_example_keeps_the_batch_dynam
     assert report.passed and report.axes["spec"] == {0: "batch", 2: "seq"}, str(report)
     by = {(d["input"], d["dim"]): d["verdict"] for d in report.check.dims}
     assert by[("spec", 3)] == "static: asked" and by[("spec", 0)] == "dynamic"
+
+
+def test_an_output_dimension_declared_static_that_runs_at_other_sizes_is_declared_dynamic(tmp_path: Path) -> None:
+    # what torch.onnx declared for easyocr from a batch-1 example: the input's batch dynamic, the
+    # output's declared 1; ONNX Runtime runs it at any batch (and warns on every run)
+    from rnnx.exporters import record
+    from rnnx.exporters.selfcheck import run_self_check
+    from rnnx.exporters.shapes import Naming, leaves_of
+
+    model = torch.nn.GRU(3, 4, batch_first=True).eval()
+    example = (torch.randn(1, 5, 3),)
+    assert rnnx.export(model, example, tmp_path / "g.onnx").passed
+    proto = onnx.load(str(tmp_path / "g.onnx"))
+    out = proto.graph.output[0].type.tensor_type.shape.dim
+    assert proto.graph.output[0].name == "Y" and out[0].dim_param == "batch"
+    out[0].dim_value = 1  # declared static, as torch.onnx left easyocr's
+    onnx.save(proto, str(tmp_path / "bad.onnx"))
+    leaves, structure = leaves_of(model, example)
+    naming = Naming({}, {"batch": "batch", "seq": "length"}, {leaves[0].name: ["batch", "seq", 3]}, {})
+    check = run_self_check(model, leaves, structure, naming, tmp_path / "bad.onnx")
+    assert check and {c.output_shapes["Y"][0] for c in check.cases if c.output_shapes} >= {1, 3}
+    assert record.free_output_dims(proto, check.cases) == ["Y[0]=batch"]
+    assert proto.graph.output[0].type.tensor_type.shape.dim[0].dim_param == "batch"
