@@ -53,3 +53,12 @@ class MadeOnFirstUse(dict):  # type: ignore[type-arg]
     def __missing__(self, name: str) -> Any:
         made = self[name] = self._makers[name]()
         return made
+
+
+def model_file(path: Path, source: str) -> dict[str, Any]:
+    """Write model code to ``path``, as a user's file that ``--against path:NAME`` names, and
+    run it: its namespace (the classes and objects it defines)."""
+    path.write_text(source)
+    namespace: dict[str, Any] = {}
+    exec(compile(source, str(path), "exec"), namespace)  # noqa: S102  the test's own model code
+    return namespace

@@ -19,6 +19,7 @@ from rnnx import RNNSpec, RNNWeights, parity, reference
 from rnnx.layouts import onnx as onnx_layout
 from rnnx.tolerance import BY_DTYPE, CALIBRATED_MULTIPLE, Tolerances, compare_arrays, compare_calibrated, rounding_floor
 from rnnx.weights import tensor_name
+from tests.helpers import model_file
 
 torch = pytest.importorskip("torch")
 
@@ -48,9 +49,7 @@ class Recognizer(torch.nn.Module):
 def recognizer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object, Path]:
     tmp = tmp_path_factory.mktemp("recognizer")
     code = tmp / "recognizer.py"
-    code.write_text(MODEL_CODE)
-    namespace: dict[str, object] = {}
-    exec(compile(MODEL_CODE, str(code), "exec"), namespace)  # noqa: S102  the model code above, as a user's file
+    namespace = model_file(code, MODEL_CODE)  # the model code above, as a user's file
     model = namespace["Recognizer"]().eval()  # type: ignore[operator]
     path = tmp / "good.onnx"
     report = rnnx.export(model, (torch.randn(2, 8, 30),), path)

@@ -25,6 +25,7 @@ import pytest
 import rnnx
 import rnnx.cli
 from rnnx.cli.main import main
+from tests.helpers import model_file
 
 torch = pytest.importorskip("torch")
 
@@ -144,9 +145,7 @@ FAILURE: dict[str, list[str]] = {
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tuple[int, str, str]]]:
     d = tmp_path_factory.mktemp("json_contract")
     rnnx.save(rnnx.RNNWeights.random(rnnx.RNNSpec.parse("lstm,input=3,hidden=4,layers=2"), seed=0), d / "w.safetensors")
-    (d / "wm.py").write_text(MODEL)
-    scope: dict[str, Any] = {}
-    exec(compile(MODEL, str(d / "wm.py"), "exec"), scope)  # noqa: S102  the test's own model
+    scope = model_file(d / "wm.py", MODEL)
     torch.save(scope["model"].state_dict(), d / "wm.pt")
     torch.manual_seed(0)
     with warnings.catch_warnings():

@@ -25,6 +25,7 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
+from tests.helpers import model_file  # noqa: E402
 from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata  # noqa: E402
 
 MODELS = '''
@@ -172,10 +173,7 @@ class LogIds(nn.Module):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     path = tmp_path_factory.mktemp("audit") / "authors.py"
-    path.write_text(MODELS)
-    namespace: dict = {}
-    exec(compile(MODELS, str(path), "exec"), namespace)
-    return path, namespace
+    return path, model_file(path, MODELS)
 
 
 def _ocr(ns: dict, b: int, t: int, g: torch.Generator) -> tuple:

@@ -17,6 +17,7 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
+from tests.helpers import model_file  # noqa: E402
 
 MODELS = '''
 import torch
@@ -81,10 +82,7 @@ class CharLM(nn.Module):
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     path = tmp_path_factory.mktemp("styles") / "styles.py"
-    path.write_text(MODELS)
-    namespace: dict = {}
-    exec(compile(MODELS, str(path), "exec"), namespace)
-    return path, namespace
+    return path, model_file(path, MODELS)
 
 
 def test_a_crn_whose_strided_convolutions_feed_each_other_streams_at_any_batch(models, tmp_path: Path) -> None:
