@@ -25,8 +25,10 @@ learnt by running the model (its float64 copy, eagerly), not by reading its code
   both ``nn.Conv1d.forward`` and a subclass's own forward end, so a ``CausalConv1d`` that
   pads inside its forward is seen as it runs.
 
-What this cannot see (a cumulative sum, a functional convolution, frame differences in the
-model's forward) the chunked check still catches.
+Cumulative sums, frame counters and the zeros an F.pad puts before the frames are carried by
+:mod:`rnnx.exporters.stream_running`. What this cannot see (a functional convolution, the
+previous frame made by concatenating zeros) the chunked check still catches, naming the first
+operation whose chunked output differs.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.errors import RNNXError
+from rnnx.exporters.stream_running import RUNNING, PadCall, RunningCall, RunningState, plan_lookbacks, plan_running, time_axis
 
 
 @dataclass(frozen=True)
@@ -77,82 +80,6 @@ class StreamContext:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class RunningState:
-    """A running operation along time carried across chunks: a cumulative sum (the last frame's
-    sum comes in and is added) or a frame counter (an arange over the frames, offset by the
-    frames before the chunk). ``order`` counts the calls of its kind in one forward."""
-
-    name: str
-    kind: str  # "cumsum" or "counter"
-    order: int
-    axis: int  # cumsum: the time axis of its input, from the end; counter: 0
-    shape: tuple[int, ...]  # of the state at the example's batch
-    dtype: Any  # a torch dtype
-
-    @property
-    def batch_axis(self) -> int | None:
-        return 0 if self.kind == "cumsum" and len(self.shape) + self.axis > 0 else None
-
-
-def _running_table() -> dict[Any, str]:
-    import torch
-
-    return {torch.cumsum: "cumsum", torch.Tensor.cumsum: "cumsum", torch.arange: "arange",
-            torch.cumprod: "cumprod", torch.Tensor.cumprod: "cumprod", torch.cummax: "cummax", torch.Tensor.cummax: "cummax",
-            torch.cummin: "cummin", torch.Tensor.cummin: "cummin", torch.logcumsumexp: "logcumsumexp", torch.Tensor.logcumsumexp: "logcumsumexp"}
-
-
-class _Lazy(dict):  # type: ignore[type-arg]
-    """:data:`RUNNING`, filled on first use (rnnx imports torch only when it exports)."""
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        if not self:
-            self.update(_running_table())
-        return super().get(key, default)
-
-
-# The torch functions whose result at frame t depends on every frame before it: cumsum is
-# carried (the running sum comes in as a state), an arange over the frames is a counter
-# (offset by the frames before the chunk); the others are refused along time.
-RUNNING: dict[Any, str] = _Lazy()
-CARRIED = ("cumsum", "arange")
-
-
-def carry_mode(states: Sequence[tuple[RunningState, Any]], sink: dict[str, Any]) -> Any:
-    """A TorchFunctionMode for the streaming forward: the ``order``-th cumsum along time adds
-    its state (the sum before the chunk) and leaves its last frame in ``sink``; the
-    ``order``-th frame counter adds its offset and leaves the offset after the chunk."""
-    from torch.overrides import TorchFunctionMode
-
-    by_call = {(s.kind, s.order): (s, value) for s, value in states}
-
-    class Carry(TorchFunctionMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.seen: dict[str, int] = {}
-
-        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None) -> Any:
-            out = func(*args, **(kwargs or {}))
-            kind = RUNNING.get(func)
-            if kind not in CARRIED:
-                return out
-            kind = "counter" if kind == "arange" else kind
-            order = self.seen[kind] = self.seen.get(kind, -1) + 1
-            found = by_call.get((kind, order))
-            if found is None:
-                return out
-            state, value = found
-            out = out + value  # the sum before the chunk, or the frames before it
-            if kind == "cumsum":
-                sink[state.name] = out.narrow(state.axis, out.shape[state.axis] - 1, 1)
-            else:
-                sink[state.name] = value + out.shape[0]
-            return out
-
-    return Carry()
-
-
 # --- the streaming call of a cached convolution ---------------------------------------------
 
 
@@ -172,8 +99,8 @@ def cached_conv_forward(conv: Any, spec: ConvCache, cache: Any, sink: dict[str, 
     sink[spec.module] = kept(joined, spec)
     pads = [(0, p[1] + right) if i == spec.spatial_index else p for i, p in enumerate(spec.pads)]
     widths = [w for p in reversed(pads) for w in p]  # F.pad lists the last axis first
-    if any(widths):
-        joined = F.pad(joined, widths)
+    if any(widths):  # not F.pad: the streaming forward's carry_mode counts the model's own F.pad calls
+        joined = torch.constant_pad_nd(joined, widths, 0.0)
     fn = F.conv1d if len(spec.pads) == 1 else F.conv2d
     return fn(joined, weight, bias, conv.stride, 0, conv.dilation, conv.groups)
 
@@ -202,17 +129,6 @@ def own_pads(conv: Any) -> tuple[tuple[int, int], ...]:
 
 
 @dataclass
-class _Running:
-    """A call of a running operation (see :data:`RUNNING`) as the probe saw it."""
-
-    kind: str
-    owner: str  # the module whose forward made the call ("" for the model's own)
-    input: Any
-    dim: Any
-    out: Any
-
-
-@dataclass
 class _Event:
     module: str
     kind: str  # "in" or "out"
@@ -228,9 +144,9 @@ class _Recorder:
         self.events: list[_Event] = []
         self.conv_inputs: dict[str, Any] = {}
         self.conv_calls: dict[str, int] = {}
-        self.running: list[_Running] = []  # cumulative ops and aranges, in the order they ran
+        self.running: list[RunningCall] = []  # cumulative ops and aranges, in the order they ran
         self.stack: list[str] = []  # the modules running now, innermost last
-        self.pads: list[tuple[Any, tuple[int, ...], str, Any]] = []
+        self.pads: list[PadCall] = []
 
     @staticmethod
     def _tensors(value: Any) -> list[Any]:
@@ -255,11 +171,12 @@ class _Recorder:
                     widths = tuple(args[1] if len(args) > 1 else kwargs["pad"])
                     mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
                     value = args[3] if len(args) > 3 else kwargs.get("value")
-                    recorder.pads.append((out, widths, mode, value))
+                    recorder.pads.append(PadCall(recorder.stack[-1] if recorder.stack else "", args[0] if args else kwargs["input"], out,
+                                                 widths, mode, value))
                 kind = RUNNING.get(func)
                 if kind is not None:
                     dim = args[1] if len(args) > 1 else kwargs.get("dim")
-                    recorder.running.append(_Running(kind, recorder.stack[-1] if recorder.stack else "", args[0] if args else None, dim, out))
+                    recorder.running.append(RunningCall(kind, recorder.stack[-1] if recorder.stack else "", args[0] if args else None, dim, out))
                 return out
 
         def pre(name: str, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -292,16 +209,8 @@ class _Recorder:
             for m in patched:
                 del m._conv_forward
 
-    def pad_of(self, x: Any) -> tuple[tuple[int, ...], str, Any] | None:
-        return next(((w, mode, value) for out, w, mode, value in self.pads if out is x), None)
-
-
-def _time_axis(a: Any, b: Any) -> int | None:
-    """The one axis whose size differs between a tensor at length T (``a``) and at 2T (``b``)."""
-    if a.dim() != b.dim():
-        return None
-    differ = [d for d in range(a.dim()) if a.shape[d] != b.shape[d]]
-    return differ[0] if len(differ) == 1 and b.shape[differ[0]] > a.shape[differ[0]] else None
+    def pad_of(self, x: Any) -> PadCall | None:
+        return next((p for p in self.pads if p.out is x), None)
 
 
 def _doubled(values: Sequence[Any], index: int, axis: int, tail: str) -> list[Any]:
@@ -415,10 +324,16 @@ def study(model: Any, values: list[Any], structure: Any, recurrent: Sequence[tup
     _refuse_non_causal(first, second, other, probe_model)
     outs = [[e for e in r.events if e.module == "" and e.kind == "out"] for r in (first, second)]
     if outs[0] and outs[1]:  # the model's own outputs: where a graph leaves their frames unnamed, this is where they are
-        context.output_axes = [_time_axis(x, y) for x, y in zip(outs[0][-1].tensors, outs[1][-1].tensors)]
+        context.output_axes = [time_axis(x, y) for x, y in zip(outs[0][-1].tensors, outs[1][-1].tensors)]
     _plan_caches(context, first, second, convs, model)
     own = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    _plan_running(context, first, second, int(base[index].shape[axis]), own if probe_model is not model else None)
+
+    def dtype(d: Any) -> Any:  # the probe's float64 is the model's own dtype
+        return own if probe_model is not model and d == torch.float64 else d
+
+    context.running = plan_running(first.running, second.running, int(base[index].shape[axis]), dtype, context.notes)
+    cached = [first.conv_inputs[c.module] for c in context.caches]
+    context.running += plan_lookbacks(first.pads, second.pads, cached, dtype, context.notes)
     return context
 
 
@@ -451,7 +366,7 @@ def _verdicts(first: _Recorder, second: _Recorder, other: _Recorder) -> Iterator
         e1 = at_t.get((e2.module, e2.kind, k), _Event(e2.module, e2.kind, []))
         timed, causal = None, True
         for a, b, c in zip(e1.tensors, e2.tensors, e3.tensors):
-            axis = _time_axis(a, b)
+            axis = time_axis(a, b)
             if axis is None or b.shape != c.shape:
                 continue
             timed = axis - a.dim() if timed is None else timed
@@ -513,44 +428,6 @@ def _why(module: Any) -> str:
     return "it mixes frames from later in the sequence"
 
 
-def _plan_running(context: StreamContext, first: _Recorder, second: _Recorder, frames: int, own: Any) -> None:
-    """A state for each cumulative sum along time and each arange that counts the frames;
-    a refusal for the other cumulative operations along time. ``own``: the model's dtype,
-    where the probe ran a float64 copy (its float64 is the model's ``own``)."""
-    import torch
-
-    def dtype(d: Any) -> Any:
-        return own if own is not None and d == torch.float64 else d
-
-    if [r.kind for r in first.running] != [r.kind for r in second.running]:
-        context.notes.append("streaming: the model's cumulative operations differ between lengths, so none is carried; the chunked check stands")
-        return
-    orders: dict[str, int] = {}
-    for a, b in zip(first.running, second.running):
-        kind = "counter" if a.kind == "arange" else a.kind
-        order = orders[kind] = orders.get(kind, -1) + 1
-        where = f"{a.owner}'s forward" if a.owner else "the model's forward"
-        if a.kind == "arange":
-            n1, n2 = a.out.numel(), b.out.numel()
-            counts = (a.out.dim() == 1 and n2 - n1 == frames and n1 > 1 and bool((b.out[:n1] == a.out).all())
-                      and bool((a.out[1:] - a.out[:-1] == 1).all()))
-            if counts:
-                context.running.append(RunningState(f"{a.owner + '.' if a.owner else ''}frames{order}", "counter", order, 0, (1,), dtype(a.out.dtype)))
-            continue
-        if not isinstance(a.input, torch.Tensor) or not isinstance(a.dim, int):
-            continue
-        axis = _time_axis(a.input, b.input)
-        if axis is None or a.dim % a.input.dim() != axis:
-            continue  # along another axis: nothing carries from chunk to chunk
-        if a.kind != "cumsum":
-            raise RNNXError(f"streaming: expected running operations rnnx carries across chunks (cumsum, a frame counter), found {a.kind} along "
-                            f"time in {where}; carry it yourself as an input and output, or export without streaming")
-        shape = list(a.input.shape)
-        shape[axis] = 1
-        context.running.append(RunningState(f"{a.owner + '.' if a.owner else ''}cumsum{order}", "cumsum", order, axis - a.input.dim(),
-                                            tuple(shape), dtype(a.out.dtype)))
-
-
 def _plan_caches(context: StreamContext, first: _Recorder, second: _Recorder, convs: Sequence[tuple[str, Any]], model: Any) -> None:
     """A cache for each convolution with left context along time; the chunk length's multiple
     from the strides. ``model`` is the user's (its dtype and device make the caches)."""
@@ -558,7 +435,7 @@ def _plan_caches(context: StreamContext, first: _Recorder, second: _Recorder, co
         a, b = first.conv_inputs.get(name), second.conv_inputs.get(name)
         if a is None or b is None:
             continue  # not on this model's path
-        axis = _time_axis(a, b)
+        axis = time_axis(a, b)
         if axis is None:
             continue  # no time axis through it (over features only): nothing to carry
         if first.conv_calls[name] > 1:
@@ -576,12 +453,10 @@ def _plan_caches(context: StreamContext, first: _Recorder, second: _Recorder, co
         fpad = (0, 0)
         padded = first.pad_of(a)
         if padded is not None:
-            widths, mode, value = padded
-            pair = (2 * (-t - 1), 2 * (-t - 1) + 1)
-            fpad = (widths[pair[0]], widths[pair[1]]) if len(widths) > pair[1] else (0, 0)
-            if fpad != (0, 0) and (mode != "constant" or (value not in (None, 0, 0.0))):
-                raise RNNXError(f"streaming: expected the F.pad before {name} to pad with zeros, found mode={mode!r}, value={value!r}; "
-                                "pad with zeros, or export without streaming")
+            fpad = padded.around(t)
+            if fpad != (0, 0) and not padded.zeros:
+                raise RNNXError(f"streaming: expected the F.pad before {name} to pad with zeros, found mode={padded.mode!r}, "
+                                f"value={padded.value!r}; pad with zeros, or export without streaming")
         pads = own_pads(conv)
         reach = conv.dilation[index] * (conv.kernel_size[index] - 1)
         stride = conv.stride[index]

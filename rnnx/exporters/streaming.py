@@ -12,9 +12,11 @@ the rest of the exporter sees an ordinary model that takes and returns states.
 
 A cell stepped in Python takes the state inputs at its first step of the forward, and its
 last step's states are the outputs. A convolution along time keeps the frames its left
-padding stood for, and a cumsum along time or an arange over the frames their running sum or
-count: each is one more state in and out (:mod:`rnnx.exporters.stream_context`, which also
-finds the time axis and proves the model causal by running it).
+padding stood for; a cumsum along time or an arange over the frames their running sum or
+count; zeros an F.pad put before the frames (a delta feature's previous frame) the frames
+they stand for: each is one more state in and out (:mod:`rnnx.exporters.stream_running`;
+:mod:`rnnx.exporters.stream_context` finds the time axis and proves the model causal by
+running it).
 
 What cannot stream is refused before tracing, in one line naming the module: a
 bidirectional recurrence (its output at frame t needs the frames after t), a module called
@@ -41,9 +43,11 @@ from typing import Any
 import numpy as np
 
 from rnnx import progress
+from rnnx.engines.chunk_divergence import first_divergence
 from rnnx.errors import RNNXError
 from rnnx.exporters import shapes
-from rnnx.exporters.stream_context import ConvCache, RunningState, cached_conv_forward, carry_mode, study
+from rnnx.exporters.stream_context import ConvCache, cached_conv_forward, study
+from rnnx.exporters.stream_running import RunningState, carry_mode
 from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_output, example_sizes, float64_copy, fresh_inputs, run_eager
 from rnnx.formats.onnx_metadata import read_metadata, set_metadata
 from rnnx.streaming import STREAMING_KEY, StatePair, StreamingRecord
@@ -171,6 +175,7 @@ class StreamPlan:
         batches = [label for label in base if naming.roles.get(label) == BATCH]
         states = {s.input for s in record.states}
         frames = FRAMES * record.multiple
+        failed: tuple[list[Any], int] | None = None  # the first chunked case that failed: its inputs and chunk
         for k, batch in enumerate(BATCHES if batches else (None,)):
             sizes = {**base, record.time: frames, **dict.fromkeys(batches, batch)}
             values = fresh_inputs(leaves, naming, sizes, seed + 1000 + k)
@@ -193,12 +198,31 @@ class StreamPlan:
                 case = CheckCase(_case_name(chunk, frames, batch), sizes, shown)
                 check.cases.append(case)
                 self._run_chunks(case, check, runner, leaves, values, chunk, frames, want, want64)
+                if failed is None and not case.passed and chunk < frames:
+                    failed = (values, chunk)
         streamed = [c for c in check.cases if c.name.startswith("streamed")]
         whole_ok = all(c.passed for c in check.cases if c not in streamed or "whole" in c.name)
-        if whole_ok and any(not c.passed for c in streamed):
-            check.hint = ("the whole sequence matches but chunks do not: the model keeps context along time that rnnx does not carry "
-                          "(a functional convolution, a loop over frames, a state kept in an attribute); rnnx carries recurrent states, "
-                          "nn.Conv1d/Conv2d caches, cumsum and frame counters")
+        if whole_ok and failed is not None:
+            values, chunk = failed
+            check.hint = ("the whole sequence matches but chunks do not: the model keeps context along time that rnnx does not carry; "
+                          "rnnx carries recurrent states, nn.Conv1d/Conv2d caches, the zeros an F.pad puts before the frames, cumsum and "
+                          "frame counters")
+            where = self._divergence(path, leaves, values, chunk)
+            check.hint += f"; {where}" if where else " (a functional convolution, a loop over frames, a state kept in an attribute)"
+
+    def _divergence(self, path: Path, leaves: Sequence[shapes.Leaf], values: list[Any], chunk: int) -> str | None:
+        """The operation of the file at ``path`` where its chunks first part from its whole run."""
+        import onnx
+        import torch
+
+        from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+
+        record = self.record
+        assert record is not None
+        feed = {leaf.name: v.numpy() for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)}
+        axes = {name: info.get("time_axis") for name, info in record.inputs.items() if name in feed}
+        pairs = [(s.input, s.output) for s in record.states]
+        return first_divergence(onnx.load(str(path)), feed, axes, pairs, chunk, OnnxRuntimeRunner)
 
     def _run_chunks(self, case: CheckCase, check: SelfCheck, runner: Any, leaves: Sequence[shapes.Leaf], values: list[Any], chunk: int,
                     frames: int, want: list[Any], want64: list[Any] | None) -> None:

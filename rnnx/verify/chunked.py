@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.engines.chunk_divergence import first_divergence
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.errors import RNNXError
 from rnnx.exporters.record import read_call
@@ -287,6 +288,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     runner = IsolatedOnnxRuntime(for_runtime(proto, model_path.resolve().parent).SerializeToString(), str(model_path),
                                  data_folder=model_path.resolve().parent, data_bytes=file_bytes(model_path))
     spec_of = {s.name: s for s in specs}
+    failed: tuple[dict[str, np.ndarray], int] | None = None  # the first chunked run that failed: its feed and chunk
     try:
         for k, (frames, batch) in enumerate((f, b) for f in frames_list for b in batch_list):
             case = plan_cases(specs, roles, shapes, [frames], [batch] if batch is not None else None, dims or {})[0]
@@ -323,11 +325,40 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
                     else:
                         stats = compare_arrays(got[out], want32[i], tol)
                     report.rows.append(ChunkRow(frames, batch, chunk, out, stats))
+                if failed is None and chunk < frames and any(not r.passed for r in report.rows if r.chunk == chunk):
+                    failed = (feed, chunk)
     finally:
         close = getattr(runner, "close", None)
         if close is not None:
             close()
+    if failed is not None:
+        where = _divergence(proto, model_path, failed[0], time_axes, pairs, failed[1], names)
+        if where:
+            report.notes.append(f"the file's chunks part from its own run on the whole sequence: {where}")
     return report
+
+
+def _divergence(proto: Any, model_path: Path, feed: dict[str, np.ndarray], time_axes: dict[str, int | None], pairs: list[Pair], chunk: int,
+                names: list[str]) -> str | None:
+    """The operation where the file's chunked run first parts from its whole run (run isolated,
+    as the check ran it)."""
+    from rnnx.formats.onnx_read import file_bytes
+
+    folder = model_path.resolve().parent
+    runners: list[Any] = []
+
+    def make(exposed: Any) -> Any:
+        runners.append(IsolatedOnnxRuntime(exposed.SerializeToString(), str(model_path), data_folder=folder, data_bytes=file_bytes(model_path)))
+        return runners[-1]
+
+    runnable = for_runtime(proto, folder)
+    used = {n: feed[n] for n in (*names, *(p.input for p in pairs))}
+
+    try:
+        return first_divergence(runnable, used, time_axes, [(p.input, p.output) for p in pairs], chunk, make)
+    finally:
+        for r in runners:
+            r.close()
 
 
 def _time_axes(record: Any, streamed: list[Any], roles: dict[str, str], model_path: Path) -> tuple[str, dict[str, int | None]]:

@@ -414,8 +414,8 @@ class RunningProduct(nn.Module):
 
 
 class FunctionalConv(nn.Module):
-    """A smoothing filter written with F.conv1d in forward (no module to cache): right on the
-    whole sequence, wrong in chunks."""
+    """A smoothing filter written with F.conv1d in forward (no module to cache): its F.pad's
+    zeros before the frames are carried as a look-back."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -427,14 +427,42 @@ class FunctionalConv(nn.Module):
         return self.rnn(smooth.transpose(1, 2))[0]
 
 
+class ConcatenatedPrevious(nn.Module):
+    """The previous frame made by concatenating zeros before the frames: right on the whole
+    sequence, wrong in chunks, and nothing rnnx carries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.GRU(10, 8, batch_first=True)
+
+    def forward(self, x: Any) -> Any:
+        previous = torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], 1)
+        return self.rnn(torch.cat([x, x - previous], -1))[0]
+
+
 def test_running_operations_rnnx_does_not_carry_are_refused_or_named(tmp_path: Path) -> None:
     torch.manual_seed(0)
     with pytest.raises(rnnx.RNNXError, match=r"found cumprod along time in the model's forward; carry it yourself"):
         rnnx.export(RunningProduct().eval(), (torch.randn(2, 12, 5),), tmp_path / "p.onnx", streaming=True)
     with pytest.raises(rnnx.ExportCheckFailed) as failed:
-        rnnx.export(FunctionalConv().eval(), (torch.randn(2, 12, 5),), tmp_path / "f.onnx", streaming=True)
-    assert "the whole sequence matches but chunks do not" in str(failed.value) and "\n" not in str(failed.value)
+        rnnx.export(ConcatenatedPrevious().eval(), (torch.randn(2, 12, 5),), tmp_path / "f.onnx", streaming=True)
+    message = str(failed.value)
+    assert "the whole sequence matches but chunks do not" in message and "\n" not in message
+    # the operation where the chunks part: the Concat of the zeros and the frames before
+    assert "the first operation whose chunked output differs from the whole sequence's is Concat" in message, message
     assert not (tmp_path / "p.onnx").exists() and not (tmp_path / "f.onnx").exists()
+
+
+def test_a_functional_convolution_on_padded_frames_streams(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = FunctionalConv().eval()
+    report = rnnx.export(model, (torch.randn(2, 12, 5),), tmp_path / "f.onnx", streaming=True)
+    assert report.passed and "lookback0_in -> lookback0_out" in str(report), str(report)
+    session = rnnx.StreamingSession(tmp_path / "f.onnx")
+    x = torch.randn(1, 15, 5, generator=torch.Generator().manual_seed(3))
+    got = np.concatenate([session.process(x[:, t:t + 2].numpy())["output"] for t in range(0, 15, 2)], axis=1)
+    with torch.no_grad():
+        np.testing.assert_allclose(got, model(x).numpy(), atol=1e-5, rtol=1e-4)
 
 
 def test_another_authors_forecaster_streams_step_by_step(tmp_path: Path) -> None:

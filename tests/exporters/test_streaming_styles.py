@@ -1,6 +1,7 @@
 """Streaming on the model styles a newcomer brings: a CRN whose strided convolutions feed each
-other, and a character LM that already streams (``forward(tokens, h, c)``), checked chunk by
-chunk by ``rnnx verify --chunks`` through the forward's own state parameters."""
+other, a character LM that already streams (``forward(tokens, h, c)``), checked chunk by chunk
+by ``rnnx verify --chunks`` through the forward's own state parameters, and delta features
+(the previous frame subtracted) made by pad-and-slice, carried, or by concatenation, named."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.helpers import model_file  # noqa: E402
 
 MODELS = '''
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -76,6 +78,49 @@ class CharLM(nn.Module):
     def forward(self, tokens, h, c):
         y, (h, c) = self.rnn(self.emb(tokens), (h, c))
         return self.out(y), h, c
+
+
+class DeltaStridedGRU(nn.Module):
+    """Features and their deltas (the previous frame subtracted, made by pad-and-slice), a
+    causal Conv1d with stride 2 along time, a GRU: (B, T, 16) -> (B, T / 2, 5)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(32, 16, 3, stride=2)
+        self.rnn = nn.GRU(16, 24, batch_first=True)
+        self.out = nn.Linear(24, 5)
+
+    def forward(self, x):
+        delta = x - F.pad(x, (0, 0, 1, 0))[:, :-1]
+        y = torch.cat([x, delta], -1).transpose(1, 2)
+        y = torch.relu(self.conv(F.pad(y, (2, 0))))
+        return self.out(self.rnn(y.transpose(1, 2))[0])
+
+
+class SummedAndConcatenated(nn.Module):
+    """A running sum along time (carried), and the previous frame made by concatenating zeros
+    before the frames (not carried): the chunks part at the concatenation, not at the sum."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(32, 8, batch_first=True)
+
+    def forward(self, x):
+        summed = torch.cumsum(x, 1)  # first: its raw output is the graph's first to differ in chunks
+        previous = torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], 1)
+        return self.rnn(torch.cat([summed, x - previous], -1))[0]
+
+
+class OwnStateDelta(nn.Module):
+    """Streams its own state (forward(x, h)), with the previous frame made by concatenation."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.GRU(32, 24, batch_first=True)
+
+    def forward(self, x, h):
+        previous = torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], 1)
+        return self.rnn(torch.cat([x, x - previous], -1), h)
 '''
 
 
@@ -147,3 +192,48 @@ def test_two_inputs_that_share_the_frame_axis_stream_together(models, tmp_path: 
     outs = [session.process(feats[:, :, t:t + 5].numpy(), spec=spec[:, :, t:t + 5].numpy())["output"] for t in range(0, 15, 5)]
     with torch.no_grad():
         np.testing.assert_allclose(np.concatenate(outs, axis=1), model(feats, spec).numpy(), atol=1e-5, rtol=1e-4)
+
+
+def test_a_delta_feature_a_strided_conv_and_a_gru_stream(models, tmp_path: Path) -> None:
+    _, ns = models
+    torch.manual_seed(0)
+    model = ns["DeltaStridedGRU"]().eval()
+    report = rnnx.export(model, (torch.randn(1, 20, 16),), tmp_path / "mixed.onnx", streaming=True)
+    assert report.passed, str(report)
+    states = {s.input for s in rnnx.StreamingSession(tmp_path / "mixed.onnx").record.states}
+    assert states == {"rnn.h_in", "conv.cache_in", "lookback0_in"}, states
+    # by hand, batch 3, chunks of 2 and 6 frames (the stride's multiple), against torch on the whole sequence
+    x = torch.randn(3, 24, 16, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = model(x).numpy()
+    for chunk in (2, 6):
+        session = rnnx.StreamingSession(tmp_path / "mixed.onnx")
+        got = np.concatenate([session.process(x[:, t:t + chunk].numpy())["output"] for t in range(0, 24, chunk)], axis=1)
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_chunks_that_part_are_blamed_on_the_operation_that_loses_the_frame_before(models, tmp_path: Path) -> None:
+    _, ns = models
+    torch.manual_seed(0)
+    with pytest.raises(rnnx.ExportCheckFailed) as failed:
+        rnnx.export(ns["SummedAndConcatenated"]().eval(), (torch.randn(1, 20, 16),), tmp_path / "s.onnx", streaming=True)
+    message = str(failed.value)
+    # the carried cumsum's raw output differs chunk by chunk too, but what follows it agrees
+    assert "the first operation whose chunked output differs from the whole sequence's is Concat" in message, message
+    assert "CumSum" not in message.split("the first operation")[1]
+    assert not (tmp_path / "s.onnx").exists()
+
+
+def test_verify_chunks_names_the_operation_where_a_hand_streamed_file_parts(models, tmp_path: Path) -> None:
+    path, ns = models
+    torch.manual_seed(0)
+    model = ns["OwnStateDelta"]().eval()
+    torch.save(model.state_dict(), tmp_path / "own.pt")
+    assert rnnx.export(model, (torch.randn(1, 9, 16), torch.zeros(1, 1, 24)), tmp_path / "own.onnx", input_names=["x", "h"],
+                       output_names=["y", "h_out"]).passed
+    done = subprocess.run([sys.executable, "-m", "rnnx", "verify", str(tmp_path / "own.onnx"), "--against", f"{path}:OwnStateDelta",
+                           "--checkpoint", str(tmp_path / "own.pt"), "--chunks", "1,7", "--state", "h=h_out", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    notes = json.loads(done.stdout)["notes"]
+    assert any("the first operation whose chunked output differs" in n and "Concat" in n and "previous = torch.cat" in n for n in notes), notes
