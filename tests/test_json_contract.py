@@ -30,7 +30,7 @@ from tests.helpers import model_file
 torch = pytest.importorskip("torch")
 
 SCHEMAS = Path(rnnx.cli.__file__).parent / "schema"  # what the package ships
-VERBS = ("convert", "export", "inspect", "fuse", "lower", "build", "verify", "layout", "formats", "doctor")
+VERBS = ("convert", "export", "inspect", "fuse", "lower", "build", "bundle", "verify", "layout", "formats", "doctor")
 
 MODEL = '''
 import torch
@@ -113,6 +113,8 @@ SUCCESS: dict[str, tuple[str, list[str], int]] = {
     "fuse": ("fuse", ["fuse", "{d}/cell.onnx", "-o", "{d}/fused.onnx"], 0),
     "fuse, nothing to fuse": ("fuse", ["fuse", "{d}/w.onnx", "-o", "{d}/same.onnx"], 0),
     "lower": ("lower", ["lower", "{d}/w.onnx", "-o", "{d}/lowered.onnx"], 0),
+    "bundle": ("bundle", ["bundle", "{d}/m.onnx", "-o", "{d}/bundle", "--jetpack", "5.1.2"], 0),
+    "bundle, streaming": ("bundle", ["bundle", "{d}/s.onnx", "-o", "{d}/s-bundle", "--tensorrt", "8.6", "--precision", "fp16"], 0),
     "verify onnx alone": ("verify", ["verify", "{d}/w.onnx"], 0),
     "verify --against weights": ("verify", ["verify", "{d}/w.onnx", "--against", "{d}/w.safetensors"], 0),
     "verify --against weights, check failed": ("verify", ["verify", "{d}/w.onnx", "--against", "{d}/w.safetensors", "--backends", "ort",
@@ -134,6 +136,7 @@ FAILURE: dict[str, list[str]] = {
     "fuse": ["fuse", "{d}/none.onnx", "-o", "{d}/out.onnx"],
     "lower": ["lower", "{d}/none.onnx", "-o", "{d}/out.onnx"],
     "build": ["build", "{d}/none.onnx", "-o", "{d}/out.engine"],
+    "bundle": ["bundle", "{d}/none.onnx", "-o", "{d}/out-bundle"],
     "verify": ["verify", "{d}/w.safetensors"],  # a weights file is not a model to check
     "layout": ["layout"],
     "formats": ["formats", "--no-such-flag"],

@@ -19,6 +19,7 @@ from rnnx.cli.groups import BackendToleranceArgs, ShapeArgs, ToleranceArgs
 from rnnx.engines import doctor
 from rnnx.engines.acceptance import predict
 from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
+from rnnx.engines.tensorrt_parser import parser_for
 from rnnx.engines.trt_profiles import describe_dimensions, merge_shapes
 from rnnx.errors import ExportCheckFailed, ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
@@ -29,6 +30,7 @@ from rnnx.layouts import cudnn
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.formats.onnx_read import data_files, load_model as load_onnx
 from rnnx.graphs.inspect import as_json, as_text, file_format, fusable, inspect_model, inspect_weights, weights_as_json, weights_as_text
+from rnnx.pipelines.bundle import make_bundle
 from rnnx.pipelines.convert import convert as convert_file
 from rnnx.pipelines.fuse import fuse_file
 from rnnx.pipelines.lower import lower_file
@@ -153,6 +155,7 @@ def inspect(args: argparse.Namespace) -> int:
         print(json_report(args, weights_as_json(args.model, fmt, groups)) if args.json else weights_as_text(args.model, fmt, groups))
         return 0
     tensorrt = getattr(args, "tensorrt", None)  # which TensorRT's parser rules judge the nodes (default 10.x)
+    tensorrt = parser_for(tensorrt)[0] if tensorrt else None  # a release between two read ones: the one below
     if args.spec or args.dtype or args.select:
         raise RNNXError(f"{args.model}: an ONNX model says what it holds and inspect lists all of it; drop --spec, --dtype and --select (they read weight files)")
     model = load_onnx(args.model, lazy=True)  # weights through memory maps: inspect reads structure, and a few values
@@ -243,6 +246,15 @@ def build(args: argparse.Namespace) -> int:
     else:
         profiles = "; ".join(describe_dimensions(d) for d in meta["profile_dimensions"]) or "static shapes"
         print(f"wrote {args.output} (TensorRT {meta['tensorrt']}, {meta['precision']}, {meta['gpu']['name']}; profile {profiles})")
+    return 0
+
+
+def bundle(args: argparse.Namespace) -> int:
+    report = make_bundle(args.input, args.output, tensorrt=args.tensorrt, jetpack=args.jetpack, precision=args.precision or "fp32",
+                         profiles=args.profile or None, min_shapes=merge_shapes(args.min_shapes, "--min-shapes"),
+                         opt_shapes=merge_shapes(args.opt_shapes, "--opt-shapes"), max_shapes=merge_shapes(args.max_shapes, "--max-shapes"),
+                         seed=args.seed)
+    print(json_report(args, report.to_json(), report.passed) if args.json else report)
     return 0
 
 

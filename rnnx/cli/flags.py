@@ -36,6 +36,7 @@ FLAGS = {
     "seq_lens": "--seq-lens",
     "spec": "--spec",
     "states": "--no-states",
+    "tensorrt": "--tensorrt",
     "time_limit": "--time-limit",
     "to_format": "--to",
     "version_compatible": "--version-compatible",
@@ -43,7 +44,7 @@ FLAGS = {
 # Where one parameter name is set by a different option in one verb.
 VERB_FLAGS = {
     "convert": {"seq_lens": "--seq-lens-input"},  # convert(seq_lens=True) is the switch; verify's seq_lens are lengths
-    "lower": {"select": "--node"},  # lower_file(select=) names a node
+    "lower": {"select": "--node", "tensorrt": "--for"},  # lower_file(select=) names a node
 }
 
 # ``name=`` at a word's start: not ``input=8`` inside a spec (after a comma) nor ``a.b=``.

@@ -111,8 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     SELECT.add(p, help="a weight file's recurrent group to read (with --spec where that group does not say its own)")
     SPEC.add(p, help="spec of weights that do not describe themselves (a headerless cuDNN .bin blob, jax) or cannot tell tanh from relu")
     DTYPE.add(p, help="element type of a headerless cuDNN .bin blob (with --spec): float32 (default), float16, bfloat16 or float64")
-    p.add_argument("--tensorrt", metavar="VERSION", choices=TENSORRT_PARSER_VERSIONS,
-                   help="judge the nodes by the ONNX parser rules of this TensorRT (%(choices)s; default 10.x, the newest read: 10.15)")
+    p.add_argument("--tensorrt", metavar="VERSION", type=types.tensorrt_version,
+                   help="the TensorRT whose ONNX parser rules judge the nodes, a release like 8.6 or 10.3.0 (rules read: "
+                   f"{', '.join(TENSORRT_PARSER_VERSIONS)}; a release between two read ones is judged by the one below; default 10.x, "
+                   "the newest read: 10.15)")
     p.set_defaults(func=commands.inspect)
 
     p = verb("fuse", help="turn decomposed LSTM/GRU/RNN cells, Loops and Scans over one step, and unrolled steps of an ONNX model into native nodes, checked",
@@ -171,6 +173,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware-compatible", action="store_true", help="engine runs on Ampere and later GPUs (TensorRT 8.6+)")
     p.add_argument("--version-compatible", action="store_true", help="engine runs on later TensorRT versions (TensorRT 8.6+)")
     p.set_defaults(func=commands.build)
+
+    p = verb("bundle", help="write a folder that builds and checks a TensorRT engine on the device with trtexec alone",
+             description="Write DIR: model.onnx as the target TensorRT's parser needs it (lowered where its rules say, at an opset it "
+             "reads), build.sh (trtexec with the planned profile; every flag one that version's trtexec accepts), golden cases from the "
+             "float64 reference at the example's shapes and the profile's corners (chunk sequences for a streaming file), check.sh and "
+             "check.py (standard library only, Python 3.6+), Polygraphy's inputs.json and golden.json, BUNDLE.json and README.txt. "
+             "ONNX Runtime runs model.onnx on every case here first; nothing is written if it differs (exit 1). On the device: "
+             "bash build.sh && bash check.sh.")
+    p.add_argument("input", type=Path, help="the ONNX model")
+    OUTPUT.add(p, help="the folder to write (must not exist)")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--tensorrt", metavar="VERSION", type=types.tensorrt_version,
+                        help="the TensorRT on the device, a release like 8.6 or 10.3.0 (default: 10.15, the newest whose parser rnnx has read)")
+    target.add_argument("--jetpack", metavar="VERSION", help="the device's JetPack, e.g. 4.6.1, 5.1.2, 6.1: picks the TensorRT it ships")
+    PRECISION.add(p, help="the engine's precision, fp32 (default) or fp16; the rounding floor the check allows is measured at it")
+    bundle_shapes = p.add_argument_group("optimization profile", "As rnnx build plans it: a batch 1..32 (opt 8), a length 1..4x the "
+                                         "example's (opt the example's), other dynamic dimensions the example's size.")
+    bundle_shapes.add_argument("--profile", type=types.profile, action="append", metavar="NAME:MIN,OPT,MAX[;...]",
+                               help="the whole profile (one: trtexec builds one)")
+    for end, kind in (("min", "smallest"), ("opt", "tuned-for"), ("max", "largest")):
+        bundle_shapes.add_argument(f"--{end}-shapes", type=getattr(types, f"{end}_shapes"), action="append", metavar="NAME:AxBxC[,...]",
+                                   help=f"the {kind} shape of each input named, as trtexec's --{end}Shapes")
+    SEED.add(p, help="seed of the golden cases' inputs (default 0)")
+    p.set_defaults(func=commands.bundle)
 
     p = verb("verify", help="check a model against its weights, its PyTorch code, or on its own, against the float64 reference",
              description="Three forms. (1) MODEL --against WEIGHTS: a recurrent stack and the weights it was made from, in every available "

@@ -194,12 +194,20 @@ dynamic_dim = _usage(_dynamic_dim, "NAME:DIM[=LABEL[:MIN[:MAX]]]")
 static_dim = _usage(_static_dim, "NAME:DIM")
 
 
+def tensorrt_version(text: str) -> str:
+    """``--tensorrt VERSION``: a TensorRT release (8.6, 10.3.0) or one of the parser table's names (10.x)."""
+    text = text.strip()
+    if text in KNOWN_VERSIONS or re.fullmatch(r"\d+\.\d+(\.\d+)*", text):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: expected a TensorRT version like 8.6 or 10.3.0, or one of {', '.join(KNOWN_VERSIONS)}")
+
+
 def lowering_target(text: str) -> str:
     """``lower --for tensorrt[=VERSION]``: the TensorRT version whose parser rules choose the nodes."""
     target, _, version = text.partition("=")
     if target.strip().lower() != "tensorrt":
         raise argparse.ArgumentTypeError(f"{text!r}: expected tensorrt or tensorrt=VERSION (one of {', '.join(KNOWN_VERSIONS)})")
     version = version.strip() or DEFAULT_VERSION
-    if version not in KNOWN_VERSIONS:
-        raise argparse.ArgumentTypeError(f"{text!r}: TensorRT {version} is not in rnnx's parser table; expected one of {', '.join(KNOWN_VERSIONS)}")
+    if version not in KNOWN_VERSIONS and not re.fullmatch(r"\d+\.\d+(\.\d+)*", version):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected tensorrt=VERSION, a release like 8.6 or 10.3.0 or one of {', '.join(KNOWN_VERSIONS)}")
     return version

@@ -359,6 +359,36 @@ def resolve_version(version: str | None) -> str:
     return v
 
 
+def parser_for(version: str | None) -> tuple[str, str]:
+    """The table version that judges the nodes for TensorRT ``version`` (any release, ``8.6.1``,
+    ``10.3``), and a note where it is not that version's own: a version between two read ones of
+    the same major is judged by the one below it. Refused where neither side was read."""
+    text = DEFAULT_VERSION if version is None else str(version).strip()
+    if text in KNOWN_VERSIONS:
+        return resolve_version(text), ""
+    import re
+
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)*", text):
+        raise RNNXError(f"tensorrt: expected a TensorRT version like 8.6 or 10.3.0 (or one of {', '.join(KNOWN_VERSIONS)}), found {version!r}")
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split(".")[:2])
+
+    wanted = key(text)
+    read = [v for v in VERSIONS if re.fullmatch(r"\d+\.\d+", v)]
+    exact = [v for v in read if key(v) == wanted]
+    if exact:
+        return exact[0], ""
+    below = [v for v in read if key(v) < wanted and key(v)[0] == wanted[0]]
+    above = [v for v in read if key(v) > wanted and key(v)[0] == wanted[0]]
+    if not below or not above:
+        raise RNNXError(f"tensorrt: expected a TensorRT whose ONNX parser rnnx has read ({', '.join(read)}), or a release between two read "
+                        f"ones of the same major, found {text}; give one of those")
+    lower, upper = max(below, key=key), min(above, key=key)
+    return lower, (f"TensorRT {text}'s parser source was not read: its nodes are judged by {lower}'s rules (the read version below it; "
+                   f"{upper} is the one above)")
+
+
 def version_label(version: str | None) -> str:
     v = resolve_version(version)
     return "10.x (10.15)" if v == "10.15" else v

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rnnx import progress
-from rnnx.engines.tensorrt_parser import DIFFERS, REFUSED, parser_verdicts, resolve_version
+from rnnx.engines.tensorrt_parser import DIFFERS, REFUSED, parser_for, parser_verdicts
 from rnnx.errors import RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
@@ -98,7 +98,7 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
     save_model(model, output)
     lowered = LowerReport(str(output), result.rewritten, result.left_alone, report, tolerances.to_json() if tolerances else {})
     if judged is not None:
-        lowered.tensorrt = resolve_version(for_tensorrt)
+        lowered.tensorrt = parser_for(for_tensorrt)[0]
         lowered.why = {name: judged[0][name] for name in result.rewritten if name in judged[0]}
         lowered.kept_native = judged[1]
         lowered.after = [v.to_json() for v in parser_verdicts(model, lowered.tensorrt) if v.verdict in (REFUSED, DIFFERS)]
@@ -108,7 +108,7 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
 def _tensorrt_judgement(model: Any, version: str) -> tuple[dict[str, list[str]], list[str]]:
     """(main-graph recurrent node -> the rules that make this TensorRT refuse it or compute
     otherwise, the recurrent nodes it takes as they are)."""
-    version = resolve_version(version)
+    version = parser_for(version)[0]
     lower, keep = {}, []
     for v in parser_verdicts(model, version):
         if v.graph != "main" or v.op_type not in NATIVE_OPS or v.domain not in ("", "ai.onnx"):

@@ -1,0 +1,173 @@
+"""trtexec command lines for a TensorRT version, each flag checked against the cited table.
+
+:mod:`rnnx.engines.trtexec_flags` holds, per TensorRT version read, which flags trtexec's own
+option parser (``samples/common/sampleOptions.cpp``) takes, with the source line for each
+cell. This module writes the lines ``rnnx bundle`` puts in build.sh and check.sh and refuses a
+flag the table does not show the target accepting, so a new TensorRT version is a data change.
+The JetPack each version ships is :mod:`rnnx.engines.jetpack`'s table.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from rnnx.engines import jetpack as jetpack_table
+from rnnx.engines import trtexec_flags
+from rnnx.engines.tensorrt_parser import VERSIONS as PARSER_VERSIONS, parser_for
+from rnnx.errors import RNNXError
+
+PRECISIONS = ("fp32", "fp16")
+TIMING_CACHE = "timing.cache"
+ACCEPTED = ("accepted", "deprecated")  # deprecated flags still parse (the table cites the warning); rnnx writes none it can avoid
+
+
+@dataclass(frozen=True)
+class Target:
+    """The TensorRT a bundle is for: its version, the JetPack that ships it, the parser rules
+    and trtexec flag table that judge it, and the newest opset its parser reads."""
+
+    tensorrt: str  # as the user or the JetPack table gave it, e.g. "8.2.1"
+    parser: str  # the version of tensorrt_parser's table that judges the nodes
+    flags: str  # the version of trtexec_flags' table that judges the flags (the nearest read at or below)
+    opset: int
+    jetpack: str | None = None
+    note: str = ""
+    flags_above: str | None = None  # a version between two read ones: the read one above, which must accept each flag too
+
+    @property
+    def tensorrt_major_minor(self) -> str:
+        return ".".join(self.tensorrt.split(".")[:2])
+
+    def describe(self) -> str:
+        return f"TensorRT {self.tensorrt}" + (f" (JetPack {self.jetpack})" if self.jetpack else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tensorrt": self.tensorrt, "jetpack": self.jetpack, "parser_rules": self.parser, "trtexec_flags": self.flags,
+                "trtexec_flags_above": self.flags_above, "opset": self.opset, "note": self.note}
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def resolve_target(tensorrt: str | None, jetpack: str | None) -> Target:
+    """``--tensorrt VERSION`` or ``--jetpack VERSION`` (one, or neither: the newest TensorRT read)."""
+    if tensorrt and jetpack:
+        raise RNNXError("bundle: expected --tensorrt or --jetpack, found both; give one (--jetpack picks the TensorRT it ships)")
+    if jetpack is not None:
+        row = jetpack_table.JETPACK.get(str(jetpack).strip())
+        if row is None or not row.get("tensorrt"):
+            known = ", ".join(k for k, r in jetpack_table.JETPACK.items() if r.get("tensorrt"))
+            raise RNNXError(f"--jetpack {jetpack}: expected one of {known}, found a JetPack the table does not hold; give --tensorrt VERSION")
+        return _target(str(row["tensorrt"]), str(jetpack).strip())
+    if tensorrt is None:  # the newest version whose parser rnnx has read
+        return _target(max((v for v in PARSER_VERSIONS if re.fullmatch(r"\d+\.\d+", v)), key=_key), None)
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)*", str(tensorrt).strip()):
+        raise RNNXError(f"tensorrt: expected a TensorRT version like 8.6 or 10.3.0, found {tensorrt!r}")
+    return _target(str(tensorrt).strip(), None)
+
+
+def _target(version: str, jetpack: str | None) -> Target:
+    major_minor = _key(version)[:2]
+    flags = _nearest(major_minor, list(trtexec_flags.SOURCES), "trtexec's options")
+    parser, note = parser_for(version)
+    opset = 13 if major_minor < (8, 5) else 17
+    read = {v: _key(str(trtexec_flags.SOURCES[v].get("version", v)))[:2] for v in trtexec_flags.SOURCES}
+    above = [v for v, k in read.items() if k > major_minor and k[0] == major_minor[0]]
+    flags_above = None if read[flags] == major_minor or not above else min(above, key=lambda v: read[v])
+    return Target(version, parser, flags, opset, jetpack, note, flags_above)
+
+
+def _nearest(major_minor: tuple[int, ...], versions: list[str], what: str) -> str:
+    """The table's version for ``major_minor``: its own, else the nearest read below it within the same major."""
+    read = {v: _key(str(trtexec_flags.SOURCES[v].get("version", v)))[:2] for v in versions}
+    same = [v for v, k in read.items() if k == major_minor]
+    if same:
+        return same[0]
+    below = [v for v, k in read.items() if k < major_minor and k[0] == major_minor[0]]
+    if not below:
+        raise RNNXError(f"tensorrt: expected a TensorRT whose {what} rnnx has read ({', '.join(versions)}), or a release above one "
+                        f"of the same major, found {'.'.join(map(str, major_minor))}; give one of those")
+    return max(below, key=lambda v: read[v])
+
+
+def accepts(version: str, flag: str) -> bool:
+    """Whether trtexec of table version ``version`` takes ``flag`` (``--minShapes``)."""
+    row = trtexec_flags.FLAGS.get(flag)
+    return row is not None and row["versions"].get(version) in ACCEPTED
+
+
+def check_argv(target: Target, argv: list[str]) -> None:
+    """Refuse a line with a flag the table does not show this trtexec accepting (a bug in rnnx: exit 3)."""
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if not accepts(target.flags, flag) or (target.flags_above is not None and not accepts(target.flags_above, flag)):
+            state = (trtexec_flags.FLAGS.get(flag) or {}).get("versions", {}).get(target.flags, "not in the table")
+            raise RuntimeError(f"trtexec {target.flags}: rnnx wrote {flag}, which that version's table marks {state}")
+
+
+def shape_spec(shapes: dict[str, Any]) -> str:
+    """``x:1x20x16,rnn.h_in:1x1x24``: trtexec's shape syntax (SHAPE_SPEC). Names go unquoted:
+    every version splits each pair at its last colon, while quotes mean different things
+    across versions (8.0 and 8.2 delete them; --loadInputs there keeps them, and then matches
+    no input)."""
+    return ",".join(f"{_name(n)}:{'x'.join(str(int(d)) for d in s)}" for n, s in shapes.items())
+
+
+def _name(name: str) -> str:
+    if any(c in name for c in "',\"") or not name:
+        raise RNNXError(f"bundle: input {name!r}: expected a name trtexec reads in its name:value lists and prints in its JSON "
+                        "(no comma or quote), found one; rename the input (input_names= / --input-names at export)")
+    return name
+
+
+def build_argv(target: Target, profile: Any, precision: str) -> list[str]:
+    argv = ["--onnx=model.onnx", "--saveEngine=model.engine"]
+    if profile is not None:
+        ends = {end: {n: t[i] for n, t in profile.shapes.items()} for i, end in enumerate(("min", "opt", "max"))}
+        argv += [f"--minShapes={shape_spec(ends['min'])}", f"--optShapes={shape_spec(ends['opt'])}", f"--maxShapes={shape_spec(ends['max'])}"]
+    if precision == "fp16":
+        argv.append("--fp16")
+    argv.append(f"--timingCacheFile={TIMING_CACHE}")
+    if accepts(target.flags, "--explicitBatch") and trtexec_flags.FLAGS["--explicitBatch"]["versions"][target.flags] == "accepted" \
+            and trtexec_flags.EXPLICIT_BATCH_NEEDED.get(target.flags):
+        argv.insert(1, "--explicitBatch")
+    check_argv(target, argv)
+    return argv
+
+
+def run_argv(target: Target, shapes: dict[str, list[int]], files: dict[str, str], export: str) -> list[str]:
+    argv = ["--loadEngine=model.engine"]
+    if shapes:
+        argv.append(f"--shapes={shape_spec(shapes)}")
+    argv += [f"--loadInputs={','.join(f'{_name(n)}:{f}' for n, f in files.items())}", f"--exportOutput={export}",
+             "--iterations=1", "--warmUp=0", "--duration=0"]
+    check_argv(target, argv)
+    return argv
+
+
+def quote(arg: str) -> str:
+    return shlex.quote(arg)
+
+
+def polygraphy_profile(shapes: dict[str, list[list[int]]]) -> list[str]:
+    """Polygraphy's ``--trt-min-shapes``/``--trt-opt-shapes``/``--trt-max-shapes`` for the profile."""
+    if not shapes:
+        return []
+    out = []
+    for i, flag in enumerate(("--trt-min-shapes", "--trt-opt-shapes", "--trt-max-shapes")):
+        out += [flag, *[f"{n}:[{','.join(map(str, t[i]))}]" for n, t in shapes.items()]]
+    return out
+
+
+def citations(target: Target, argv: list[str]) -> dict[str, Any]:
+    """Where the table shows each flag of ``argv`` accepted by this version's trtexec."""
+    out: dict[str, Any] = {"source": trtexec_flags.SOURCES[target.flags]}
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        cites = [c for c in trtexec_flags.FLAGS[flag].get("cite", []) if c.get("version") == target.flags]
+        out[flag] = cites[:1]
+    return out
