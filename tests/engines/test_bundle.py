@@ -228,3 +228,23 @@ def test_bundle_refusals_are_one_line_and_write_nothing(exported, tmp_path: Path
     done = _bundle(exported["tagger"], tmp_path / "there")
     assert done.returncode == 2 and "expected a new folder" in done.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["there"]  # no staging folder left behind
+
+
+def test_the_golden_outputs_are_torchs_own_in_float64(exported, tmp_path: Path) -> None:
+    """The reference (ONNX's evaluator on the file in float64) against the framework that owns the
+    model: torch's float64 copy of the tagger, on the bundle's own input files."""
+    folder = tmp_path / "bundle"
+    assert _bundle(exported["tagger"], folder, "--tensorrt", "8.6").returncode == 0
+    ns = model_file(tmp_path / "models.py", MODELS)
+    torch.manual_seed(0)
+    model = ns["ConvTagger"]().eval().double()  # the weights exported: the same seed, the same first model
+    manifest = json.loads((folder / "cases.json").read_text())
+    assert {c["name"] for c in manifest["cases"]} == {"example", "min", "max"}
+    for case in manifest["cases"]:
+        chunk = case["chunks"][0]
+        x = np.fromfile(folder / chunk["inputs"]["x"]["file"], dtype="<f4").reshape(chunk["inputs"]["x"]["shape"])
+        golden = np.fromfile(folder / chunk["outputs"]["output"]["golden"], dtype="<f8").reshape(chunk["outputs"]["output"]["shape"])
+        with torch.no_grad():
+            want = model(torch.from_numpy(x.astype(np.float64))).numpy()
+        assert np.abs(golden - want).max() < 1e-10, case["name"]
+        assert chunk["outputs"]["output"]["floor"] >= 2.0 ** -23  # measured in float32, never below its epsilon
