@@ -1,0 +1,160 @@
+"""The golden cases of a bundle (:mod:`rnnx.pipelines.bundle`): which shapes, their inputs, the
+float64 reference's outputs and each output's rounding floor at the engine's precision, and
+ONNX Runtime's run of the bundle's model.onnx held to the rule.
+
+Cases: the example's shapes and the optimization profile's two corners (a batch-1 example
+that is the min corner is one case); a streaming file's are streams of chunks, zeros for the
+first chunk's states, each later chunk fed the chunk before's state outputs (the reference
+chain's for the golden outputs; the engine's own on the device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rnnx.engines.onnx_reference import ReferenceRun
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.engines.trt_profiles import ProfileChoice
+from rnnx.errors import RNNXError
+from rnnx.tolerance import CALIBRATED_MULTIPLE, rounding_floor
+from rnnx.verify.inputs import Case as InputCase, make_feed
+
+MAX_CASE_VALUES = 1 << 24  # per case, all inputs together: a profile corner larger than this is left out, with a note
+CHUNKS = (1, 3, 2)  # a streaming case's chunks, in units of the chunk multiple
+
+
+@dataclass
+class Chunk:
+    shapes: dict[str, list[int]]
+    feed: dict[str, np.ndarray]  # every input; a later chunk's states are the reference chain's (for Polygraphy)
+    golden: dict[str, np.ndarray] = field(default_factory=dict)
+    floors: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Case:
+    name: str
+    chunks: list[Chunk]
+    carry: dict[str, str] = field(default_factory=dict)  # state input -> the output that feeds it next chunk
+
+
+def plan_cases(proto: Any, specs: list[Any], choice: ProfileChoice | None, example: dict[str, list[int]], record: Any, seed: int,
+                notes: list[str]) -> list[Case]:
+    """The example's shapes and the profile's two corners; a streaming file's are sequences of chunks."""
+    static = {s.name: [d if isinstance(d, int) else None for d in s.dims] for s in specs}
+    shaped: list[tuple[str, dict[str, list[int]]]] = []
+    if choice is None:
+        shaped.append(("static", {n: list(d) for n, d in static.items()}))  # type: ignore[misc]
+    else:
+        profile = choice.profile.shapes
+        corner = {end: {n: list(t[i]) for n, t in profile.items()} for i, end in enumerate(("min", "opt", "max"))}
+        first = {n: example.get(n) or corner["opt"].get(n) or static[n] for n in static}
+        shaped += [("example", first), ("min", corner["min"] | {n: v for n, v in first.items() if n not in profile}),
+                   ("max", corner["max"] | {n: v for n, v in first.items() if n not in profile})]
+    cases: list[Case] = []
+    for k, (name, shapes) in enumerate(shaped):
+        if any(s is None for dims in shapes.values() for s in dims):
+            raise RNNXError(f"bundle: expected a size for every dimension of the {name} case, found none for "
+                            f"{next(n for n, d in shapes.items() if None in d)}; give --opt-shapes")
+        if sum(int(np.prod(s)) for s in shapes.values()) > MAX_CASE_VALUES:
+            notes.append(f"the {name} case ({_shape_text(shapes)}) holds over {MAX_CASE_VALUES} values: left out")
+            continue
+        case = Case(name, [Chunk(shapes, _feed(specs, shapes, seed + k))]) if record is None else \
+            _stream_case(name, specs, shapes, record, seed + k, choice)
+        if any([c.shapes for c in case.chunks] == [c.shapes for c in other.chunks] for other in cases):
+            continue  # a stream at the example's batch is the min corner's stream too
+        cases.append(case)
+    return cases
+
+
+def _stream_case(name: str, specs: list[Any], shapes: dict[str, list[int]], record: Any, seed: int, choice: ProfileChoice | None) -> Case:
+    """A stream of chunks (CHUNKS x the chunk multiple frames, within the profile) at this case's batch, states at zeros first."""
+    states = {s.input: s.output for s in record.states}
+    chunks = []
+    # the max corner's stream takes the profile's longest chunk in its middle
+    for k, units in enumerate((CHUNKS[0], 1 << 30, CHUNKS[2]) if name == "max" else CHUNKS):
+        frames = units * record.multiple
+        at = {}
+        for n, shape in shapes.items():
+            axis = (record.inputs.get(n) or {}).get("time_axis")
+            shape = list(shape)
+            if axis is not None:
+                shape[axis] = _within(n, axis, frames, choice, record.multiple)
+            at[n] = shape
+        feed = _feed(specs, at, seed * 10 + k)
+        for s in record.states:
+            feed[s.input] = np.zeros(at[s.input], dtype=feed[s.input].dtype)
+        chunks.append(Chunk(at, feed))
+    return Case(f"{name} stream", chunks, states)
+
+
+def _within(name: str, axis: int, frames: int, choice: ProfileChoice | None, multiple: int) -> int:
+    if choice is None or name not in choice.profile.shapes:
+        return frames
+    lo, _, hi = (t[axis] for t in choice.profile.shapes[name])
+    frames = max(frames, -(-lo // multiple) * multiple)
+    return min(frames, hi // multiple * multiple) if hi >= multiple else frames
+
+
+def _feed(specs: list[Any], shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
+    return make_feed(specs, InputCase("bundle", {}, shapes), {}, seed)
+
+
+def _shape_text(shapes: dict[str, list[int]]) -> str:
+    return ", ".join(f"{n}: {'x'.join(map(str, s))}" for n, s in shapes.items())
+
+
+# --- the reference and the floors -----------------------------------------------------------------
+
+
+def golden(original: Any, cases: list[Case], precision: str, notes: list[str]) -> None:
+    """Golden outputs (the float64 reference on the source file, a stream's chunks chained
+    through its own states) and each output's rounding floor: an honest run at the engine's
+    precision (ONNX Runtime in float32; ONNX's reference evaluator in float16 for fp16)."""
+    reference = ReferenceRun(original, "float64")
+    honest_dtype = "float16" if precision == "fp16" else "float32"
+    if honest_dtype == "float16":
+        try:
+            honest: Any = ReferenceRun(original, "float16")
+        except RNNXError as exc:
+            raise RNNXError(f"bundle --precision fp16: the honest float16 run that measures the rounding floor failed ({exc})") from None
+        notes.append("the rounding floor is measured by the file computing in float16 (ONNX's reference evaluator): an fp16 engine that "
+                     "keeps some layers in float32 lies within it")
+    else:
+        honest = OnnxRuntimeRunner(original)
+    for case in cases:
+        ref_states: dict[str, np.ndarray] = {}
+        honest_states: dict[str, np.ndarray] = {}
+        for chunk in case.chunks:
+            feed = {**chunk.feed, **{i: v.astype(chunk.feed[i].dtype) for i, v in ref_states.items()}}
+            chunk.feed = feed
+            want = reference(feed)
+            got = honest({**feed, **honest_states})
+            for name, value in want.items():
+                chunk.golden[name] = value
+                if value.dtype.kind != "f":
+                    continue
+                floor = rounding_floor(np.asarray(got[name], np.float64), value, honest_dtype)
+                chunk.floors[name] = floor if floor is not None else float(np.finfo(np.float32).eps)
+            ref_states = {i: want[o] for i, o in case.carry.items()}
+            honest_states = {i: np.asarray(got[o]) for i, o in case.carry.items()}
+
+
+def check_here(runner: OnnxRuntimeRunner, case: Case) -> dict[str, Any]:
+    """ONNX Runtime on the bundle's model.onnx, each chunk fed the state outputs of its own
+    chunk before, held to the rule."""
+    chunks = []
+    states: dict[str, np.ndarray] = {}
+    for chunk in case.chunks:
+        got = runner({**chunk.feed, **states})
+        outputs = {}
+        for name, floor in chunk.floors.items():
+            error = float(np.abs(np.asarray(got[name], np.float64) - chunk.golden[name]).max()) if chunk.golden[name].size else 0.0
+            passed = bool(np.isfinite(error)) and error <= CALIBRATED_MULTIPLE * floor
+            outputs[name] = {"output": name, "max_abs": error, "floor": floor, "ratio": error / floor, "passed": passed}
+        chunks.append({"shapes": chunk.shapes, "outputs": outputs})
+        states = {i: np.asarray(got[o]) for i, o in case.carry.items()}
+    return {"name": case.name, "chunks": chunks}

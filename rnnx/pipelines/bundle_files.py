@@ -1,0 +1,225 @@
+"""The files of a bundle (:mod:`rnnx.pipelines.bundle`): raw inputs and golden outputs with
+cases.json (what check.py reads), Polygraphy's inputs.json and golden.json, build.sh and
+check.sh (every trtexec line through :mod:`rnnx.engines.trtexec`), README.txt and BUNDLE.json."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnx.engines import trtexec
+from rnnx.formats.onnx_metadata import read_metadata
+from rnnx.formats.onnx_read import load_model
+from rnnx.graphs.legalize import model_opset
+from rnnx.pipelines.bundle_cases import Case
+from rnnx.tolerance import CALIBRATED_MULTIPLE
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+
+
+def _export_path(case: Case, k: int) -> str:
+    return f"out/{_slug(case.name)}/{k}.json"
+
+
+def _input_path(case: Case, k: int, name: str) -> str:
+    carried = k > 0 and name in case.carry
+    return f"{'out' if carried else 'cases'}/{_slug(case.name)}/{k}/{_slug(name)}.bin"
+
+
+def write_cases(staging: Path, cases: list[Case], specs: list[Any], proto: Any) -> None:
+    """Inputs as raw little-endian files and golden outputs as raw little-endian float64, with
+    cases.json, which check.py reads."""
+    dtypes = {s.name: np.dtype(s.dtype) for s in specs}
+    time_axes = _output_time_axes(proto)
+    manifest_cases = []
+    for case in cases:
+        chunks = []
+        for k, chunk in enumerate(case.chunks):
+            inputs = {}
+            for name, value in chunk.feed.items():
+                path = _input_path(case, k, name)
+                inputs[name] = {"file": path, "dtype": dtypes[name].name, "shape": list(value.shape)}
+                if not path.startswith("out/"):
+                    _raw(staging / path, value.astype(dtypes[name]))
+            outputs = {}
+            for name, floor in chunk.floors.items():
+                path = f"golden/{_slug(case.name)}/{k}/{_slug(name)}.f64"
+                _raw(staging / path, chunk.golden[name].astype(np.float64))
+                outputs[name] = {"golden": path, "shape": list(chunk.golden[name].shape), "floor": floor, "time_axis": time_axes.get(name)}
+            chunks.append({"shapes": chunk.shapes, "inputs": inputs, "outputs": outputs, "export": _export_path(case, k)})
+        manifest_cases.append({"name": _slug(case.name), "chunks": chunks, "carry": case.carry})
+        case.name = _slug(case.name)
+    (staging / "cases.json").write_text(json.dumps({"cases": manifest_cases}, indent=1))
+
+
+def _raw(path: Path, value: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<")).tobytes())
+
+
+def _output_time_axes(proto: Any) -> dict[str, int | None]:
+    export, _ = read_metadata(proto)
+    roles = (export or {}).get("roles") or {}
+    axes: dict[str, int | None] = {}
+    for out in proto.graph.output:
+        dims = [d.dim_param for d in out.type.tensor_type.shape.dim]
+        axes[out.name] = next((i for i, d in enumerate(dims) if d and roles.get(d) == "length"), None)
+    return axes
+
+
+def _npy_json(value: np.ndarray) -> dict[str, Any]:
+    """An array as Polygraphy's JSON holds it (polygraphy.json: np.save, base64)."""
+    buffer = io.BytesIO()
+    np.save(buffer, value, allow_pickle=False)
+    return {"array": base64.b64encode(buffer.getvalue()).decode(), "polygraphy_class": "ndarray"}
+
+
+def write_polygraphy(staging: Path, cases: list[Case], proto: Any) -> None:
+    """inputs.json (a list of feeds) and golden.json (RunResults, one iteration per feed), in
+    Polygraphy's JSON; a stream's later chunks take the reference chain's states, since
+    Polygraphy runs each feed on its own."""
+    types = {o.name: o.type.tensor_type.elem_type for o in proto.graph.output}
+    feeds, iterations = [], []
+    for case in cases:
+        for chunk in case.chunks:
+            feeds.append({name: _npy_json(value) for name, value in chunk.feed.items()})
+            outputs = {name: {"values": _npy_json(chunk.golden[name].astype(np.float16 if types.get(name) == 10 else np.float32)),
+                              "polygraphy_class": "LazyArray"} for name in chunk.floors}
+            iterations.append({"outputs": outputs, "runtime": 0.0, "runner_name": "rnnx-float64-reference", "polygraphy_class": "IterationResult"})
+    (staging / "inputs.json").write_text(json.dumps(feeds))
+    (staging / "golden.json").write_text(json.dumps({"lst": [["rnnx-float64-reference", iterations]], "polygraphy_class": "RunResults"}))
+
+
+def polygraphy_atol(cases: list[Case]) -> dict[str, float]:
+    """Per output, the largest allowed error over the cases (Polygraphy takes one per output),
+    plus the golden values' own rounding to float32 in golden.json."""
+    atol: dict[str, float] = {}
+    for case in cases:
+        for chunk in case.chunks:
+            for name, floor in chunk.floors.items():
+                scale = float(np.abs(chunk.golden[name]).max()) if chunk.golden[name].size else 0.0
+                atol[name] = max(atol.get(name, 0.0), CALIBRATED_MULTIPLE * floor + scale * 2.0 ** -24)
+    return atol
+
+
+def build_script(target: trtexec.Target, argv: list[str]) -> str:
+    return f"""#!/usr/bin/env bash
+# Builds model.engine from model.onnx with NVIDIA's trtexec, for TensorRT {target.tensorrt}{f' (JetPack {target.jetpack})' if target.jetpack else ''}.
+# Written by rnnx bundle; every flag below is one trtexec {target.flags} accepts (BUNDLE.json cites the table).
+# TRTEXEC: the trtexec to run (on JetPack: /usr/src/tensorrt/bin/trtexec).
+set -eu
+cd "$(dirname "$0")"
+TRTEXEC="${{TRTEXEC:-trtexec}}"
+if ! command -v "$TRTEXEC" >/dev/null 2>&1; then
+  if [ -x /usr/src/tensorrt/bin/trtexec ]; then TRTEXEC=/usr/src/tensorrt/bin/trtexec
+  else echo "build.sh: expected trtexec on PATH or at /usr/src/tensorrt/bin/trtexec, found neither; set TRTEXEC=/path/to/trtexec" >&2; exit 2; fi
+fi
+set +e
+"$TRTEXEC" {' '.join(trtexec.quote(a) for a in argv)} > build.log 2>&1
+status=$?
+set -e
+found=$(sed -n 's/.*TensorRT version: *\\([0-9][0-9.]*\\).*/\\1/p' build.log | head -n 1)
+case "$found" in
+  ""|{target.tensorrt_major_minor}|{target.tensorrt_major_minor}.*) ;;
+  *) echo "build.sh: this bundle is for TensorRT {target.tensorrt}, trtexec reports $found; rebuild the bundle with --tensorrt $found" >&2 ;;
+esac
+if [ $status -ne 0 ]; then echo "build.sh: trtexec failed (exit $status); see build.log" >&2; exit 1; fi
+echo "built model.engine (TensorRT ${{found:-?}}); next: bash check.sh"
+"""
+
+
+def check_script(target: trtexec.Target, cases: list[Case], specs: list[Any]) -> str:
+    lines = [
+        "#!/usr/bin/env bash",
+        "# Runs model.engine on every golden case with trtexec (a stream's chunks in order, each fed the engine's own",
+        "# state outputs of the chunk before), then holds the outputs to the float64 reference with check.py.",
+        "# Exit 0: every output holds; 1: one does not; 2: the engine or trtexec is missing.",
+        "set -u",
+        'cd "$(dirname "$0")"',
+        'TRTEXEC="${TRTEXEC:-trtexec}"',
+        'PYTHON="${PYTHON:-python3}"',
+        'if ! command -v "$TRTEXEC" >/dev/null 2>&1; then',
+        '  if [ -x /usr/src/tensorrt/bin/trtexec ]; then TRTEXEC=/usr/src/tensorrt/bin/trtexec',
+        '  else echo "check.sh: expected trtexec on PATH or at /usr/src/tensorrt/bin/trtexec, found neither; set TRTEXEC" >&2; exit 2; fi',
+        "fi",
+        '[ -f model.engine ] || { echo "check.sh: expected model.engine, found none; run bash build.sh first" >&2; exit 2; }',
+        "rm -rf out",
+        "run() {",
+        '  log="$1"; shift',
+        '  mkdir -p "$(dirname "$log")"',
+        '  if ! "$TRTEXEC" "$@" > "$log" 2>&1; then echo "check.sh: trtexec failed on ${log%.log}; see $log" >&2; exit 1; fi',
+        "}",
+    ]
+    for case in cases:
+        for k, chunk in enumerate(case.chunks):
+            if k > 0:
+                lines.append(f'"$PYTHON" check.py --carry {trtexec.quote(case.name)} {k} || exit $?')
+            files = {name: _input_path(case, k, name) for name in chunk.feed}
+            argv = trtexec.run_argv(target, chunk.shapes, files, _export_path(case, k))
+            lines.append(f"run {trtexec.quote(_export_path(case, k)[:-5] + '.log')} " + " ".join(trtexec.quote(a) for a in argv))
+    lines.append('exec "$PYTHON" check.py')
+    return "\n".join(lines) + "\n"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifests(staging: Path, report: Any, target: trtexec.Target, precision: str, build_argv: list[str],
+                     cases: list[Case]) -> None:
+    atol = polygraphy_atol(cases)
+    polygraphy = (["polygraphy", "run", "model.onnx", "--trt", "--load-inputs", "inputs.json", "--load-outputs", "golden.json",
+                   "--check-error-stat", "max", "--rtol", "0", "--atol", *[f"{n}:{v:.3g}" for n, v in atol.items()]]
+                  + (["--fp16"] if precision == "fp16" else []) + trtexec.polygraphy_profile(report.profile["shapes"]))
+    manifest = json.loads((staging / "cases.json").read_text())
+    manifest.update({"engine": "model.engine", "target": f"TensorRT {target.tensorrt}", "precision": precision,
+                     "rule": {"multiple": CALIBRATED_MULTIPLE, "what": "max abs error within multiple x the rounding floor, the floor "
+                              f"measured per case and output by an honest run at {precision}"}})
+    (staging / "cases.json").write_text(json.dumps(manifest, indent=1))
+    readme = f"""rnnx bundle: a TensorRT engine for {target.describe()}, built and checked with NVIDIA's tools alone.
+
+On the device (nothing else to install; check.py needs only python3, 3.6 or later):
+
+    bash build.sh      # trtexec builds model.engine from model.onnx ({precision}, the profile below)
+    bash check.sh      # trtexec runs the engine on every case; check.py holds it to the float64 reference
+
+check.sh prints one line per case and output and PASS or FAIL, and exits 0 when every output
+holds, 1 when one does not, 2 when the engine or trtexec is missing. TRTEXEC=/path/to/trtexec
+picks another trtexec; PYTHON=python3.8 another Python.
+
+The rule: the engine's max abs error against the float64 reference within {CALIBRATED_MULTIPLE:g} times the
+rounding floor, measured per case and output by an honest run at {precision} (and half a unit of
+the last digit trtexec prints).
+
+Profile: {report.profile['summary'] or 'static shapes'}.
+
+With Polygraphy installed, the same check without trtexec:
+
+    {' '.join(trtexec.quote(a) for a in polygraphy)}
+
+What rnnx checked where it made this folder: ONNX Runtime on this model.onnx and these cases
+(each case held to the rule above), and onnx-tensorrt's parser rules for TensorRT {target.parser}.
+BUNDLE.json holds the target, the profile, the rule and every file's SHA-256.
+"""
+    (staging / "README.txt").write_text(readme)
+    files = sorted(p for p in staging.rglob("*") if p.is_file())
+    bundle = {"format": 1, "target": target.to_json(), "precision": precision, "opset": model_opset(load_model(staging / "model.onnx")),
+              "profile": report.profile, "rule": manifest["rule"],
+              "commands": {"build": "bash build.sh", "check": "bash check.sh", "trtexec build": build_argv, "polygraphy": polygraphy},
+              "checked_here": {"onnxruntime": report.cases, "parser_rules": f"onnx-tensorrt {target.parser}", "lowered": report.lowered},
+              "trtexec_flags": trtexec.citations(target, build_argv),
+              "notes": report.notes,
+              "files": {str(p.relative_to(staging)): _sha256(p) for p in files}}
+    (staging / "BUNDLE.json").write_text(json.dumps(bundle, indent=1, default=str))
