@@ -22,6 +22,7 @@ FLAGS = {
     "hardware_compatible": "--hardware-compatible",
     "input_map": "--input-map",
     "input_shapes": "--input",
+    "jetpack": "--jetpack",
     "max_memory": "--max-memory",
     "max_shapes": "--max-shapes",
     "min_shapes": "--min-shapes",

@@ -365,7 +365,10 @@ def parser_for(version: str | None) -> tuple[str, str]:
     the same major is judged by the one below it. Refused where neither side was read."""
     text = DEFAULT_VERSION if version is None else str(version).strip()
     if text in KNOWN_VERSIONS:
-        return resolve_version(text), ""
+        table = resolve_version(text)
+        alias = text in ALIASES and text != DEFAULT_VERSION and not text.endswith(".x")
+        return table, (f"TensorRT {text}'s parser is judged by {table}'s rules (both tags read; they agree on every rule rnnx keeps)"
+                       if alias else "")
     import re
 
     if not re.fullmatch(r"\d+\.\d+(\.\d+)*", text):

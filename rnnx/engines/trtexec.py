@@ -16,7 +16,7 @@ from typing import Any
 
 from rnnx.engines import jetpack as jetpack_table
 from rnnx.engines import trtexec_flags
-from rnnx.engines.tensorrt_parser import VERSIONS as PARSER_VERSIONS, parser_for
+from rnnx.engines.tensorrt_parser import ALIASES as PARSER_ALIASES, VERSIONS as PARSER_VERSIONS, parser_for
 from rnnx.errors import RNNXError
 
 PRECISIONS = ("fp32", "fp16")
@@ -58,16 +58,38 @@ def resolve_target(tensorrt: str | None, jetpack: str | None) -> Target:
     if tensorrt and jetpack:
         raise RNNXError("bundle: expected --tensorrt or --jetpack, found both; give one (--jetpack picks the TensorRT it ships)")
     if jetpack is not None:
-        row = jetpack_table.JETPACK.get(str(jetpack).strip())
+        wanted = str(jetpack).strip()
+        row = jetpack_table.JETPACK.get(wanted)
         if row is None or not row.get("tensorrt"):
-            known = ", ".join(k for k, r in jetpack_table.JETPACK.items() if r.get("tensorrt"))
-            raise RNNXError(f"--jetpack {jetpack}: expected one of {known}, found a JetPack the table does not hold; give --tensorrt VERSION")
-        return _target(str(row["tensorrt"]), str(jetpack).strip())
+            raise RNNXError(f"jetpack: expected one of {', '.join(supported_jetpacks())}, found {wanted}; give --tensorrt VERSION "
+                            "for another device")
+        try:
+            return _target(str(row["tensorrt"]), wanted)
+        except RNNXError as exc:
+            raise RNNXError(f"jetpack: JetPack {wanted} ships TensorRT {row['tensorrt']}, which rnnx cannot target "
+                            f"({str(exc).partition(': ')[2]})") from None
     if tensorrt is None:  # the newest version whose parser rnnx has read
         return _target(max((v for v in PARSER_VERSIONS if re.fullmatch(r"\d+\.\d+", v)), key=_key), None)
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)*", str(tensorrt).strip()):
-        raise RNNXError(f"tensorrt: expected a TensorRT version like 8.6 or 10.3.0, found {tensorrt!r}")
-    return _target(str(tensorrt).strip(), None)
+    text = str(tensorrt).strip()
+    if text.endswith(".x") and text in PARSER_ALIASES:  # the parser table's name for its newest read: 10.x is 10.15
+        text = PARSER_ALIASES[text]
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)*", text):
+        raise RNNXError(f"tensorrt: expected a TensorRT release from 8.2 to 10.x, like 8.6 or 10.3.0, found {tensorrt!r} "
+                        "(rnnx has not read TensorRT 11's ONNX parser)")
+    return _target(text, None)
+
+
+def supported_jetpacks() -> list[str]:
+    """The JetPacks whose TensorRT rnnx can target, in the table's order."""
+    out = []
+    for name, row in jetpack_table.JETPACK.items():
+        try:
+            if row.get("tensorrt"):
+                _target(str(row["tensorrt"]), name)
+                out.append(name)
+        except RNNXError:
+            continue
+    return out
 
 
 def _target(version: str, jetpack: str | None) -> Target:
@@ -164,10 +186,24 @@ def polygraphy_profile(shapes: dict[str, list[list[int]]]) -> list[str]:
 
 
 def citations(target: Target, argv: list[str]) -> dict[str, Any]:
-    """Where the table shows each flag of ``argv`` accepted by this version's trtexec."""
-    out: dict[str, Any] = {"source": trtexec_flags.SOURCES[target.flags]}
+    """Where the table shows each flag of ``argv`` accepted by this version's trtexec (and by
+    the column above, for a release between two read ones)."""
+    columns = [target.flags] + ([target.flags_above] if target.flags_above else [])
+    out: dict[str, Any] = {"source": [trtexec_flags.SOURCES[c] for c in columns]}
     for arg in argv:
         flag = arg.split("=", 1)[0]
-        cites = [c for c in trtexec_flags.FLAGS[flag].get("cite", []) if c.get("version") == target.flags]
-        out[flag] = cites[:1]
+        out[flag] = [next((c for c in trtexec_flags.FLAGS[flag].get("cite", []) if c.get("version") == column), None) for column in columns]
     return out
+
+
+def deprecations(target: Target, argv: list[str]) -> list[str]:
+    """A note for each flag of ``argv`` that the target's column (or the one above) marks deprecated."""
+    notes = []
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        columns = [c for c in (target.flags, target.flags_above) if c and trtexec_flags.FLAGS[flag]["versions"].get(c) == "deprecated"]
+        if columns:
+            source = trtexec_flags.SOURCES[columns[0]]
+            notes.append(f"trtexec {source.get('version', columns[0])} marks {flag} deprecated (it still takes it, with a warning)"
+                         + ("; fp16 there is a strongly typed network's own types" if flag == "--fp16" else ""))
+    return notes

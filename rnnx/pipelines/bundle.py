@@ -61,19 +61,20 @@ class BundleReport:
     cases: list[dict[str, Any]] = field(default_factory=list)  # per case: chunks, outputs, the floor and ONNX Runtime's error here
     lowered: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    opset: int = 0  # model.onnx's, at most the target's newest
 
     @property
     def passed(self) -> bool:
         return all(o["passed"] for c in self.cases for ch in c["chunks"] for o in ch["outputs"].values())
 
     def to_json(self) -> dict[str, Any]:
-        return {"folder": self.folder, "target": self.target, "precision": self.precision, "profile": self.profile, "lowered": self.lowered,
-                "cases": self.cases, "passed": self.passed, "notes": self.notes}
+        return {"folder": self.folder, "target": self.target, "opset": self.opset, "precision": self.precision, "profile": self.profile,
+                "lowered": self.lowered, "cases": self.cases, "passed": self.passed, "notes": self.notes}
 
     def __str__(self) -> str:
         t = self.target
         lines = [f"wrote {self.folder}: TensorRT {t['tensorrt']}" + (f" (JetPack {t['jetpack']})" if t.get("jetpack") else "")
-                 + f", opset {t['opset']}, {self.precision}; profile {self.profile['summary'] or 'static shapes'}",
+                 + f", opset {self.opset}, {self.precision}; profile {self.profile['summary'] or 'static shapes'}",
                  f"lowered for that parser: {', '.join(self.lowered) or 'nothing'}",
                  "checked here: ONNX Runtime on model.onnx, each case against the float64 reference "
                  f"(max abs error within {CALIBRATED_MULTIPLE:g} x the rounding floor at {self.precision}):"]
@@ -128,7 +129,13 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
     notes: list[str] = [target.note] if target.note else []
     if model_opset(proto) > target.opset:
         progress.step(f"converting to opset {target.opset}")
-        proto = convert_down(proto, target.opset)
+        try:
+            proto = convert_down(proto, target.opset)
+        except RNNXError as exc:
+            why = str(exc).split("; ")[0]
+            raise RNNXError(f"bundle: expected a file TensorRT {target.tensorrt}'s parser can read (opset {target.opset} or lower), found one "
+                            f"that cannot be converted down ({why}); export the model at that opset (rnnx export --opset {target.opset}: "
+                            "torch.onnx then writes the operators that opset has), or bundle for a newer TensorRT") from None
         save_model(proto, model_path)
         notes.append(f"converted from opset {model_opset(load_model(source))} to {target.opset}, the newest TensorRT {target.tensorrt}'s parser reads")
     original = load_model(source)
@@ -157,7 +164,7 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
         (staging / script).chmod(0o755)
     summary = choice.summary() if choice else ""
     report = BundleReport(str(folder), target.to_json(), precision, {"summary": summary, "shapes": choice.profile.as_json() if choice else {}},
-                          checked, lowered.lowered, notes + lowered_notes(lowered))
+                          checked, lowered.lowered, notes + lowered_notes(lowered) + trtexec.deprecations(target, build_argv), model_opset(proto))
     write_manifests(staging, report, target, precision, build_argv, cases)
     return report
 

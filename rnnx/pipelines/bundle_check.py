@@ -196,6 +196,18 @@ def _cause(case, k, name, found, want, multiple):
     return ""
 
 
+def _built_by():
+    """", built by TensorRT X" from build.log's version line, where build.sh left one."""
+    try:
+        with open(_path("build.log")) as f:
+            for line in f:
+                if "TensorRT version:" in line:
+                    return ", built by TensorRT " + line.split("TensorRT version:")[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def main(argv):
     try:
         manifest = load_manifest()
@@ -206,8 +218,8 @@ def main(argv):
             return 0
         if argv:
             raise Refused("usage: check.py [--carry CASE K]; got {}".format(" ".join(argv)))
-        print("engine {} ({}), against the float64 reference: max abs error within {:g} x the rounding floor at {}".format(
-            manifest["engine"], manifest["target"], manifest["rule"]["multiple"], manifest["precision"]))
+        print("engine {} (bundled for {}{}), against the float64 reference: max abs error within {:g} x the rounding floor at {}".format(
+            manifest["engine"], manifest["target"], _built_by(), manifest["rule"]["multiple"], manifest["precision"]))
         ok = compare(manifest)
     except Refused as exc:
         print("check.py: " + str(exc), file=sys.stderr)

@@ -129,7 +129,7 @@ set -e
 found=$(sed -n 's/.*TensorRT version: *\\([0-9][0-9.]*\\).*/\\1/p' build.log | head -n 1)
 case "$found" in
   ""|{target.tensorrt_major_minor}|{target.tensorrt_major_minor}.*) ;;
-  *) echo "build.sh: this bundle is for TensorRT {target.tensorrt}, trtexec reports $found; rebuild the bundle with --tensorrt $found" >&2 ;;
+  *) echo "build.sh: this bundle's parser rules and trtexec flags are TensorRT {target.tensorrt}'s, and trtexec reports $found; make the bundle with --tensorrt $found where rnnx has read that version" >&2 ;;
 esac
 if [ $status -ne 0 ]; then echo "build.sh: trtexec failed (exit $status); see build.log" >&2; exit 1; fi
 echo "built model.engine (TensorRT ${{found:-?}}); next: bash check.sh"
@@ -208,6 +208,10 @@ Profile: {report.profile['summary'] or 'static shapes'}.
 With Polygraphy installed, the same check without trtexec:
 
     {' '.join(trtexec.quote(a) for a in polygraphy)}
+
+(Polygraphy runs each feed on its own: a stream's later chunks take the reference's states.
+To run the file in ONNX Runtime instead, put --onnxrt for --trt and leave out the --trt-*-shapes
+flags and their shapes.)
 
 What rnnx checked where it made this folder: ONNX Runtime on this model.onnx and these cases
 (each case held to the rule above), and onnx-tensorrt's parser rules for TensorRT {target.parser}.
