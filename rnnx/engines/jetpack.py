@@ -27,7 +27,8 @@ dusty-nv/jetson-containers (``get_jetpack_version``), which agree for the releas
 default from jetson-containers' ``DEFAULT_PYTHON_VERSIONS`` table (18.04 -> 3.6, 20.04 -> 3.8,
 22.04 -> 3.10, 24.04 -> 3.12). Each row's ``cite`` says which of these kinds it rests on.
 
-This module is data only; nothing in rnnx reads a device's JetPack from it.
+This module is data only: ``rnnx bundle --jetpack`` reads the TensorRT a JetPack ships from it (rnnx
+detects no device's JetPack).
 """
 
 from __future__ import annotations

@@ -1888,7 +1888,7 @@ EXPORT_OUTPUT = {
 
 LATER_TAGS = {
  "note": (
-  "Outside the brief, seen while listing tags: the snapshot also has v11.0 and v11.1. In both, BuildOptions::parse no longer reads --fp16, "
+  "Not a full column, seen while listing tags: the snapshot also has v11.0 and v11.1. In both, BuildOptions::parse no longer reads --fp16, "
   "--bf16 or --int8 (grep: \"--fp16\" and \"--bf16\" absent from the file; \"--int8\" only in SafeBuilderOptions::parse), so those flags fail "
   "there as unknown options; --stronglyTyped, --memPoolSize, --skipInference are still parsed. Not a column of FLAGS."
  ),
