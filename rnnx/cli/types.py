@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from rnnx import limits
 from rnnx.engines.tensorrt import Profile
-from rnnx.engines.tensorrt_parser import DEFAULT_VERSION, KNOWN_VERSIONS
+from rnnx.engines.tensorrt_parser import DEFAULT_VERSION, KNOWN_VERSIONS, parser_for
 from rnnx.engines.trt_profiles import parse_shapes
 from rnnx.exporters.loading import parse_dim
 from rnnx.errors import RNNXError
@@ -197,9 +197,13 @@ static_dim = _usage(_static_dim, "NAME:DIM")
 def tensorrt_version(text: str) -> str:
     """``--tensorrt VERSION``: a TensorRT release (8.6, 10.3.0) or one of the parser table's names (10.x)."""
     text = text.strip()
-    if text in KNOWN_VERSIONS or re.fullmatch(r"\d+\.\d+(\.\d+)*", text):
-        return text
-    raise argparse.ArgumentTypeError(f"{text!r}: expected a TensorRT version like 8.6 or 10.3.0, or one of {', '.join(KNOWN_VERSIONS)}")
+    if not (text in KNOWN_VERSIONS or re.fullmatch(r"\d+\.\d+(\.\d+)*", text)):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a TensorRT version like 8.6 or 10.3.0, or one of {', '.join(KNOWN_VERSIONS)}")
+    try:
+        parser_for(text)  # a release whose parser rules rnnx cannot apply is a usage error, before any work
+    except RNNXError as exc:
+        raise argparse.ArgumentTypeError(str(exc).partition(": ")[2]) from None
+    return text
 
 
 def lowering_target(text: str) -> str:
@@ -210,4 +214,8 @@ def lowering_target(text: str) -> str:
     version = version.strip() or DEFAULT_VERSION
     if version not in KNOWN_VERSIONS and not re.fullmatch(r"\d+\.\d+(\.\d+)*", version):
         raise argparse.ArgumentTypeError(f"{text!r}: expected tensorrt=VERSION, a release like 8.6 or 10.3.0 or one of {', '.join(KNOWN_VERSIONS)}")
+    try:
+        parser_for(version)
+    except RNNXError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {str(exc).partition(': ')[2]}") from None
     return version

@@ -30,12 +30,9 @@ from typing import Any
 
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_metadata import read_metadata
+from rnnx.shapes.roles import OTHER, ROLES
+from rnnx.shapes.sizes import profile_range
 
-BATCH, LENGTH, OTHER = "batch", "length", "other"
-ROLES = (BATCH, LENGTH, OTHER)
-BATCH_RANGE = (1, 8, 32)  # min, opt, max
-LENGTH_TIMES_EXAMPLE = 4  # a length's max, in multiples of the example's length (its opt)
-LENGTH_RANGE = (1, 64, 256)  # a length's min, opt, max where no example gives one
 ENDS = ("min", "opt", "max")
 SHAPE_FLAGS = ("--min-shapes", "--opt-shapes", "--max-shapes")
 _PARAMETERS = ("min_shapes=", "opt_shapes=", "max_shapes=")
@@ -204,22 +201,6 @@ def file_inputs(proto: Any, roles: dict[str, str] | None = None) -> FileInputs:
     return inputs
 
 
-def default_range(role: str, example: int | None) -> tuple[tuple[int, int, int] | None, str]:
-    """(min, opt, max) of a dynamic dimension with ``role``, and what decided them; None for an
-    "other" dimension no example sizes."""
-    if role == BATCH:
-        return BATCH_RANGE, f"rnnx's batch default ({BATCH_RANGE[0]}..{BATCH_RANGE[2]}, opt {BATCH_RANGE[1]})"
-    if role == LENGTH:
-        if example is not None:
-            found = (1, example, LENGTH_TIMES_EXAMPLE * example)
-            return found, f"the example's length {example} (rnnx's length default: 1..{LENGTH_TIMES_EXAMPLE}x it, opt it)"
-        return LENGTH_RANGE, (f"rnnx's length default without an example ({LENGTH_RANGE[0]}..{LENGTH_RANGE[2]}, "
-                              f"opt {LENGTH_RANGE[1]})")
-    if example is not None:
-        return (example, example, example), f"the example's size {example} (fixed)"
-    return None, "no example size"
-
-
 def _ends_from(why: list[str]) -> str:
     """``min and opt from A; max from B``: each basis once, with the ends it decided."""
     grouped: dict[str, list[str]] = {}
@@ -287,7 +268,7 @@ def _complete(inputs: FileInputs, given: list[dict[str, Shape]], given_from: tup
     sizes: dict[str, list[int | None]] = {}
     basis: dict[str, list[str]] = {}
     for label in labels:
-        found, why = default_range(inputs.roles.get(label, OTHER), inputs.example_size(label))
+        found, why = profile_range(inputs.roles.get(label, OTHER), inputs.example_size(label))
         sizes[label] = list(found) if found else [None, None, None]
         basis[label] = [why] * 3
     layers = ([([{n: t[i] for n, t in base.shapes.items()} for i in range(3)], ("the default profile for weights",) * 3)] if base else [])

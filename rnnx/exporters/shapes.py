@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rnnx.errors import RNNXError
+from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 
-BATCH, LENGTH, OTHER = "batch", "length", "other"
 _SYMBOL = re.compile(r"\b[su]\d+\b")
 
 

@@ -50,14 +50,12 @@ from rnnx.exporters.stream_context import ConvCache, cached_conv_forward, study
 from rnnx.exporters.stream_running import RunningState, carry_mode
 from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_output, example_sizes, float64_copy, fresh_inputs, run_eager
 from rnnx.formats.onnx_metadata import read_metadata, set_metadata
+from rnnx.shapes.sizes import STREAM_BATCHES, STREAM_CHUNKS, STREAM_FRAMES
 from rnnx.streaming import STREAMING_KEY, StatePair, StreamingRecord
 
-# The chunked check: sequences of FRAMES frames cut into chunks of each size (and run whole),
-# at each batch size, all in units of the chunk multiple (the strides along time). 7 is odd
-# and does not divide 19, so the last chunk is short (5).
-FRAMES = 19
-CHUNKS = (1, 7, FRAMES)
-BATCHES = (1, 3)
+# The chunked check: sequences of STREAM_FRAMES frames cut into chunks of each size (and run
+# whole), at each batch size, all in units of the chunk multiple (the strides along time). 7 is
+# odd and does not divide 19, so the last chunk is short (5).
 
 # The plan of the streaming export under way, read by writing.write_checked (which records it
 # in the file and runs its chunked check before the file is renamed into place).
@@ -154,8 +152,8 @@ class StreamPlan:
             report.notes += self.notes
 
     def check(self, check: SelfCheck, path: Path, model: Any, leaves: Sequence[shapes.Leaf], structure: Any, naming: Any, seed: int = 0) -> None:
-        """Run the file at ``path`` in ONNX Runtime chunk by chunk (chunks of :data:`CHUNKS`
-        frames, batches :data:`BATCHES`), each chunk's state outputs fed to the next, and hold
+        """Run the file at ``path`` in ONNX Runtime chunk by chunk (chunks of
+        :data:`~rnnx.shapes.sizes.STREAM_CHUNKS` frames, batches :data:`~rnnx.shapes.sizes.STREAM_BATCHES`), each chunk's state outputs fed to the next, and hold
         the joined outputs to the torch model run on the whole sequence from zero states, by
         the self-check's rule (calibrated against the model's float64 copy). Each run is a case
         of ``check``, so a failure fails the export and names the chunk size and batch."""
@@ -174,9 +172,9 @@ class StreamPlan:
         base = example_sizes(naming, leaves)
         batches = [label for label in base if naming.roles.get(label) == BATCH]
         states = {s.input for s in record.states}
-        frames = FRAMES * record.multiple
+        frames = STREAM_FRAMES * record.multiple
         failed: tuple[list[Any], int] | None = None  # the first chunked case that failed: its inputs and chunk
-        for k, batch in enumerate(BATCHES if batches else (None,)):
+        for k, batch in enumerate(STREAM_BATCHES if batches else (None,)):
             sizes = {**base, record.time: frames, **dict.fromkeys(batches, batch)}
             values = fresh_inputs(leaves, naming, sizes, seed + 1000 + k)
             values = [torch.zeros_like(v) if leaf.name in states else v for leaf, v in zip(leaves, values)]  # a stream starts at zeros
@@ -190,10 +188,10 @@ class StreamPlan:
             except Exception as exc:  # noqa: BLE001  the user's model may raise anything; a model that cannot run whole cannot be proven
                 if want is None:
                     error = f"the torch model raised {type(exc).__name__} on the whole sequence: {' '.join(str(exc).split())[:200]}"
-                    for chunk in CHUNKS:
+                    for chunk in STREAM_CHUNKS:
                         check.cases.append(CheckCase(_case_name(chunk * record.multiple, frames, batch), sizes, shown, error=error))
                     continue
-            for chunk in (c * record.multiple for c in CHUNKS):
+            for chunk in (c * record.multiple for c in STREAM_CHUNKS):
                 progress.step(f"checking streaming in chunks of {chunk}" + (f" at batch {batch}" if batch else ""))
                 case = CheckCase(_case_name(chunk, frames, batch), sizes, shown)
                 check.cases.append(case)

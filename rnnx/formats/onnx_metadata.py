@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rnnx.shapes.roles import ROLES
+
 EXPORT_KEY, RECURRENCES_KEY = "rnnx.export", "rnnx.recurrences"
 _MAX_ENTRY = 16 * 1024 * 1024
 
@@ -51,7 +53,6 @@ _MAX_NAMES = 4096  # inputs, labels or recurrences in one record
 _MAX_RANK = 16
 _MAX_SIZE = 1 << 31
 _MAX_EXAMPLE = 1 << 28  # elements of one recorded example input: the sizes verify starts from
-_ROLES = ("batch", "length", "other")
 
 
 def _bounded(export: dict[str, Any]) -> bool:
@@ -70,7 +71,7 @@ def _bounded(export: dict[str, Any]) -> bool:
     inputs, roles, example = export.get("inputs", {}), export.get("roles", {}), export.get("example", {})
     if not (names(inputs) and all(dims(v, True) for v in inputs.values())):
         return False
-    if not (names(roles) and all(r in _ROLES for r in roles.values())):
+    if not (names(roles) and all(r in ROLES for r in roles.values())):
         return False
     if not (names(example) and all(dims(v, False) and _elements(v) <= _MAX_EXAMPLE for v in example.values())):
         return False

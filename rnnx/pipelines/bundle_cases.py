@@ -19,11 +19,11 @@ from rnnx.engines.onnx_reference import ReferenceRun
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.engines.trt_profiles import ProfileChoice
 from rnnx.errors import RNNXError
+from rnnx.shapes.sizes import BUNDLE_CHUNKS, multiple_of
 from rnnx.tolerance import CALIBRATED_MULTIPLE, rounding_floor
 from rnnx.verify.inputs import Case as InputCase, make_feed
 
 MAX_CASE_VALUES = 1 << 24  # per case, all inputs together: a profile corner larger than this is left out, with a note
-CHUNKS = (1, 3, 2)  # a streaming case's chunks, in units of the chunk multiple
 
 
 @dataclass
@@ -71,11 +71,11 @@ def plan_cases(proto: Any, specs: list[Any], choice: ProfileChoice | None, examp
 
 
 def _stream_case(name: str, specs: list[Any], shapes: dict[str, list[int]], record: Any, seed: int, choice: ProfileChoice | None) -> Case:
-    """A stream of chunks (CHUNKS x the chunk multiple frames, within the profile) at this case's batch, states at zeros first."""
+    """A stream of chunks (BUNDLE_CHUNKS x the chunk multiple frames, within the profile) at this case's batch, states at zeros first."""
     states = {s.input: s.output for s in record.states}
     chunks = []
     # the max corner's stream takes the profile's longest chunk in its middle
-    for k, units in enumerate((CHUNKS[0], 1 << 30, CHUNKS[2]) if name == "max" else CHUNKS):
+    for k, units in enumerate((BUNDLE_CHUNKS[0], 1 << 30, BUNDLE_CHUNKS[2]) if name == "max" else BUNDLE_CHUNKS):
         frames = units * record.multiple
         at = {}
         for n, shape in shapes.items():
@@ -95,7 +95,7 @@ def _within(name: str, axis: int, frames: int, choice: ProfileChoice | None, mul
     if choice is None or name not in choice.profile.shapes:
         return frames
     lo, _, hi = (t[axis] for t in choice.profile.shapes[name])
-    frames = max(frames, -(-lo // multiple) * multiple)
+    frames = max(frames, multiple_of(lo, multiple))
     return min(frames, hi // multiple * multiple) if hi >= multiple else frames
 
 

@@ -39,7 +39,10 @@ from rnnx.graphs.precision import computes_in_float16
 from rnnx.graphs import walk
 from rnnx.graphs.index import all_graphs
 from rnnx.tolerance import Tolerances
-from rnnx.verify.inputs import BATCH, LENGTH, OTHER, InputSpec, input_specs
+from rnnx.graphs.axis_trace import axis_roles
+from rnnx.shapes.roles import BATCH, LENGTH, OTHER
+from rnnx.shapes.sizes import REWRITE_LADDER
+from rnnx.verify.inputs import InputSpec, input_specs
 
 # What a rewrite holds per node, measured: the input and its copy as Python protobuf objects
 # (about 4 KiB a node), and for each lowered recurrence its Scan body and hoisted product.
@@ -48,11 +51,6 @@ LOWERED_BYTES = 256 << 10
 
 # First sizes, where no recorded example gives one, and what is tried after a refusal.
 FIRST = {BATCH: 3, LENGTH: 16, OTHER: 3}
-LADDER = {
-    BATCH: (1, 2),
-    LENGTH: (16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
-    OTHER: (1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
-}
 MAX_TRIES = 40  # shapes tried in search of one the input model runs
 MAX_ELEMENTS = 1 << 26  # a candidate's inputs, all together: larger ones are not tried
 _REFUSED = "ONNX Runtime could not run "  # IsolatedOnnxRuntime's prefix for a run that raised (its process lives on)
@@ -372,69 +370,16 @@ def _read_positions(model: Any, specs: list[InputSpec]) -> tuple[dict[str, int],
 
 
 # The role of each axis of a native node's X and initial states, by its layout attribute.
-_NODE_AXES = {
-    0: {0: (LENGTH, BATCH, None), 5: (None, BATCH, None), 6: (None, BATCH, None)},
-    1: {0: (BATCH, LENGTH, None), 5: (BATCH, None, None), 6: (BATCH, None, None)},
-}
-
-
 def _traced_roles(model: Any, specs: list[InputSpec]) -> dict[str, str]:
-    """Each label that reaches an LSTM/GRU/RNN node's batch or time axis (X, initial_h,
-    initial_c) through Identity, Cast, Transpose, Squeeze and Unsqueeze; one that reaches both is neither."""
-    graph = model.graph
-    consts = _small_int_constants(graph)
-    producers = walk.producers_of(graph)
+    """Each label that reaches an LSTM/GRU/RNN node's batch or time axis (by
+    :func:`rnnx.graphs.axis_trace.axis_roles`, verify's wiring rule); one that reaches both is neither."""
     dims = {s.name: s.dims for s in specs}
     found: dict[str, set[str]] = {}
-    for node in graph.node:
-        if node.op_type not in ("LSTM", "GRU", "RNN"):
-            continue
-        layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
-        for pos, axis_roles in _NODE_AXES[1 if layout == 1 else 0].items():
-            if pos < len(node.input) and node.input[pos]:
-                traced = _trace(node.input[pos], list(axis_roles), producers, consts, dims)
-                for label, role in traced:
-                    found.setdefault(label, set()).add(role)
+    for (name, axis), role in axis_roles(model).items():
+        label = dims.get(name, [])[axis] if axis < len(dims.get(name, [])) else None
+        if isinstance(label, str):
+            found.setdefault(label, set()).add(role)
     return {label: next(iter(r)) for label, r in found.items() if len(r) == 1}
-
-
-def _trace(name: str, roles: list[str | None], producers: dict[str, Any], consts: dict[str, np.ndarray],
-           dims: dict[str, list[int | str]]) -> list[tuple[str, str]]:
-    for _ in range(32):
-        if name in dims:
-            return [(dim, role) for dim, role in zip(dims[name], roles) if isinstance(dim, str) and role is not None] \
-                if len(dims[name]) == len(roles) else []
-        node = producers.get(name)
-        if node is None or not node.input:
-            return []
-        attrs = {a.name: a for a in node.attribute}
-        if node.op_type == "Transpose":
-            perm = list(attrs["perm"].ints) if "perm" in attrs else list(range(len(roles)))[::-1]
-            if sorted(perm) != list(range(len(roles))):
-                return []
-            before: list[str | None] = [None] * len(roles)
-            for out_axis, in_axis in enumerate(perm):
-                before[in_axis] = roles[out_axis]
-            roles = before
-        elif node.op_type in ("Unsqueeze", "Squeeze"):
-            if "axes" in attrs:
-                axes = list(attrs["axes"].ints)
-            elif len(node.input) > 1 and node.input[1] in consts:
-                axes = [int(a) for a in consts[node.input[1]].ravel()]
-            else:
-                return []
-            if node.op_type == "Unsqueeze":
-                inserted = {a % len(roles) for a in axes}
-                roles = [r for k, r in enumerate(roles) if k not in inserted]
-            else:
-                rank = len(roles) + len(axes)
-                removed = {a % rank for a in axes}
-                rest = iter(roles)
-                roles = [None if k in removed else next(rest) for k in range(rank)]
-        elif node.op_type not in ("Identity", "Cast"):
-            return []
-        name = node.input[0]
-    return []
 
 
 def _rank(name: str, specs: list[InputSpec], producers: dict[str, Any]) -> int | None:
@@ -492,7 +437,7 @@ def _ladder(plan: _Plan, label: str, first: int) -> list[int]:
     if label in plan.fixed or label in plan.held:
         return [first]
     least = plan.least.get(label, 1)
-    values = [first] + [v for v in ([least] if least > first else []) + list(LADDER[plan.roles[label]]) if v >= least]
+    values = [first] + [v for v in ([least] if least > first else []) + list(REWRITE_LADDER[plan.roles[label]]) if v >= least]
     return list(dict.fromkeys(values))
 
 

@@ -34,10 +34,10 @@ from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.streaming import graph_ranks, read_streaming
 from rnnx.tolerance import ErrorStats, Tolerances, compare_arrays, compare_calibrated
-from rnnx.verify.inputs import BATCH, LENGTH, make_feed, plan_cases
+from rnnx.shapes.roles import BATCH, LENGTH
+from rnnx.shapes.sizes import STREAM_BATCHES, VERIFY_CHUNKS
+from rnnx.verify.inputs import make_feed, plan_cases
 
-DEFAULT_CHUNKS = (1, 7, 32)
-DEFAULT_BATCHES = (1, 3)
 GUESS = -1  # an output's time axis read from the chunks' sizes (its dims are not named)
 MIN_FRAMES = 19  # the sequence is at least this long, and longer than the largest chunk so that it is cut
 
@@ -224,7 +224,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     model_path = Path(model_path)
     proto, pairs, paired_by, record = planned or _plan(model_path, states)
     multiple = record.multiple if record is not None else 1
-    chunks = list(chunks) if chunks is not None else [c * multiple for c in DEFAULT_CHUNKS]  # by default, in the strides' units
+    chunks = list(chunks) if chunks is not None else [c * multiple for c in VERIFY_CHUNKS]  # by default, in the strides' units
     check_chunks(chunks)
     if record is not None:
         for chunk in chunks:
@@ -279,7 +279,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
         if frames % multiple:
             raise RNNXError(f"--seq-len: expected a multiple of {multiple} frames (the model's strides along time), found {frames}; give one")
     has_batch = any(r == BATCH for r in roles.values())
-    batch_list = list(batches or DEFAULT_BATCHES) if has_batch else [None]
+    batch_list = list(batches or STREAM_BATCHES) if has_batch else [None]
     report = ChunkedReport(str(model_path), against, time, pairs, paired_by, list(chunks), notes=list(call.notes))
     if not has_batch:
         report.notes.append("no dimension of the file reads as a batch: run at its one batch size")

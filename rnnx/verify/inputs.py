@@ -3,7 +3,7 @@
 
 Roles come from ``rnnx export``'s record, else from the label's name (``batch``, ``N``;
 ``seq``, ``time``, ``frames``, ...), else from the graph's wiring: a label whose axis reaches a
-recurrence's batch or time axis (:func:`rnnx.verify.drive.axis_roles`; tf2onnx's ``unk__NNN``). Floats are standard normal; integer inputs that hold
+recurrence's batch or time axis (:func:`rnnx.graphs.axis_trace.axis_roles`; tf2onnx's ``unk__NNN``). Floats are standard normal; integer inputs that hold
 sequence lengths get sorted lengths whose longest fills the sequence; token ids stay
 below the vocabulary of the embedding table the input indexes (else within the example's
 range).
@@ -19,14 +19,11 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
+from rnnx.shapes.roles import BATCH, LENGTH, OTHER, role_of_name
+from rnnx.shapes.sizes import VERIFY_BATCHES, VERIFY_LENGTH
 from rnnx.exporters.example_values import draw_floats, draw_integers, integer_summary, value_summary
-from rnnx.verify.drive import axis_roles
+from rnnx.graphs.axis_trace import axis_roles
 
-BATCH, LENGTH, OTHER = "batch", "length", "other"
-_BATCH_NAMES = re.compile(r"^(n|b|bs|bsz|nb)$|batch", re.IGNORECASE)
-_LENGTH_NAMES = re.compile(r"^(t|l|s)$|seq|len|time|step|frame|width|token|src|tgt|sample|word|char", re.IGNORECASE)
-DEFAULT_BATCHES = (1, 8)
-DEFAULT_LENGTH = 16  # a length dimension's base size when no example gives one
 
 
 @dataclass
@@ -46,14 +43,6 @@ class Case:
     shapes: dict[str, list[int]] = field(default_factory=dict)
     skipped: str = ""  # the torch model itself raised at these shapes
     error: str = ""  # ONNX Runtime failed where torch ran: a failure
-
-
-def _role_of(label: str) -> str:
-    if _BATCH_NAMES.search(label):
-        return BATCH
-    if _LENGTH_NAMES.search(label):
-        return LENGTH
-    return OTHER
 
 
 def input_specs(proto: Any, export: dict[str, Any] | None) -> tuple[list[InputSpec], dict[str, str]]:
@@ -84,7 +73,7 @@ def input_specs(proto: Any, export: dict[str, Any] | None) -> tuple[list[InputSp
     for spec in specs:
         for dim in spec.dims:
             if isinstance(dim, str) and dim.isidentifier():
-                by_name = _role_of(dim)
+                by_name = role_of_name(dim)
                 roles.setdefault(dim, wired.get(dim, OTHER) if by_name == OTHER else by_name)
     lengths_labels = [k for k, v in roles.items() if v == LENGTH]
     for spec in specs:
@@ -120,7 +109,7 @@ def wired_roles(proto: Any, specs: list[InputSpec]) -> dict[str, str]:
 
 def wiring_note(proto: Any, specs: list[InputSpec], roles: dict[str, str]) -> str:
     """Which labels were read as a batch or a length by the wiring, not by their names."""
-    wired = {k: v for k, v in wired_roles(proto, specs).items() if roles.get(k) == v and _role_of(k) == OTHER}
+    wired = {k: v for k, v in wired_roles(proto, specs).items() if roles.get(k) == v and role_of_name(k) == OTHER}
     if not wired:
         return ""
     return ("dimensions read by the graph's wiring to the recurrence (their names do not say): "
@@ -199,9 +188,9 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
     if seq_lens:
         length_options = [{label: t for label in length_labels} for t in seq_lens]
     else:
-        length_options = [{label: base.get(label, DEFAULT_LENGTH) for label in length_labels},
-                          {label: 2 * base.get(label, DEFAULT_LENGTH) + 3 for label in length_labels}]
-    batch_options = list(batches or DEFAULT_BATCHES)
+        length_options = [{label: base.get(label, VERIFY_LENGTH) for label in length_labels},
+                          {label: 2 * base.get(label, VERIFY_LENGTH) + 3 for label in length_labels}]
+    batch_options = list(batches or VERIFY_BATCHES)
     cases = []
     seen = set()
     for lens, b in product(length_options, batch_options if batch_labels else [None]):

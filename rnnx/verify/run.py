@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.shapes.sizes import STACK_SEQ_LENS, VERIFY_BATCHES
 from rnnx import parity
 from rnnx.errors import RNNXError
 from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance, Tolerances, calibrated, compare_arrays, compare_calibrated, quantile_label
@@ -227,7 +228,7 @@ def verify(
     takes_lengths = ragged if ragged is not None else _model_takes("seq_lens", runners.get("ort"))
     takes_states = "ort" not in runners or _model_takes("h0", runners["ort"])
     report.shapes = {"seq_lens": seq_lens, "batches": batches,
-                     "note": f"lengths {seq_lens}: fewer than the default {list(DEFAULT_SEQ_LENS)} for a model over {LARGE_MODEL:,} parameters" if scaled else ""}
+                     "note": f"lengths {seq_lens}: fewer than the default {list(STACK_SEQ_LENS)} for a model over {LARGE_MODEL:,} parameters" if scaled else ""}
     report.tolerances = {"by_dtype": {d: tolerances.get("", DTYPES[d]).to_json() for d in dict.fromkeys(dtypes)},
                          "given": tolerances.to_json(), "backends": {b: t.to_json() for b, t in per_backend.items()}}
     # A quantized model is held to the bound its scales give (unless the user set ORT's tolerance).
@@ -403,7 +404,6 @@ _ARTEFACT_BACKENDS = {".onnx": ("ort",), ".engine": ("trt",)}
 _WEIGHT_BACKENDS = ("cudnn",)  # runs the weights through cuDNN's packed layout: a check of that layout
 
 
-DEFAULT_SEQ_LENS, DEFAULT_BATCHES = (1, 17, 64), (1, 8)
 LARGE_MODEL = 20_000_000  # parameters; past it the float64 reference dominates and the default check shrinks
 
 
@@ -411,8 +411,8 @@ def _default_shapes(weights: RNNWeights, seq_lens: Sequence[int] | None, batches
     """The lengths and batches to run: the caller's, else the defaults, shorter for large models
     (batch 1 and a length past 1 always stay)."""
     large = weights.num_parameters() > LARGE_MODEL
-    lens = list(seq_lens) if seq_lens else list(DEFAULT_SEQ_LENS[:2] if large else DEFAULT_SEQ_LENS)
-    bats = list(batches) if batches else list(DEFAULT_BATCHES)
+    lens = list(seq_lens) if seq_lens else list(STACK_SEQ_LENS[:2] if large else STACK_SEQ_LENS)
+    bats = list(batches) if batches else list(VERIFY_BATCHES)
     return lens, bats, large and not seq_lens
 
 

@@ -1,0 +1,141 @@
+"""Which axis of a graph input reaches a recurrence's batch or time axis: one tracer for every verb.
+
+A file from another exporter may name its dynamic axes ``unk__612`` (tf2onnx) or ``d0``: the
+names say nothing, but the wiring does. From each LSTM/GRU/RNN node's X and initial states,
+whose axes ONNX defines (time, batch, features; batch-major with ``layout=1``), the tracer
+walks back to a graph input through the ops whose axes it can follow:
+
+- Identity, Cast, Dropout and the elementwise ops that keep their input's shape (activations);
+- Transpose (its perm), Squeeze and Unsqueeze (their axes, an attribute or a constant input);
+- Add, Sub, Mul and Div with one side a constant (a bias, a scale): the other side's axes;
+- MatMul with a constant right side (a Linear layer's weights): every axis but the last.
+
+verify (:mod:`rnnx.verify.inputs`) and fuse/lower's shape plan read roles through it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnx.formats.onnx_read import recurrent_groups
+from rnnx.graphs import walk
+
+BATCH, LENGTH = "batch", "length"
+
+# Per layout (0: ONNX's time-major; 1: batch-major), per input position of an LSTM/GRU/RNN node
+# (X, sequence_lens, initial_h, initial_c): each axis's role.
+NODE_AXES = {
+    0: {0: (LENGTH, BATCH, None), 4: (BATCH,), 5: (None, BATCH, None), 6: (None, BATCH, None)},
+    1: {0: (BATCH, LENGTH, None), 4: (BATCH,), 5: (BATCH, None, None), 6: (BATCH, None, None)},
+}
+_SAME_SHAPE = frozenset({"Identity", "Cast", "Dropout", "Relu", "Tanh", "Sigmoid", "LeakyRelu", "Elu", "Selu", "Softplus", "Softsign",
+                         "HardSigmoid", "HardSwish", "Abs", "Neg", "Exp", "Log", "Sqrt", "Erf", "Clip", "Softmax", "LogSoftmax",
+                         "Gelu", "Mish", "Reciprocal", "Sign", "Floor", "Ceil", "Round"})
+_BROADCAST = frozenset({"Add", "Sub", "Mul", "Div"})
+MAX_STEPS = 64  # a longer chain is not a path worth following
+
+
+def axis_roles(model: Any) -> dict[tuple[str, int], str]:
+    """(graph input, axis) -> "batch" or "length", for each axis of a graph input that reaches
+    a recurrent node's batch or time axis in the main graph; an axis that reaches both is neither."""
+    graph = model.graph
+    producers = walk.producers_of(graph)
+    constants = _constants(graph)
+    inputs = {i.name for i in graph.input if i.name not in constants}
+    found: dict[tuple[str, int], str] = {}
+    clashes: set[tuple[str, int]] = set()
+    for node in _recurrent_nodes(model):
+        layout = 1 if next((a.i for a in node.attribute if a.name == "layout"), 0) == 1 else 0
+        for pos, roles in NODE_AXES[layout].items():
+            if pos >= len(node.input) or not node.input[pos]:
+                continue
+            traced = trace(node.input[pos], list(roles), producers, constants, inputs)
+            if traced is None:
+                continue
+            name, axis_list = traced
+            for axis, role in enumerate(axis_list):
+                if role is not None and found.setdefault((name, axis), role) != role:
+                    clashes.add((name, axis))
+    return {k: v for k, v in found.items() if k not in clashes}
+
+
+def _recurrent_nodes(model: Any) -> list[Any]:
+    """The main graph's recurrent nodes as rnnx reads them (LSTM, GRU, RNN, and ONNX Runtime's
+    DynamicQuantizeLSTM, whose inputs sit where LSTM's do); not the Scans rnnx lowered."""
+    return [rn.node for group in recurrent_groups(model) for rn in group.nodes if rn.graph == "main" and not rn.lowered]
+
+
+def trace(name: str, roles: list[str | None], producers: dict[str, Any], constants: dict[str, np.ndarray],
+          inputs: set[str]) -> tuple[str, list[str | None]] | None:
+    """The graph input ``name`` comes from, and the role of each of its axes (None where an op
+    loses track of an axis); None where the path leaves the ops this module follows."""
+    for _ in range(MAX_STEPS):
+        if name in inputs:
+            return name, roles
+        node = producers.get(name)
+        if node is None or not node.input:
+            return None
+        op = node.op_type
+        if op in _SAME_SHAPE:
+            name = node.input[0]
+        elif op == "Transpose":
+            perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), list(range(len(roles)))[::-1])
+            if sorted(perm) != list(range(len(roles))):
+                return None
+            before: list[str | None] = [None] * len(roles)
+            for out_axis, in_axis in enumerate(perm):
+                before[in_axis] = roles[out_axis]
+            roles, name = before, node.input[0]
+        elif op in ("Unsqueeze", "Squeeze"):
+            axes = _axes_of(node, constants)
+            if axes is None:
+                return None
+            if op == "Unsqueeze":  # the inserted axes (counted on the output) are dropped
+                inserted = {a % len(roles) for a in axes}
+                roles = [r for k, r in enumerate(roles) if k not in inserted]
+            else:  # the removed axes (size 1, counted on the input) come back with no role
+                rank = len(roles) + len(axes)
+                removed = {a % rank for a in axes}
+                rest = iter(roles)
+                roles = [None if k in removed else next(rest) for k in range(rank)]
+            name = node.input[0]
+        elif op in _BROADCAST and len(node.input) == 2:
+            varying = [i for i in node.input if i not in constants]
+            if len(varying) != 1:
+                return None  # two computed sides: which one carries the axes is not told
+            name = varying[0]
+        elif op == "MatMul" and len(node.input) == 2 and node.input[1] in constants and constants[node.input[1]].ndim == 2:
+            roles, name = roles[:-1] + [None], node.input[0]  # x @ W keeps x's leading axes
+        else:
+            return None
+    return None
+
+
+def _axes_of(node: Any, constants: dict[str, np.ndarray]) -> list[int] | None:
+    """A Squeeze's or Unsqueeze's axes: its attribute (opset < 13) or its constant second input."""
+    for a in node.attribute:
+        if a.name == "axes":
+            return list(a.ints)
+    if len(node.input) > 1 and node.input[1] in constants:
+        return [int(v) for v in constants[node.input[1]].reshape(-1)]
+    return None
+
+
+def _constants(graph: Any) -> dict[str, np.ndarray]:
+    """Initializers and Constant outputs, as arrays only where small (axes, shapes); a large one
+    stands as an empty array of its rank (no memory): the tracer needs only to know it is constant."""
+    from onnx import numpy_helper
+
+    found: dict[str, np.ndarray] = {}
+    for tensor in graph.initializer:
+        size = int(np.prod(tensor.dims)) if tensor.dims else 1
+        found[tensor.name] = numpy_helper.to_array(tensor) if size <= 64 and not tensor.external_data else np.empty((0,) * len(tensor.dims), np.uint8)
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None:
+                size = int(np.prod(value.dims)) if value.dims else 1
+                found[node.output[0]] = numpy_helper.to_array(value) if size <= 64 else np.empty((0,) * len(value.dims), np.uint8)
+    return found

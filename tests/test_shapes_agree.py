@@ -1,0 +1,130 @@
+"""The verbs agree on which shapes a file accepts and what each dimension is.
+
+verify (its input specs and cases), fuse/lower's check (its shape plan and the first shapes it
+tries), rnnx build's TensorRT profile and rnnx bundle's golden cases each ask which shapes and
+which roles. On the same files (rnnx's own exports, a streaming export, and files torch.onnx
+wrote with named and with anonymous dynamic axes) they must give the same role to every
+dynamic dimension, ONNX Runtime must run the file at every shape any of them picks, and the
+shapes verify checks must lie within the profile an engine is built with by default, so an
+engine can run what verify held to the reference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+import rnnx  # noqa: E402
+from rnnx.engines.trt_profiles import file_inputs, plan_profiles  # noqa: E402
+from rnnx.formats.onnx_metadata import read_metadata  # noqa: E402
+from rnnx.pipelines.bundle_cases import plan_cases as bundle_cases  # noqa: E402
+from rnnx.pipelines.rewrite_check import candidates, plan_shapes, shapes_at  # noqa: E402
+from rnnx.shapes.roles import BATCH, LENGTH, ROLES  # noqa: E402
+from rnnx.streaming import graph_ranks, read_streaming  # noqa: E402
+from rnnx.verify.inputs import Case, input_specs, make_feed, plan_cases  # noqa: E402
+
+
+class Tagger(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(6, 8, 3, padding=1)
+        self.rnn = torch.nn.LSTM(8, 10, batch_first=True, bidirectional=True)
+        self.out = torch.nn.Linear(20, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x.transpose(1, 2))).transpose(1, 2)
+        return self.out(self.rnn(y)[0])
+
+
+class Plain(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(6, 8)
+        self.rnn = torch.nn.LSTM(8, 10, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rnn(torch.tanh(self.inp(x)))[0]
+
+
+class Causal(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(6, 8, 3)
+        self.rnn = torch.nn.GRU(8, 10, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(torch.nn.functional.pad(x.transpose(1, 2), (2, 0))))
+        return self.rnn(y.transpose(1, 2))[0]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("agree")
+    torch.manual_seed(0)
+    out = {"rnnx": folder / "tagger.onnx", "rnnx streaming": folder / "causal.onnx",
+           "torch.onnx, named axes": folder / "named.onnx", "torch.onnx, anonymous axes": folder / "anonymous.onnx"}
+    model = Tagger().eval()
+    assert rnnx.export(model, (torch.randn(1, 11, 6),), out["rnnx"]).passed  # a batch-1 example
+    assert rnnx.export(Causal().eval(), (torch.randn(1, 12, 6),), out["rnnx streaming"], streaming=True).passed
+    for key, axes, source in (("torch.onnx, named axes", {0: "N", 1: "T"}, model), ("torch.onnx, anonymous axes", {0: "d0", 1: "d1"}, Plain().eval())):
+        torch.onnx.export(source, (torch.randn(2, 11, 6),), str(out[key]), input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": axes, "y": axes}, opset_version=17, dynamo=False)
+    return out
+
+
+def _asked(path: Path) -> dict[str, object]:
+    proto = onnx.load(str(path))
+    export, _ = read_metadata(proto)
+    specs, roles = input_specs(proto, export)
+    labels = {d for s in specs for d in s.dims if isinstance(d, str)}
+    inputs = file_inputs(proto, roles)
+    profile = plan_profiles(inputs)[0].profile
+    plan = plan_shapes(proto)
+    record = read_streaming({p.key: p.value for p in proto.metadata_props}, *graph_ranks(proto))
+    return {"proto": proto, "specs": specs, "labels": labels, "verify": {k: roles[k] for k in labels},
+            "profile": {k: inputs.roles[k] for k in labels}, "rewrite": {k: plan.roles[k] for k in labels}, "plan": plan,
+            "profile_shapes": profile.shapes, "example": inputs.example, "record": record, "choice": plan_profiles(inputs)[0]}
+
+
+@pytest.mark.parametrize("name", ["rnnx", "rnnx streaming", "torch.onnx, named axes", "torch.onnx, anonymous axes"])
+def test_every_verb_gives_each_dimension_the_same_role(files, name) -> None:
+    asked = _asked(files[name])
+    assert asked["verify"] == asked["profile"] == asked["rewrite"], asked
+    assert set(asked["verify"].values()) <= set(ROLES)
+    # every file here has a batch and a length the verbs vary (the anonymous axes read from the wiring to the LSTM)
+    assert {BATCH, LENGTH} <= set(asked["verify"].values()), asked["verify"]
+
+
+@pytest.mark.parametrize("name", ["rnnx", "rnnx streaming", "torch.onnx, named axes", "torch.onnx, anonymous axes"])
+def test_onnx_runtime_runs_every_shape_any_verb_picks_and_verify_stays_within_the_profile(files, name) -> None:
+    asked = _asked(files[name])
+    specs, proto = asked["specs"], asked["proto"]
+    session = ort.InferenceSession(str(files[name]), providers=["CPUExecutionProvider"])
+    picked: list[tuple[str, dict[str, list[int]]]] = []
+    for case in plan_cases(specs, asked["verify"], asked["example"], None, None, {}):
+        picked.append((f"verify {case.name}", case.shapes))
+    profile = asked["profile_shapes"]
+    for i, end in enumerate(("min", "opt", "max")):
+        picked.append((f"profile {end}", {n: list(t[i]) for n, t in profile.items()}))
+    _, sizes = candidates(asked["plan"])[0]
+    picked.append(("rewrite check's first shapes", shapes_at(asked["plan"], sizes)))
+    for case in bundle_cases(proto, specs, asked["choice"], asked["example"], asked["record"], 0, []):
+        picked += [(f"bundle {case.name} chunk {k}", chunk.shapes) for k, chunk in enumerate(case.chunks)]
+    for label, shapes in picked:
+        feed = make_feed(specs, Case(label, {}, shapes), {}, 0)
+        outs = session.run(None, feed)
+        assert all(np.isfinite(np.asarray(o, np.float64)).all() for o in outs), label
+    # an engine built with the default profile runs every case verify holds to the reference
+    for label, shapes in picked:
+        if not label.startswith("verify"):
+            continue
+        for n, shape in shapes.items():
+            lo, _, hi = profile[n]
+            assert all(a <= s <= b for a, s, b in zip(lo, shape, hi)), f"{label}: {n} {shape} outside the profile {lo}..{hi}"
