@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import contextvars
 import errno
 import json
@@ -421,3 +422,12 @@ def stream(f: BinaryIO, pieces: Pieces, convert: Callable[[np.ndarray], np.ndarr
         if shown is not None:
             shown.add(out.nbytes)
     return written
+
+
+def file_sha256(path: Path | str) -> str:
+    """The SHA-256 of a file's bytes, read 1 MiB at a time (an engine or an ONNX file may be large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -25,7 +25,7 @@ import rnnx  # noqa: E402
 from rnnx.engines.trt_profiles import file_inputs, plan_profiles  # noqa: E402
 from rnnx.formats.onnx_metadata import read_metadata  # noqa: E402
 from rnnx.pipelines.bundle_cases import plan_cases as bundle_cases  # noqa: E402
-from rnnx.pipelines.rewrite_check import candidates, plan_shapes, shapes_at  # noqa: E402
+from rnnx.pipelines.rewrite_shapes import candidates, plan_shapes, shapes_at  # noqa: E402
 from rnnx.shapes.roles import BATCH, LENGTH, ROLES  # noqa: E402
 from rnnx.streaming import graph_ranks, read_streaming  # noqa: E402
 from rnnx.verify.inputs import Case, input_specs, make_feed, plan_cases  # noqa: E402

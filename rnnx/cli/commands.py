@@ -34,7 +34,8 @@ from rnnx.pipelines.bundle import make_bundle
 from rnnx.pipelines.convert import convert as convert_file
 from rnnx.pipelines.fuse import fuse_file
 from rnnx.pipelines.lower import lower_file
-from rnnx.pipelines.rewrite_check import check_rewrite_size, parse_input_shapes
+from rnnx.pipelines.rewrite_check import check_rewrite_size
+from rnnx.pipelines.rewrite_shapes import parse_input_shapes
 from rnnx.spec import RNNSpec
 from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map

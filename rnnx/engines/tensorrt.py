@@ -24,7 +24,6 @@ here that needs them runs there (see docs/engines.md).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import re
 import sys
@@ -38,7 +37,7 @@ import numpy as np
 from rnnx.engines.runner import with_zero_states
 from rnnx.engines.trt_profiles import Profile, ProfileChoice, Shape, file_inputs, plan_profiles, polygraphy_profiles
 from rnnx.errors import RNNXError
-from rnnx.fileio import atomic_output, require_file
+from rnnx.fileio import atomic_output, file_sha256, require_file
 from rnnx.formats.onnx_build import build_stack_model, save_model
 from rnnx.formats.onnx_read import load_model as load_onnx
 from rnnx.graphs.lower import lower_recurrences
@@ -165,14 +164,6 @@ def polygraphy_errors(what: str) -> Iterator[None]:
             raise RNNXError(f"{what}: {first[:300]}; TensorRT's log is above") from None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _gpu() -> dict[str, str]:
     try:
         import torch
@@ -286,7 +277,7 @@ def build_engine(onnx_path: Path, engine_path: Path, options: BuildOptions, defa
         "hardware_compatible": options.hardware_compatible,
         "version_compatible": options.version_compatible,
         "dla_core": options.dla_core,
-        "source": {"path": str(onnx_path), "sha256": _sha256(onnx_path)},
+        "source": {"path": str(onnx_path), "sha256": file_sha256(onnx_path)},
         **_stack_record(onnx_path),
     }
     cache = str(options.timing_cache) if options.timing_cache is not None else None

@@ -22,7 +22,7 @@ from typing import Any
 from rnnx.errors import RNNXError
 from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
 from rnnx.layouts.onnx import NATIVE_OPS
-from rnnx.exporters import record
+from rnnx.exporters import call_record, record
 from rnnx.exporters.example_values import value_summary
 from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
 from rnnx.graphs.fuse_cells import fuse_cells
@@ -139,7 +139,7 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     roles = {label: BATCH if label == "batch" else LENGTH for ax in tensor_axes for label in ax.values()}
     lengths = {name: SEQ for name, x, ax in zip(names, tensors, tensor_axes) if x.dim() == 1 and not x.is_floating_point() and SEQ in roles}
     naming = Naming({}, roles, dims, lengths)
-    record.write_metadata(proto, naming, [], {name: list(x.shape) for name, x in zip(names, tensors)}, call=record.call_of_module(model, args, names),
+    record.write_metadata(proto, naming, [], {name: list(x.shape) for name, x in zip(names, tensors)}, call=call_record.call_of_module(model, args, names),
                           values={name: value_summary(x.detach().float().cpu().numpy() if x.is_floating_point() else x.detach().cpu().numpy())
                                   for name, x in zip(names, tensors)})
     op_types = collections.Counter(n.op_type for n in proto.graph.node)

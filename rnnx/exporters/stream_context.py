@@ -29,6 +29,9 @@ Cumulative sums, frame counters and the zeros an F.pad puts before the frames ar
 :mod:`rnnx.exporters.stream_running`. What this cannot see (a functional convolution, the
 previous frame made by concatenating zeros) the chunked check still catches, naming the first
 operation whose chunked output differs.
+
+One module, though just over 450 lines: the probe's recorder, the causality verdicts and the
+cache plan read the same recorded runs, event by event.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from rnnx.errors import RNNXError
 from rnnx.exporters import record
 from rnnx.exporters.audit import AuditResult, DimensionAudit, judge
 from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, refused_dimensions, run_self_check, ties
-from rnnx.exporters.streaming import STREAMING
+from rnnx.exporters.stream_plan import STREAMING
 from rnnx.fileio import atomic_output
 from rnnx.formats.onnx_build import write_model
 from rnnx.layouts.onnx import NATIVE_OPS

@@ -43,6 +43,11 @@ records the spec in the file's root attribute ``rnnx_spec`` (Keras ignores it), 
 such a file without ``--select`` gives the whole stack back, options included; with
 ``--select`` one layer is read like any ``.weights.h5``. rnnx does not write ``.keras``
 archives.
+
+One module, though long, because it is one idea: Keras 3's stored weights (``.weights.h5`` and
+the ``.keras`` archive that holds one) read from an untrusted file; the archive's member is
+read in place and bounded like the HDF5 it holds. The gate orders and layouts are
+:mod:`rnnx.layouts.keras`'s, shared with :mod:`rnnx.formats.keras_legacy_h5`.
 """
 
 from __future__ import annotations

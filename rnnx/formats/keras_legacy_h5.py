@@ -32,6 +32,11 @@ Untrusted files: only hard links inside the file are followed (an external or so
 refused); arrays stored in other files (external storage, virtual datasets) are refused;
 each array's declared size is checked against the file's before it is read; string lists,
 the config's size and its nesting are bounded.
+
+One module, though long, because it is one idea: Keras 2's HDF5 layout read from an untrusted
+file. Finding a layer (its model config, its weight names, nested models), reading its arrays
+and bounding every read share the open file, its h5py handles and its limits; the gate orders
+and layouts it maps are :mod:`rnnx.layouts.keras`'s, shared with :mod:`rnnx.formats.keras`.
 """
 
 from __future__ import annotations

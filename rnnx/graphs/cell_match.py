@@ -29,6 +29,9 @@ GRUs in other algebraic forms are :mod:`rnnx.graphs.gru_forms`.
 
 Plain RNN (:func:`match_rnn`), anchored at a ``Tanh`` or ``Relu`` of a sum of two constant
 linear maps, one of which may read a state: ``rnn.linear_inputs``, ``rnn.state``, ``rnn.private``.
+
+One module, though long: the three matchers share one vocabulary (constant linear maps, the
+state they read, what may leave the cell) and the helpers that read it from a graph.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ check.sh (every trtexec line through :mod:`rnnx.engines.trtexec`), README.txt an
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 import json
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.engines import trtexec
+from rnnx.fileio import file_sha256
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.formats.onnx_read import load_model
 from rnnx.graphs.legalize import model_opset
@@ -169,14 +169,6 @@ def check_script(target: trtexec.Target, cases: list[Case], specs: list[Any]) ->
     return "\n".join(lines) + "\n"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_manifests(staging: Path, report: Any, target: trtexec.Target, precision: str, build_argv: list[str],
                      cases: list[Case]) -> None:
     atol = polygraphy_atol(cases)
@@ -225,5 +217,5 @@ BUNDLE.json holds the target, the profile, the rule and every file's SHA-256.
               "checked_here": {"onnxruntime": report.cases, "parser_rules": f"onnx-tensorrt {target.parser}", "lowered": report.lowered},
               "trtexec_flags": trtexec.citations(target, build_argv),
               "notes": report.notes,
-              "files": {str(p.relative_to(staging)): _sha256(p) for p in files}}
+              "files": {str(p.relative_to(staging)): file_sha256(p) for p in files}}
     (staging / "BUNDLE.json").write_text(json.dumps(bundle, indent=1, default=str))

@@ -29,7 +29,8 @@ from rnnx.formats.onnx_prune import prune
 from rnnx.graphs.legalize import drop_newer_attributes
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
-from rnnx.pipelines.rewrite_check import RewriteDiffers, RewriteCheck, check_rewrite_size, compare_models, plan_shapes
+from rnnx.pipelines.rewrite_check import RewriteDiffers, RewriteCheck, check_rewrite_size, compare_models
+from rnnx.pipelines.rewrite_shapes import plan_shapes
 from rnnx.tolerance import Tolerances
 
 

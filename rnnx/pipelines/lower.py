@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from rnnx import progress
-from rnnx.engines.tensorrt_parser import DIFFERS, REFUSED, parser_for, parser_verdicts
+from rnnx.engines.tensorrt_parser import parser_for, parser_verdicts
+from rnnx.engines.tensorrt_parser_rules import DIFFERS, REFUSED
 from rnnx.errors import RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
@@ -20,7 +21,8 @@ from rnnx.formats.onnx_prune import prune
 from rnnx.graphs.lower import lower_recurrences
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
-from rnnx.pipelines.rewrite_check import RewriteDiffers, RewriteCheck, check_rewrite_size, compare_models, plan_shapes
+from rnnx.pipelines.rewrite_check import RewriteDiffers, RewriteCheck, check_rewrite_size, compare_models
+from rnnx.pipelines.rewrite_shapes import plan_shapes
 from rnnx.tolerance import Tolerances
 
 

@@ -2,6 +2,7 @@
 reference and the source framework, per output and per time step, with a diagnosis when
 they disagree."""
 
-from rnnx.verify.run import BackendResult, VerifyReport, verify
+from rnnx.verify.run import verify
+from rnnx.verify.stack_report import BackendResult, VerifyReport
 
 __all__ = ["BackendResult", "VerifyReport", "verify"]

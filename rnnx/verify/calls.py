@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.exporters.record import CallRecord, bound_names, build_call, describe_call, read_call
+from rnnx.exporters.call_record import CallRecord, bound_names, build_call, describe_call, read_call
 from rnnx.exporters.selfcheck import run_eager
 
 RECORD, EXAMPLE, FLAT = "the file's call record", "the model's example_inputs", "one tensor per graph input"

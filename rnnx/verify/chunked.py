@@ -28,7 +28,7 @@ import numpy as np
 from rnnx.engines.chunk_divergence import first_divergence
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.errors import RNNXError
-from rnnx.exporters.record import read_call
+from rnnx.exporters.call_record import read_call
 from rnnx.exporters.selfcheck import float64_copy
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_metadata import read_metadata

@@ -15,6 +15,9 @@ Rules, each computed on the case's own inputs (never read from a table of known 
   error");
 - layer numbers are the source's own: ``first_layer`` says which layer of its module the
   weights' layer 0 is (a file's stack may be split over several nodes, each restarting at 0).
+
+One module, though just over 450 lines: each cause it names is tested on the same per-layer,
+per-step errors, and the tests are read best side by side.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 
 from rnnx.errors import RNNXError
 from rnnx.verify.model_report import WholeModelReport
-from rnnx.verify.run import VerifyReport
+from rnnx.verify.stack_report import VerifyReport
 from rnnx.fileio import atomic_output
 
 

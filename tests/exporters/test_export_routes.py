@@ -23,7 +23,7 @@ ort = pytest.importorskip("onnxruntime")
 nn = torch.nn
 
 import rnnx  # noqa: E402
-from rnnx.exporters.torch_export import DYNAMO, DYNAMO_STATIC  # noqa: E402
+from rnnx.exporters.export_routes import DYNAMO, DYNAMO_STATIC  # noqa: E402
 from rnnx.exporters.torchscript_route import ROUTE as TORCHSCRIPT  # noqa: E402
 
 ATOL = RTOL = 1e-4

@@ -28,7 +28,7 @@ F = torch.nn.functional
 
 import rnnx  # noqa: E402
 from rnnx.exporters import stream_context  # noqa: E402
-from rnnx.exporters import streaming as streaming_export  # noqa: E402
+from rnnx.exporters import stream_plan  # noqa: E402
 
 
 class StftVAD(nn.Module):
@@ -278,7 +278,7 @@ def test_two_states_paired_wrongly_fail_the_check(tmp_path: Path, monkeypatch: p
         carried["rnn.h_in"], carried["rnn.c_in"] = carried["rnn.c_in"], carried["rnn.h_in"]
         return carried
 
-    monkeypatch.setattr(streaming_export, "_carried", crossed)
+    monkeypatch.setattr(stream_plan, "_carried", crossed)
     torch.manual_seed(1)
     failed = _fails_the_chunked_check(tmp_path, StftVAD().eval(), torch.randn(2, 16))
     assert "streamed in chunks of 4 frames, batch 1" in failed and "streamed in chunks of 28 frames, batch 3" in failed

@@ -26,7 +26,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 import rnnx  # noqa: E402
-from rnnx.exporters import streaming as streaming_export  # noqa: E402
+from rnnx.exporters import stream_plan  # noqa: E402
 
 ATOL = 1e-4
 FRAMES = 23  # not the chunked check's 19, nor a multiple of 7
@@ -250,7 +250,7 @@ def test_what_cannot_stream_is_refused_in_one_line(tmp_path: Path, model: Any, f
 
 def test_a_stream_that_drops_its_states_fails_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Planted: the check's chunk loop feeds zeros instead of the states the chunk before returned."""
-    monkeypatch.setattr(streaming_export, "_carried", lambda out, record: {s.input: np.zeros_like(out[s.output]) for s in record.states})
+    monkeypatch.setattr(stream_plan, "_carried", lambda out, record: {s.input: np.zeros_like(out[s.output]) for s in record.states})
     model, feats, _ = _built("vad")
     with pytest.raises(rnnx.ExportCheckFailed) as failed:
         rnnx.export(model, (torch.randn(2, 12, feats),), tmp_path / "m.onnx", streaming=True)

@@ -18,7 +18,8 @@ import rnnx
 from rnnx import RNNSpec, RNNWeights
 from rnnx.cli.main import main
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.engines.tensorrt_parser import ACCEPTED, parser_verdicts
+from rnnx.engines.tensorrt_parser import parser_verdicts
+from rnnx.engines.tensorrt_parser_rules import ACCEPTED
 from rnnx.formats.onnx_build import build_stack_model
 from rnnx.pipelines.lower import lower_file
 

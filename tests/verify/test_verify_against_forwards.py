@@ -29,7 +29,7 @@ pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
 from rnnx.errors import RNNXError  # noqa: E402
-from rnnx.exporters import record  # noqa: E402
+from rnnx.exporters import call_record  # noqa: E402
 from rnnx.exporters.loading import load_model  # noqa: E402
 from rnnx.verify.calls import plan_call  # noqa: E402
 from tests.helpers import MadeOnFirstUse  # noqa: E402
@@ -213,8 +213,8 @@ def cli(*args: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rnnx", "verify", *map(str, args)], capture_output=True, text=True, timeout=600)
 
 
-def _record(path: Path) -> record.CallRecord:
-    found, why = record.read_call(onnx.load(str(path), load_external_data=False))
+def _record(path: Path) -> call_record.CallRecord:
+    found, why = call_record.read_call(onnx.load(str(path), load_external_data=False))
     assert found is not None, why
     return found
 
@@ -223,7 +223,7 @@ def _record(path: Path) -> record.CallRecord:
 def test_verify_calls_the_model_as_it_was_exported(files: tuple[Path, dict[str, Path]], name: str, tmp_path: Path) -> None:
     code, out = files
     found = _record(out[name])
-    assert (found.parameters, record.describe_call(found)) == RECORDED[name]
+    assert (found.parameters, call_record.describe_call(found)) == RECORDED[name]
 
     ok = cli(out[name], "--against", f"{code}:{name}", "--batch", "1,3", "--seq-lens", "1,6,13", "--json", "--report", tmp_path / "r.json")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr
@@ -259,12 +259,12 @@ def test_files_without_the_record_keep_the_call_they_had(files: tuple[Path, dict
     through the model's own example_inputs; the record only adds."""
     code, out = files
     proto = onnx.load(str(out["lm"]))
-    kept = [p for p in proto.metadata_props if p.key != record.CALL_KEY]
+    kept = [p for p in proto.metadata_props if p.key != call_record.CALL_KEY]
     del proto.metadata_props[:]
     proto.metadata_props.extend(kept)
     older = tmp_path / "older.onnx"
     onnx.save(proto, str(older))
-    assert record.read_call(proto) == (None, "")
+    assert call_record.read_call(proto) == (None, "")
 
     flat = cli(older, "--against", f"{code}:lm", "--batch", "1", "--seq-lens", "3")
     assert flat.returncode == 2 and "takes 3 positional arguments but 4 were given" in flat.stderr, flat.stderr  # today's flat call
@@ -281,7 +281,7 @@ def test_varargs_exported_with_torch_exports_own_dynamic_shapes(files: tuple[Pat
     code, _ = files
     out = _export(code, "varargs", tmp_path / "varargs.onnx", dynamic_shapes=_varargs_shapes())
     found = _record(out)
-    assert (found.parameters, record.describe_call(found)) == RECORDED["varargs"]
+    assert (found.parameters, call_record.describe_call(found)) == RECORDED["varargs"]
     ok = cli(out, "--against", f"{code}:varargs", "--batch", "1,3", "--seq-lens", "1,6")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr
 
@@ -298,7 +298,7 @@ class Widget:
 def _proto_with(text: str) -> Any:
     proto = onnx.ModelProto()
     record_prop = proto.metadata_props.add()
-    record_prop.key, record_prop.value = record.CALL_KEY, text
+    record_prop.key, record_prop.value = call_record.CALL_KEY, text
     return proto
 
 
@@ -306,23 +306,23 @@ def test_the_record_round_trips_every_kind_of_leaf_and_container() -> None:
     x, h, c, m = torch.zeros(2), torch.ones(1), torch.full((1,), 2.0), torch.full((3,), 3.0)
     widget = Widget()
     args = (x, State(h, c), [None, True, 7, 0.5, "mode"], collections.OrderedDict([("mask", m), (3, -1)]), widget, float("nan"))
-    entry = record.call_record(args, ["x", "h", "c", "m"], ["x", "state", "flags", "extra", "widget", "scale"])
+    entry = call_record.call_record(args, ["x", "h", "c", "m"], ["x", "state", "flags", "extra", "widget", "scale"])
     assert entry is not None
-    found, why = record.read_call(_proto_with(json.dumps(entry)))
+    found, why = call_record.read_call(_proto_with(json.dumps(entry)))
     assert found is not None and why == "" and found.tensors() == ["x", "h", "c", "m"]
     by_name = {"x": x, "h": h, "c": c, "m": m}
     asked: list[tuple[Any, str]] = []
-    built = record.build_call(found, by_name.__getitem__, lambda path, kind: asked.append((path, kind)) or kind)
+    built = call_record.build_call(found, by_name.__getitem__, lambda path, kind: asked.append((path, kind)) or kind)
     assert built[0] is x and built[1].h is h and built[1].c is c and type(built[1]).__name__ == "State" and built[1]._fields == ("h", "c")
     assert built[2] == [None, True, 7, 0.5, "mode"] and isinstance(built[2], list)
     assert list(built[3].items()) == [("mask", m), (3, -1)]
     assert asked == [((4,), "Widget"), ((5,), "float")] and built[4:] == ("Widget", "float")
-    assert record.describe_call(found) == "x, State(h=h, c=c), [None, True, 7, 0.5, 'mode'], {'mask': m, 3: -1}, <Widget>, <float>"
+    assert call_record.describe_call(found) == "x, State(h=h, c=c), [None, True, 7, 0.5, 'mode'], {'mask': m, 3: -1}, <Widget>, <float>"
 
 
 def test_a_tensor_that_became_no_graph_input_is_unrecorded() -> None:
     node = {"tuple": [{"tensor": "a"}, {"dict": [["k", {"tensor": "gone"}]]}]}
-    assert record._only_graph_inputs(node, {"a"}) == {"tuple": [{"tensor": "a"}, {"dict": [["k", {"unrecorded": "Tensor"}]]}]}
+    assert call_record.only_graph_inputs(node, {"a"}) == {"tuple": [{"tensor": "a"}, {"dict": [["k", {"unrecorded": "Tensor"}]]}]}
 
 
 def test_a_structure_rnnx_cannot_write_down_gets_no_record() -> None:
@@ -333,7 +333,7 @@ def test_a_structure_rnnx_cannot_write_down_gets_no_record() -> None:
             self.t = t
 
     register_pytree_node(Box, lambda b: ([b.t], None), lambda values, _: Box(values[0]))
-    assert record.call_record((Box(torch.zeros(1)),), ["box_0"], ["box"]) is None
+    assert call_record.call_record((Box(torch.zeros(1)),), ["box_0"], ["box"]) is None
 
 
 @pytest.mark.parametrize("text,why", [
@@ -348,7 +348,7 @@ def test_a_structure_rnnx_cannot_write_down_gets_no_record() -> None:
     ('{"version": 1, "parameters": null, "args": [' + '{"tuple": [' * 100 + '{"value": 1}' + ']}' * 100 + ']}', "nested deeper"),
 ])
 def test_a_damaged_record_reads_as_absent(text: str, why: str) -> None:
-    found, said = record.read_call(_proto_with(text))
+    found, said = call_record.read_call(_proto_with(text))
     assert found is None and why in said, said
 
 

@@ -1,0 +1,254 @@
+"""The plan of a streaming export: which states the streaming model takes and returns, the
+``rnnx.streaming`` record written from the translated graph, and the chunked check.
+
+:mod:`rnnx.exporters.streaming` makes the plan (running the model, with
+:mod:`rnnx.exporters.stream_context`'s study of its time axis and caches) and the streaming
+model it describes; this module annotates the written file and proves it chunk by chunk: the
+file run in ONNX Runtime chunk after chunk, each chunk's state outputs fed to the next, against
+the torch model on the whole sequence. Where the whole matches and the chunks do not, the
+operation where they part is named (:mod:`rnnx.engines.chunk_divergence`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rnnx import progress
+from rnnx.engines.chunk_divergence import first_divergence
+from rnnx.errors import RNNXError
+from rnnx.exporters import shapes
+from rnnx.exporters.stream_context import ConvCache
+from rnnx.exporters.stream_running import RunningState
+from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_output, example_sizes, float64_copy, fresh_inputs, run_eager
+from rnnx.formats.onnx_metadata import read_metadata, set_metadata
+from rnnx.shapes.sizes import STREAM_BATCHES, STREAM_CHUNKS, STREAM_FRAMES
+from rnnx.streaming import STREAMING_KEY, StatePair, StreamingRecord
+
+# The chunked check: sequences of STREAM_FRAMES frames cut into chunks of each size (and run
+# whole), at each batch size, all in units of the chunk multiple (the strides along time). 7 is
+# odd and does not divide 19, so the last chunk is short (5).
+
+# The plan of the streaming export under way, read by writing.write_checked (which records it
+# in the file and runs its chunked check before the file is renamed into place).
+STREAMING: ContextVar[StreamPlan | None] = ContextVar("rnnx_streaming", default=None)
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One module's states as inputs and outputs: a recurrence's h (then c for an LSTM), or a
+    convolution's cache (``conv`` set)."""
+
+    module: str
+    lstm: bool
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    conv: ConvCache | None = None
+    cell: bool = False  # a cell stepped in Python: the state of its first step comes in, its last step's goes out
+    running: RunningState | None = None  # a cumulative sum or a frame counter along time
+
+
+@dataclass
+class StreamPlan:
+    """What the streaming model takes and returns, and how the file is annotated and checked."""
+
+    n_inputs: int  # positional inputs of the user's forward; the states follow them
+    slots: list[_Slot]
+    multiple: int = 1  # chunk lengths must be a multiple of this (the strides along time)
+    output_axes: list[int | None] | None = None  # each model output's time axis, as the probe ran it
+    record: StreamingRecord | None = None  # set by annotate, from the translated graph
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def state_inputs(self) -> list[str]:
+        return [n for s in self.slots for n in s.inputs]
+
+    @property
+    def state_outputs(self) -> list[str]:
+        return [n for s in self.slots for n in s.outputs]
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        token = STREAMING.set(self)
+        try:
+            yield
+        finally:
+            STREAMING.reset(token)
+
+    def annotate(self, proto: Any, report: Any = None) -> None:
+        """Write the ``rnnx.streaming`` record (see :mod:`rnnx.streaming`) from the graph's
+        named dimensions; refuse a graph with no single dynamic time axis to cut."""
+        import onnx
+
+        BATCH, LENGTH = shapes.BATCH, shapes.LENGTH
+        export, _ = read_metadata(proto)
+        if export is None:
+            raise RuntimeError("streaming: the graph has no rnnx.export record to read its axes from")  # a bug in rnnx: exit 3
+        roles: dict[str, str] = export.get("roles") or {}
+        in_dims: dict[str, list[Any]] = export.get("inputs") or {}
+        out_dims: dict[str, list[Any]] = export.get("outputs") or {}
+        states_in, states_out = set(self.state_inputs), set(self.state_outputs)
+        times = sorted({d for name, dims in in_dims.items() if name not in states_in for d in dims if isinstance(d, str) and roles.get(d) == LENGTH})
+        if len(times) != 1:
+            found = "none (the time axis is static)" if not times else f"{len(times)} independent ones ({', '.join(times)})"
+            cells = [s.module for s in self.slots if s.cell]
+            if not times and cells:  # torch.export unrolls a Python loop at the example's length; rnnx fuses it dynamic only over an input
+                raise RNNXError(f"streaming: expected one dynamic time axis in the inputs to cut into chunks, found none: the loop stepping "
+                                f"{cells[0]} was traced at the example's length, and rnnx makes it dynamic only where each step reads an input "
+                                "frame directly (x[:, t]); step the cell over the input, use nn.LSTM/GRU/RNN, or export without streaming")
+            raise RNNXError(f"streaming: expected one dynamic time axis in the inputs to cut into chunks, found {found}; "
+                            "make the frames axis dynamic (dynamic={'x': {1: 'frames'}} / --dynamic x:1=frames) or export without streaming")
+        time = times[0]
+
+        def axis(dims: list[Any], role: str) -> int | None:
+            return next((d for d, v in enumerate(dims) if isinstance(v, str) and (_reads(v, time) if role == LENGTH else roles.get(v) == role)), None)
+
+        elem = {i.name: i.type.tensor_type.elem_type for i in proto.graph.input}
+        pairs = []
+        for slot in self.slots:
+            for name_in, name_out in zip(slot.inputs, slot.outputs):
+                dims = in_dims[name_in]
+                pairs.append(StatePair(slot.module, name_in, name_out, tuple(dims), axis(dims, BATCH),
+                                       str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem[name_in])))))
+        inputs = {name: {"dims": dims, "time_axis": axis(dims, LENGTH), "batch_axis": axis(dims, BATCH)}
+                  for name, dims in in_dims.items() if name not in states_in}
+        outputs = {name: {"dims": dims, "time_axis": axis(dims, LENGTH)} for name, dims in out_dims.items() if name not in states_out}
+        for k, info in enumerate(outputs.values()):  # frames a graph left unnamed (TorchScript's Add178_dim_0): where the probe saw them
+            if info["time_axis"] is None and self.output_axes is not None and k < len(self.output_axes):
+                info["time_axis"] = self.output_axes[k]
+        self.record = StreamingRecord(time, tuple(pairs), inputs, outputs, self.multiple)
+        set_metadata(proto, {STREAMING_KEY: self.record.to_json()})
+        if report is not None:
+            report.notes.append("streaming: states carried chunk to chunk, zeros first: "
+                                + ", ".join(f"{p.input} -> {p.output}" for p in pairs) + f"; time axis {time}")
+            report.notes += self.notes
+
+    def check(self, check: SelfCheck, path: Path, model: Any, leaves: Sequence[shapes.Leaf], structure: Any, naming: Any, seed: int = 0) -> None:
+        """Run the file at ``path`` in ONNX Runtime chunk by chunk (chunks of
+        :data:`~rnnx.shapes.sizes.STREAM_CHUNKS` frames, batches :data:`~rnnx.shapes.sizes.STREAM_BATCHES`), each chunk's state outputs fed to the next, and hold
+        the joined outputs to the torch model run on the whole sequence from zero states, by
+        the self-check's rule (calibrated against the model's float64 copy). Each run is a case
+        of ``check``, so a failure fails the export and names the chunk size and batch."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+
+        BATCH = shapes.BATCH
+
+        record = self.record
+        if record is None:
+            return
+        runner = OnnxRuntimeRunner(path)
+        model64 = float64_copy(model, check.notes)
+        base = example_sizes(naming, leaves)
+        batches = [label for label in base if naming.roles.get(label) == BATCH]
+        states = {s.input for s in record.states}
+        frames = STREAM_FRAMES * record.multiple
+        failed: tuple[list[Any], int] | None = None  # the first chunked case that failed: its inputs and chunk
+        for k, batch in enumerate(STREAM_BATCHES if batches else (None,)):
+            sizes = {**base, record.time: frames, **dict.fromkeys(batches, batch)}
+            values = fresh_inputs(leaves, naming, sizes, seed + 1000 + k)
+            values = [torch.zeros_like(v) if leaf.name in states else v for leaf, v in zip(leaves, values)]  # a stream starts at zeros
+            shown = {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor) and leaf.name not in states}
+            want: list[Any] | None = None
+            want64: list[Any] | None = None
+            try:
+                want = [w for w in tree_flatten(run_eager(model, values, structure))[0] if isinstance(w, torch.Tensor)]
+                if model64 is not None:
+                    want64 = [w for w in tree_flatten(run_eager(model64, as_float64(values), structure))[0] if isinstance(w, torch.Tensor)]
+            except Exception as exc:  # noqa: BLE001  the user's model may raise anything; a model that cannot run whole cannot be proven
+                if want is None:
+                    error = f"the torch model raised {type(exc).__name__} on the whole sequence: {' '.join(str(exc).split())[:200]}"
+                    for chunk in STREAM_CHUNKS:
+                        check.cases.append(CheckCase(_case_name(chunk * record.multiple, frames, batch), sizes, shown, error=error))
+                    continue
+            for chunk in (c * record.multiple for c in STREAM_CHUNKS):
+                progress.step(f"checking streaming in chunks of {chunk}" + (f" at batch {batch}" if batch else ""))
+                case = CheckCase(_case_name(chunk, frames, batch), sizes, shown)
+                check.cases.append(case)
+                self._run_chunks(case, check, runner, leaves, values, chunk, frames, want, want64)
+                if failed is None and not case.passed and chunk < frames:
+                    failed = (values, chunk)
+        streamed = [c for c in check.cases if c.name.startswith("streamed")]
+        whole_ok = all(c.passed for c in check.cases if c not in streamed or "whole" in c.name)
+        if whole_ok and failed is not None:
+            values, chunk = failed
+            check.hint = ("the whole sequence matches but chunks do not: the model keeps context along time that rnnx does not carry; "
+                          "rnnx carries recurrent states, nn.Conv1d/Conv2d caches, the zeros an F.pad puts before the frames, cumsum and "
+                          "frame counters")
+            where = self._divergence(path, leaves, values, chunk)
+            check.hint += f"; {where}" if where else " (a functional convolution, a loop over frames, a state kept in an attribute)"
+
+    def _divergence(self, path: Path, leaves: Sequence[shapes.Leaf], values: list[Any], chunk: int) -> str | None:
+        """The operation of the file at ``path`` where its chunks first part from its whole run."""
+        import onnx
+        import torch
+
+        from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+
+        record = self.record
+        assert record is not None
+        feed = {leaf.name: v.numpy() for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)}
+        axes = {name: info.get("time_axis") for name, info in record.inputs.items() if name in feed}
+        pairs = [(s.input, s.output) for s in record.states]
+        return first_divergence(onnx.load(str(path)), feed, axes, pairs, chunk, OnnxRuntimeRunner)
+
+    def _run_chunks(self, case: CheckCase, check: SelfCheck, runner: Any, leaves: Sequence[shapes.Leaf], values: list[Any], chunk: int,
+                    frames: int, want: list[Any], want64: list[Any] | None) -> None:
+        import torch
+
+        record = self.record
+        assert record is not None
+        states = {s.input: s for s in record.states}
+        carried = {name: values[leaf.index].numpy() for leaf in leaves for name in [leaf.name] if name in states}
+        pieces: dict[str, list[np.ndarray]] = {}
+        for start in range(0, frames, chunk):
+            feed = dict(carried)
+            for leaf, value in zip(leaves, values):
+                if not isinstance(value, torch.Tensor) or leaf.name in states:
+                    continue
+                axis = record.inputs.get(leaf.name, {}).get("time_axis")
+                value = value if axis is None else value.narrow(axis, start, min(chunk, frames - start))
+                feed[leaf.name] = value.numpy()
+            try:
+                out = runner(feed)
+            except RNNXError as exc:
+                case.error = f"frames {start}..{min(start + chunk, frames)}: {exc}"
+                return
+            for name, value in out.items():
+                pieces.setdefault(name, []).append(np.asarray(value))
+            carried = _carried(out, record)
+        if len(runner.output_names) != len(want):
+            case.error = f"the ONNX model has {len(runner.output_names)} outputs, the torch model returned {len(want)} tensors"
+            return
+        for i, name in enumerate(runner.output_names):
+            axis = record.outputs.get(name, {}).get("time_axis")
+            # Frames are joined along the time axis; a state, or an output that holds no frames,
+            # is compared as it stands after the last chunk.
+            got = pieces[name][-1] if axis is None else np.concatenate(pieces[name], axis=axis)
+            case.outputs.append(compare_output(name, got, want[i], check, want64[i] if want64 is not None and len(want64) == len(want) else None))
+
+
+def _reads(dim: str, label: str) -> bool:
+    """Whether a dimension is the time label or computed from it (``(frames + 4)//4 - 1`` after
+    strides): the outputs' frames, joined chunk after chunk."""
+    return re.search(rf"(?<![\w.]){re.escape(label)}(?![\w.])", dim) is not None
+
+
+def _case_name(chunk: int, frames: int, batch: int | None) -> str:
+    what = "whole, as one chunk" if chunk >= frames else f"in chunks of {chunk} frame{'s' if chunk > 1 else ''}"
+    return f"streamed {what}" + (f", batch {batch}" if batch is not None else "")
+
+
+def _carried(out: Mapping[str, np.ndarray], record: StreamingRecord) -> dict[str, np.ndarray]:
+    """The next chunk's state inputs: this chunk's state outputs (one function, so that a test
+    can plant a stream that drops its states and see the check fail)."""
+    return {s.input: out[s.output] for s in record.states}
