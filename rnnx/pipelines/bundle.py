@@ -99,10 +99,14 @@ def make_bundle(source: Path, folder: Path, tensorrt: str | None = None, jetpack
     target = trtexec.resolve_target(tensorrt, jetpack)
     if precision not in trtexec.PRECISIONS:
         raise RNNXError(f"--precision: expected one of {', '.join(trtexec.PRECISIONS)}, found {precision!r}")
-    if folder.exists() or folder.is_symlink():
-        raise RNNXError(f"-o {folder}: expected a new folder, found {'one' if folder.is_dir() else 'a file'} already there; "
-                        "remove it or choose another name")
-    refuse_overwriting([source, *data_files(source)], {"-o": folder})
+    replacing = _earlier_bundle(folder)
+    if (folder.exists() or folder.is_symlink()) and not replacing:
+        raise RNNXError(f"-o {folder}: expected a new folder or one rnnx bundle wrote (with its BUNDLE.json), found "
+                        f"{'a folder it did not write' if folder.is_dir() else 'a file'} there; remove it or choose another name")
+    if replacing and any(folder.resolve() in p.resolve().parents for p in (source, *data_files(source))):
+        raise RNNXError(f"-o {folder}: the input {source} lies inside the bundle folder it would replace; bundle into another folder")
+    if not replacing:  # (an earlier bundle's folder is replaced whole; the input was held outside it above)
+        refuse_overwriting([source, *data_files(source)], {"-o": folder})
     if not folder.absolute().parent.is_dir():
         raise RNNXError(f"-o {folder}: the folder {folder.absolute().parent} does not exist; create it first")
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.absolute().parent))
@@ -113,11 +117,23 @@ def make_bundle(source: Path, folder: Path, tensorrt: str | None = None, jetpack
                           for o in ch["outputs"].values() if not o["passed"])
             raise ParityError(f"bundle: ONNX Runtime on the bundle's model.onnx differs from the float64 reference beyond "
                               f"{CALIBRATED_MULTIPLE:g} x the rounding floor at {failed}; nothing was written to {folder}")
-        os.replace(staging, folder)
+        if replacing:  # the earlier bundle goes aside, the new one in, then the earlier one away
+            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.absolute().parent))
+            os.replace(folder, old / "bundle")
+            os.replace(staging, folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, folder)
         return report
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _earlier_bundle(folder: Path) -> bool:
+    """Whether ``-o`` names a folder an earlier ``rnnx bundle`` wrote (it is replaced whole, as
+    a file is by the other verbs); any other folder or file there is refused."""
+    return folder.is_dir() and not folder.is_symlink() and (folder / "BUNDLE.json").is_file() and (folder / "check.py").is_file()
 
 
 def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, precision: str, profiles: Any, min_shapes: Any,

@@ -227,8 +227,16 @@ def test_bundle_refusals_are_one_line_and_write_nothing(exported, tmp_path: Path
         assert not (tmp_path / "b").exists()
     (tmp_path / "there").mkdir()
     done = _bundle(exported["tagger"], tmp_path / "there")
-    assert done.returncode == 2 and "expected a new folder" in done.stderr
+    assert done.returncode == 2 and "expected a new folder or one rnnx bundle wrote" in done.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["there"]  # no staging folder left behind
+    # a folder an earlier bundle wrote is replaced whole, as a CI job that reruns expects
+    assert _bundle(exported["tagger"], tmp_path / "b1", "--tensorrt", "8.6").returncode == 0
+    (tmp_path / "b1" / "model.engine").write_bytes(b"an engine of the earlier bundle")
+    again = _bundle(exported["tagger"], tmp_path / "b1", "--tensorrt", "10.15")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "b1" / "BUNDLE.json").read_text())["target"]["tensorrt"] == "10.15"
+    assert not (tmp_path / "b1" / "model.engine").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b1", "there"]
 
 
 def test_the_golden_outputs_are_torchs_own_in_float64(exported, tmp_path: Path) -> None:
