@@ -24,7 +24,7 @@ from torch import nn  # noqa: E402
 
 import rnnx  # noqa: E402
 from rnnx import ExportCheckFailed, ParityError, RNNXError  # noqa: E402
-from rnnx.exporters import torch_export  # noqa: E402
+from rnnx.exporters import export_trace  # noqa: E402
 from rnnx.exporters.loading import load_checkpoint, parse_dim  # noqa: E402
 from rnnx.exporters.modules import swap_recurrent_modules  # noqa: E402
 from rnnx.exporters.scripted import recurrence_of  # noqa: E402
@@ -339,7 +339,7 @@ def test_torchs_suggested_fix_is_kept_whole_in_the_message() -> None:
     assert line.startswith("Constraints violated (frames)") and line.endswith("(torch suggests: frames = Dim('frames', min=6))"), line
 
 
-@pytest.mark.xfail(not hasattr(torch_export, "_refined"), strict=True,
+@pytest.mark.xfail(not hasattr(export_trace, "refined_shapes"), strict=True,
                    reason="needs the _trace patch in the issue-26 report: torch's refine_dynamic_shapes_from_suggested_fixes fails on Dim.AUTO")
 def test_torchs_suggested_range_is_applied(tmp_path: Path) -> None:
     """--dynamic feats:2=frames on a Conv1d front end: torch says frames >= 6, and rnnx applies it."""
