@@ -94,7 +94,8 @@ def make_bundle(source: Path, folder: Path, tensorrt: str | None = None, jetpack
                 profiles: list[Profile] | None = None, min_shapes: dict[str, tuple[int, ...]] | None = None,
                 opt_shapes: dict[str, tuple[int, ...]] | None = None, max_shapes: dict[str, tuple[int, ...]] | None = None,
                 seed: int = 0) -> BundleReport:
-    """Write the bundle for ``source`` into ``folder`` (which must not exist); see the module docstring."""
+    """Write the bundle for ``source`` into ``folder`` (a new folder, or one an earlier bundle
+    wrote, which is replaced whole); see the module docstring."""
     source, folder = Path(source), Path(folder)
     target = trtexec.resolve_target(tensorrt, jetpack)
     if precision not in trtexec.PRECISIONS:
@@ -110,6 +111,9 @@ def make_bundle(source: Path, folder: Path, tensorrt: str | None = None, jetpack
     if not folder.absolute().parent.is_dir():
         raise RNNXError(f"-o {folder}: the folder {folder.absolute().parent} does not exist; create it first")
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.absolute().parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    staging.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; the bundle is a folder like any the user makes
     try:
         report = _write(source, staging, folder, target, precision, profiles, min_shapes, opt_shapes, max_shapes, seed)
         if not report.passed:

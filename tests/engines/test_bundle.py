@@ -129,6 +129,9 @@ def test_a_bundle_builds_and_checks_with_the_stand_in_and_every_flag_is_the_targ
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["passed"] and report["target"]["trtexec_flags"] == version
+    umask = os.umask(0)
+    os.umask(umask)
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask  # as a folder the user makes, not mkdtemp's 0700
     above = report["target"]["trtexec_flags_above"]
     for flag in _lines_flags(folder):
         assert trtexec.accepts(version, flag), f"{flag} is not accepted by trtexec {version} by the table"
