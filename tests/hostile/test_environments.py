@@ -41,7 +41,9 @@ def _child_env() -> dict[str, str]:
     # The venv's interpreter may lie under a folder nobody may enter (/root/.pyenv): the child may
     # then run another build of the same Python, finding rnnx and its dependencies by PYTHONPATH.
     paths = [str(ROOT), *site.getsitepackages()]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
+    # The suite's log of written ONNX files (RNNX_WRITTEN_LOG) is root's: user 65534 may not append to it.
+    inherited = {k: v for k, v in os.environ.items() if k != "RNNX_WRITTEN_LOG"}
+    return {**inherited, "PYTHONPATH": os.pathsep.join(paths), "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 _interpreter: list[str | None] = []
@@ -125,6 +127,21 @@ def test_an_output_folder_the_user_may_not_write_is_bad_input(shared: Path) -> N
     _refused(_as_nobody(["convert", "lstm.pt", "-o", "locked/out.onnx"], shared), "locked")
     _refused(_as_nobody(["verify", "lstm.onnx", "--report", "locked/report.json"], shared), "locked")
     assert _listing(shared / "locked") == set()
+
+
+def test_bundle_as_an_unprivileged_user(shared: Path) -> None:
+    """A bundle written by user 65534 where it may write; one into a folder it may not write,
+    or from a file it may not read, is bad input and leaves nothing."""
+    done = _as_nobody(["bundle", "lstm.onnx", "-o", "nobody-bundle", "--jetpack", "5.1.2"], shared)
+    try:
+        assert done.returncode == 0, done.stderr
+        assert (shared / "nobody-bundle" / "check.py").is_file() and (shared / "nobody-bundle").stat().st_uid == NOBODY
+    finally:
+        shutil.rmtree(shared / "nobody-bundle", ignore_errors=True)
+    before = _listing(shared)
+    _refused(_as_nobody(["bundle", "lstm.onnx", "-o", "locked/b", "--jetpack", "5.1.2"], shared), "locked")
+    _refused(_as_nobody(["bundle", "secret.pt", "-o", "b2"], shared), "secret.pt")
+    assert _listing(shared / "locked") == set() and _listing(shared) == before
 
 
 def test_json_failure_as_an_unprivileged_user(shared: Path) -> None:
