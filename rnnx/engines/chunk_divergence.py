@@ -66,9 +66,8 @@ def first_divergence(proto: Any, feed: Mapping[str, np.ndarray], time_axes: Mapp
         parts = _chunked(run, feed, time_axes, pairs, chunk)
     except Exception:  # noqa: BLE001  a diagnosis only: the check's own verdict stands without it
         return None
-    frames = next((feed[n].shape[a] for n, a in time_axes.items() if a is not None), 0)
     states = {out for _, out in pairs}
-    status = {name: _differs(whole[name], [p[name] for p in parts], name in states, frames)
+    status = {name: _differs(whole[name], [p[name] for p in parts], name in states)
               for name in whole if name in parts[0]}
     origin = _origin(proto.graph, status)
     if origin is None:
@@ -97,7 +96,7 @@ def _chunked(run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], feed
     return parts
 
 
-def _differs(whole: np.ndarray, parts: list[np.ndarray], state: bool, frames: int) -> bool | None:
+def _differs(whole: np.ndarray, parts: list[np.ndarray], state: bool) -> bool | None:
     """Whether the chunks' joined value differs from the whole run's; None where it cannot be
     joined (no axis holds the chunks' frames) or is not floating point."""
     whole = np.asarray(whole)

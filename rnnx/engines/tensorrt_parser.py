@@ -27,6 +27,7 @@ itself is data in :mod:`rnnx.engines.tensorrt_parser_rules`.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -78,6 +79,11 @@ def resolve_version(version: str | None) -> str:
     return v
 
 
+def release_key(version: str) -> tuple[int, ...]:
+    """(major, minor) of a release number: ``10.3.0`` is (10, 3)."""
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+
+
 def parser_for(version: str | None) -> tuple[str, str]:
     """The table version that judges the nodes for TensorRT ``version`` (any release, ``8.6.1``,
     ``10.3``), and a note where it is not that version's own: a version between two read ones of
@@ -88,14 +94,10 @@ def parser_for(version: str | None) -> tuple[str, str]:
         alias = text in ALIASES and text != DEFAULT_VERSION and not text.endswith(".x")
         return table, (f"TensorRT {text}'s parser is judged by {table}'s rules (both tags read; they agree on every rule rnnx keeps)"
                        if alias else "")
-    import re
-
     if not re.fullmatch(r"\d+\.\d+(\.\d+)*", text):
         raise RNNXError(f"tensorrt: expected a TensorRT version like 8.6 or 10.3.0 (or one of {', '.join(KNOWN_VERSIONS)}), found {version!r}")
 
-    def key(v: str) -> tuple[int, ...]:
-        return tuple(int(p) for p in v.split(".")[:2])
-
+    key = release_key
     wanted = key(text)
     read = [v for v in VERSIONS if re.fullmatch(r"\d+\.\d+", v)]
     exact = [v for v in read if key(v) == wanted]

@@ -16,7 +16,7 @@ from typing import Any
 
 from rnnx.engines import jetpack as jetpack_table
 from rnnx.engines import trtexec_flags
-from rnnx.engines.tensorrt_parser import ALIASES as PARSER_ALIASES, VERSIONS as PARSER_VERSIONS, parser_for
+from rnnx.engines.tensorrt_parser import ALIASES as PARSER_ALIASES, VERSIONS as PARSER_VERSIONS, parser_for, release_key
 from rnnx.errors import RNNXError
 
 PRECISIONS = ("fp32", "fp16")
@@ -49,10 +49,6 @@ class Target:
                 "trtexec_flags_above": self.flags_above, "opset": self.opset, "note": self.note}
 
 
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
-
-
 def resolve_target(tensorrt: str | None, jetpack: str | None) -> Target:
     """``--tensorrt VERSION`` or ``--jetpack VERSION`` (one, or neither: the newest TensorRT read)."""
     if tensorrt and jetpack:
@@ -69,7 +65,7 @@ def resolve_target(tensorrt: str | None, jetpack: str | None) -> Target:
             raise RNNXError(f"jetpack: JetPack {wanted} ships TensorRT {row['tensorrt']}, which rnnx cannot target "
                             f"({str(exc).partition(': ')[2]})") from None
     if tensorrt is None:  # the newest version whose parser rnnx has read
-        return _target(max((v for v in PARSER_VERSIONS if re.fullmatch(r"\d+\.\d+", v)), key=_key), None)
+        return _target(max((v for v in PARSER_VERSIONS if re.fullmatch(r"\d+\.\d+", v)), key=release_key), None)
     text = str(tensorrt).strip()
     if text.endswith(".x") and text in PARSER_ALIASES:  # the parser table's name for its newest read: 10.x is 10.15
         text = PARSER_ALIASES[text]
@@ -93,27 +89,27 @@ def supported_jetpacks() -> list[str]:
 
 
 def _target(version: str, jetpack: str | None) -> Target:
-    major_minor = _key(version)[:2]
-    flags = _nearest(major_minor, list(trtexec_flags.SOURCES), "trtexec's options")
+    major_minor = release_key(version)
+    flags, flags_above = _flag_columns(major_minor)
     parser, note = parser_for(version)
     opset = 13 if major_minor < (8, 5) else 17
-    read = {v: _key(str(trtexec_flags.SOURCES[v].get("version", v)))[:2] for v in trtexec_flags.SOURCES}
-    above = [v for v, k in read.items() if k > major_minor and k[0] == major_minor[0]]
-    flags_above = None if read[flags] == major_minor or not above else min(above, key=lambda v: read[v])
     return Target(version, parser, flags, opset, jetpack, note, flags_above)
 
 
-def _nearest(major_minor: tuple[int, ...], versions: list[str], what: str) -> str:
-    """The table's version for ``major_minor``: its own, else the nearest read below it within the same major."""
-    read = {v: _key(str(trtexec_flags.SOURCES[v].get("version", v)))[:2] for v in versions}
+def _flag_columns(major_minor: tuple[int, ...]) -> tuple[str, str | None]:
+    """The flag table's column for ``major_minor``: its own, else the nearest read below it within
+    the same major, with the nearest read above it (which must accept each flag too; None where
+    the release has its own column or nothing above was read)."""
+    read = {v: release_key(str(source.get("version", v))) for v, source in trtexec_flags.SOURCES.items()}
     same = [v for v, k in read.items() if k == major_minor]
     if same:
-        return same[0]
+        return same[0], None
     below = [v for v, k in read.items() if k < major_minor and k[0] == major_minor[0]]
+    above = [v for v, k in read.items() if k > major_minor and k[0] == major_minor[0]]
     if not below:
-        raise RNNXError(f"tensorrt: expected a TensorRT whose {what} rnnx has read ({', '.join(versions)}), or a release above one "
+        raise RNNXError(f"tensorrt: expected a TensorRT whose trtexec's options rnnx has read ({', '.join(read)}), or a release above one "
                         f"of the same major, found {'.'.join(map(str, major_minor))}; give one of those")
-    return max(below, key=lambda v: read[v])
+    return max(below, key=lambda v: read[v]), (min(above, key=lambda v: read[v]) if above else None)
 
 
 def accepts(version: str, flag: str) -> bool:
@@ -154,8 +150,7 @@ def build_argv(target: Target, profile: Any, precision: str) -> list[str]:
     if precision == "fp16":
         argv.append("--fp16")
     argv.append(f"--timingCacheFile={TIMING_CACHE}")
-    if accepts(target.flags, "--explicitBatch") and trtexec_flags.FLAGS["--explicitBatch"]["versions"][target.flags] == "accepted" \
-            and trtexec_flags.EXPLICIT_BATCH_NEEDED.get(target.flags):
+    if trtexec_flags.EXPLICIT_BATCH_NEEDED.get(target.flags):  # no column needs it (check_argv below holds the flag to the table)
         argv.insert(1, "--explicitBatch")
     check_argv(target, argv)
     return argv

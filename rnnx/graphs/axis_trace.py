@@ -21,8 +21,7 @@ import numpy as np
 
 from rnnx.formats.onnx_read import recurrent_groups
 from rnnx.graphs import walk
-
-BATCH, LENGTH = "batch", "length"
+from rnnx.shapes.roles import BATCH, LENGTH
 
 # Per layout (0: ONNX's time-major; 1: batch-major), per input position of an LSTM/GRU/RNN node
 # (X, sequence_lens, initial_h, initial_c): each axis's role.

@@ -35,7 +35,7 @@ from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.streaming import graph_ranks, read_streaming
 from rnnx.tolerance import ErrorStats, Tolerances, compare_arrays, compare_calibrated
 from rnnx.shapes.roles import BATCH, LENGTH
-from rnnx.shapes.sizes import STREAM_BATCHES, VERIFY_CHUNKS
+from rnnx.shapes.sizes import STREAM_BATCHES, VERIFY_CHUNKS, multiple_of
 from rnnx.verify.inputs import make_feed, plan_cases
 
 GUESS = -1  # an output's time axis read from the chunks' sizes (its dims are not named)
@@ -274,7 +274,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     call.notes = [n for n in call.notes if "call record feeds graph inputs" not in n]  # a streaming record feeds the states too
     shapes = {**_recorded_example(export), **{k: list(v.shape) for k, v in call.example_arrays.items()}}
     shortest = max(MIN_FRAMES, max(chunks) + max(chunks) // 2 + 1)
-    frames_list = list(seq_lens or [-(-shortest // multiple) * multiple])  # whole chunks of the strides' multiple
+    frames_list = list(seq_lens or [multiple_of(shortest, multiple)])  # whole chunks of the strides' multiple
     for frames in frames_list:
         if frames % multiple:
             raise RNNXError(f"--seq-len: expected a multiple of {multiple} frames (the model's strides along time), found {frames}; give one")
