@@ -6,6 +6,7 @@ they used to hide cycles), and ``import rnnx`` stays light."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -155,3 +156,39 @@ def test_the_size_check_can_fail(tmp_path: Path) -> None:
     (tmp_path / "rnnx" / "big.py").write_text('"""A module."""\n' + "x = 1\n" * 500)
     (tmp_path / "rnnx" / "said.py").write_text('"""A module.\n\nOne module, though long: one idea."""\n' + "x = 1\n" * 500)
     assert long_modules(tmp_path) == ["rnnx/big.py: 501 lines"]
+
+
+# --- one reading of a file's shapes -------------------------------------------------------------
+# Which role each dimension plays is read from a file in one module: the wiring tracer is called
+# there, and the export record's roles and example are read there. rnnx's exporters write the
+# record (and read back the one they have just written), and formats/onnx_metadata is the record's
+# format (it bounds what a file may claim, and rnnx inspect prints the record as written); every
+# other verb asks rnnx.shapes.file_dims, so that a fix to the reading reaches them all.
+READERS = {"rnnx/shapes/file_dims.py", "rnnx/formats/onnx_metadata.py"}
+WRITERS = "rnnx/exporters/"
+
+
+def private_readings(root: Path) -> list[str]:
+    """Lines outside the reader (and the exporters) that trace the wiring or read the record's
+    roles or example themselves."""
+    found = []
+    for path in sorted((root / "rnnx").rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative in READERS or relative.startswith(WRITERS):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"(?<!def )\baxis_roles\(|\.get\(\"(roles|example)\"\)|\[\"(roles|example)\"\]", line):
+                found.append(f"{relative}:{number}: {line.strip()}")
+    return found
+
+
+def test_roles_are_read_from_a_file_in_one_place() -> None:
+    assert private_readings(ROOT) == []
+
+
+def test_the_one_reading_check_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "rnnx" / "engines").mkdir(parents=True)
+    (tmp_path / "rnnx" / "engines" / "own.py").write_text('roles = (export or {}).get("roles") or {}\n')
+    (tmp_path / "rnnx" / "exporters").mkdir()
+    (tmp_path / "rnnx" / "exporters" / "record.py").write_text('export["roles"] = naming.roles\n')
+    assert private_readings(tmp_path) == ['rnnx/engines/own.py:1: roles = (export or {}).get("roles") or {}']

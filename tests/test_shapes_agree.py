@@ -2,11 +2,14 @@
 
 verify (its input specs and cases), fuse/lower's check (its shape plan and the first shapes it
 tries), rnnx build's TensorRT profile and rnnx bundle's golden cases each ask which shapes and
-which roles. On the same files (rnnx's own exports, a streaming export, and files torch.onnx
-wrote with named and with anonymous dynamic axes) they must give the same role to every
+which roles. On the same files (rnnx's own exports, a streaming export, files torch.onnx
+wrote with named and with anonymous dynamic axes, and rnnx's exports of models five other
+packages define, imported unmodified: tests/fixtures/third_party) they must give the same role to every
 dynamic dimension, ONNX Runtime must run the file at every shape any of them picks, and the
 shapes verify checks must lie within the profile an engine is built with by default, so an
-engine can run what verify held to the reference.
+engine can run what verify held to the reference. Three of those packages' models refuse
+length 1 (a VGG's convolutions, a reflect pad, a sinc filter bank): the profile's min is then
+the least length the file runs at, asked of ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -22,13 +25,18 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
-from rnnx.engines.trt_profiles import file_inputs, plan_profiles  # noqa: E402
-from rnnx.formats.onnx_metadata import read_metadata  # noqa: E402
+from rnnx.engines.tensorrt import BuildOptions, plan_build  # noqa: E402
 from rnnx.pipelines.bundle_cases import plan_cases as bundle_cases  # noqa: E402
-from rnnx.pipelines.rewrite_shapes import candidates, plan_shapes, shapes_at  # noqa: E402
+from rnnx.shapes.cases import Case, plan_cases  # noqa: E402
+from rnnx.shapes.file_dims import read_file_dims  # noqa: E402
+from rnnx.shapes.rewrite_plan import candidates, plan_shapes, shapes_at  # noqa: E402
 from rnnx.shapes.roles import BATCH, LENGTH, ROLES  # noqa: E402
 from rnnx.streaming import graph_ranks, read_streaming  # noqa: E402
-from rnnx.verify.inputs import Case, input_specs, make_feed, plan_cases  # noqa: E402
+from rnnx.verify.feeds import make_feed  # noqa: E402
+
+
+THIRD_PARTY = Path(__file__).resolve().parent / "fixtures" / "third_party"
+FILES = ["rnnx", "rnnx streaming", "torch.onnx, named axes", "torch.onnx, anonymous axes"] + sorted(p.name for p in THIRD_PARTY.glob("*.onnx"))
 
 
 class Tagger(torch.nn.Module):
@@ -76,24 +84,25 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for key, axes, source in (("torch.onnx, named axes", {0: "N", 1: "T"}, model), ("torch.onnx, anonymous axes", {0: "d0", 1: "d1"}, Plain().eval())):
         torch.onnx.export(source, (torch.randn(2, 11, 6),), str(out[key]), input_names=["x"], output_names=["y"],
                           dynamic_axes={"x": axes, "y": axes}, opset_version=17, dynamo=False)
+    for path in sorted(THIRD_PARTY.glob("*.onnx")):
+        out[path.name] = path
     return out
 
 
 def _asked(path: Path) -> dict[str, object]:
     proto = onnx.load(str(path))
-    export, _ = read_metadata(proto)
-    specs, roles = input_specs(proto, export)
+    inputs = read_file_dims(proto)
+    specs, roles = inputs.specs, inputs.roles
     labels = {d for s in specs for d in s.dims if isinstance(d, str)}
-    inputs = file_inputs(proto, roles)
-    profile = plan_profiles(inputs)[0].profile
+    [choice] = plan_build(proto, BuildOptions(), path.name, data_folder=path.parent)  # rnnx build's plan (bundle's is the same call)
     plan = plan_shapes(proto)
     record = read_streaming({p.key: p.value for p in proto.metadata_props}, *graph_ranks(proto))
     return {"proto": proto, "specs": specs, "labels": labels, "verify": {k: roles[k] for k in labels},
             "profile": {k: inputs.roles[k] for k in labels}, "rewrite": {k: plan.roles[k] for k in labels}, "plan": plan,
-            "profile_shapes": profile.shapes, "example": inputs.example, "record": record, "choice": plan_profiles(inputs)[0]}
+            "profile_shapes": choice.profile.shapes, "example": inputs.example, "record": record, "choice": choice}
 
 
-@pytest.mark.parametrize("name", ["rnnx", "rnnx streaming", "torch.onnx, named axes", "torch.onnx, anonymous axes"])
+@pytest.mark.parametrize("name", FILES)
 def test_every_verb_gives_each_dimension_the_same_role(files, name) -> None:
     asked = _asked(files[name])
     assert asked["verify"] == asked["profile"] == asked["rewrite"], asked
@@ -102,7 +111,7 @@ def test_every_verb_gives_each_dimension_the_same_role(files, name) -> None:
     assert {BATCH, LENGTH} <= set(asked["verify"].values()), asked["verify"]
 
 
-@pytest.mark.parametrize("name", ["rnnx", "rnnx streaming", "torch.onnx, named axes", "torch.onnx, anonymous axes"])
+@pytest.mark.parametrize("name", FILES)
 def test_onnx_runtime_runs_every_shape_any_verb_picks_and_verify_stays_within_the_profile(files, name) -> None:
     asked = _asked(files[name])
     specs, proto = asked["specs"], asked["proto"]

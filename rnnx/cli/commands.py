@@ -20,14 +20,13 @@ from rnnx.engines import doctor
 from rnnx.engines.acceptance import predict
 from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
 from rnnx.engines.tensorrt_parser import parser_for
-from rnnx.engines.trt_profiles import describe_dimensions, merge_shapes
+from rnnx.shapes.profiles import describe_dimensions, merge_shapes
 from rnnx.errors import ExportCheckFailed, ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
 from rnnx.graphs.precision import computes_in_float16
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats import cudnn_raw
 from rnnx.layouts import cudnn
-from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.formats.onnx_read import data_files, load_model as load_onnx
 from rnnx.graphs.inspect import as_json, as_text, file_format, fusable, inspect_model, inspect_weights, weights_as_json, weights_as_text
 from rnnx.pipelines.bundle import make_bundle
@@ -35,11 +34,10 @@ from rnnx.pipelines.convert import convert as convert_file
 from rnnx.pipelines.fuse import fuse_file
 from rnnx.pipelines.lower import lower_file
 from rnnx.pipelines.rewrite_check import check_rewrite_size
-from rnnx.pipelines.rewrite_shapes import parse_input_shapes
+from rnnx.shapes.rewrite_plan import parse_input_shapes
 from rnnx.spec import RNNSpec
 from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map
-from rnnx.verify.inputs import input_specs
 from rnnx.verify.models import is_model_code, is_whole_model, verify_file, verify_model
 from rnnx.streaming import STREAMING_KEY, graph_ranks, read_streaming
 from rnnx.verify.run import DTYPES
@@ -240,7 +238,6 @@ def build(args: argparse.Namespace) -> int:
     if args.from_weights:
         meta = build_from_weights(api.load(args.input, format=args.from_format, select=args.select, spec=args.spec), args.output, options)
     else:
-        options.roles = _dimension_roles(args.input)
         meta = build_engine(args.input, args.output, options)
     if args.json:
         print(json_report(args, meta))  # nothing is checked: passed is null
@@ -257,17 +254,6 @@ def bundle(args: argparse.Namespace) -> int:
                          seed=args.seed)
     print(json_report(args, report.to_json(), report.passed) if args.json else report)
     return 0
-
-
-def _dimension_roles(path: Path) -> dict[str, str]:
-    """What each dynamic dimension of the ONNX file is (batch, length, other), read as verify
-    reads it: rnnx export's record, else the label's name, else the graph's wiring."""
-    proto = load_onnx(path, lazy=True)
-    export, _ = read_metadata(proto)
-    try:
-        return input_specs(proto, export)[1]
-    except RNNXError:  # an input verify could not feed; the roles then come from the record alone
-        return {}
 
 
 def verify(args: argparse.Namespace) -> int:

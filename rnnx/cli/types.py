@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from rnnx import limits
 from rnnx.engines.tensorrt import Profile
 from rnnx.engines.tensorrt_parser import DEFAULT_VERSION, KNOWN_VERSIONS, parser_for
-from rnnx.engines.trt_profiles import parse_shapes
+from rnnx.shapes.profiles import parse_shapes
 from rnnx.exporters.loading import parse_dim
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_build import check_opset

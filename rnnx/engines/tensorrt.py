@@ -11,7 +11,7 @@ loading checks it and refuses a mismatch with a message rather than a crash in
 deserialization; a stack's states not fed start at zeros (:mod:`rnnx.engines.runner`).
 
 Before anything is built, and without TensorRT: the optimization profile comes from the file
-(:mod:`rnnx.engines.trt_profiles`), a dynamic dimension no profile covers is refused by name;
+(:mod:`rnnx.shapes.profiles`), a dynamic dimension no profile covers is refused by name;
 ``int8`` is built only from a file with QuantizeLinear/DequantizeLinear nodes (explicit
 quantization), never by the builder flag alone (implicit INT8, deprecated in TensorRT 10.1 and
 removed in 11); a TensorRT of a major version this code was not written against (it is written
@@ -34,13 +34,15 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.engines.onnxruntime import shape_probe
 from rnnx.engines.runner import with_zero_states
-from rnnx.engines.trt_profiles import Profile, ProfileChoice, Shape, file_inputs, plan_profiles, polygraphy_profiles
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, file_sha256, require_file
 from rnnx.formats.onnx_build import build_stack_model, save_model
 from rnnx.formats.onnx_read import load_model as load_onnx
 from rnnx.graphs.lower import lower_recurrences
+from rnnx.shapes.file_dims import read_file_dims
+from rnnx.shapes.profiles import Profile, ProfileChoice, Shape, plan_profiles
 from rnnx.spec import RNNSpec
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
@@ -54,17 +56,14 @@ QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 @dataclass
 class BuildOptions:
     """What to build. ``profiles``: whole optimization profiles (``--profile``); else one profile
-    decided from the file (:func:`rnnx.engines.trt_profiles.plan_profiles`), whose ends
-    ``min_shapes``/``opt_shapes``/``max_shapes`` override per input (trtexec's flags). ``roles``:
-    what each dynamic dimension the file's own record does not name is (label -> ``batch``,
-    ``length`` or ``other``; ``rnnx build`` reads them from the names and wiring)."""
+    decided from the file (:func:`rnnx.shapes.profiles.plan_profiles`), whose ends
+    ``min_shapes``/``opt_shapes``/``max_shapes`` override per input (trtexec's flags)."""
 
     precision: str = "fp32"
     profiles: list[Profile] = field(default_factory=list)
     min_shapes: dict[str, Shape] = field(default_factory=dict)
     opt_shapes: dict[str, Shape] = field(default_factory=dict)
     max_shapes: dict[str, Shape] = field(default_factory=dict)
-    roles: dict[str, str] = field(default_factory=dict)
     workspace_bytes: int | None = None
     timing_cache: Path | None = None
     optimization_level: int | None = None
@@ -240,15 +239,19 @@ def _stack_record(onnx_path: Path) -> dict[str, str]:
     return {"spec": props["rnnx.spec"], "batch_first": props.get("rnnx.batch_first", "0")}
 
 
-def plan_build(proto: Any, options: BuildOptions, what: str, default: Profile | None = None) -> list[ProfileChoice]:
+def plan_build(proto: Any, options: BuildOptions, what: str, default: Profile | None = None,
+               data_folder: Path | None = None) -> list[ProfileChoice]:
     """What needs no TensorRT, checked before any is loaded: the precision is one the file can
     honestly be built at (:func:`precision_refusal`), and the profiles, from ``options`` or the
-    file (``default``: a profile to start from instead), cover every dynamic dimension."""
+    file (``default``: a profile to start from instead), cover every dynamic dimension, each
+    length's min one the file runs at in ONNX Runtime (``data_folder``: where its external
+    data lies)."""
     refused = precision_refusal(options.precision, proto, what)
     if refused:
         raise RNNXError(refused)
-    return plan_profiles(file_inputs(proto, options.roles), options.profiles, options.min_shapes, options.opt_shapes,
-                         options.max_shapes, base=default)
+    dims = read_file_dims(proto, feeding=False)
+    return plan_profiles(dims, options.profiles, options.min_shapes, options.opt_shapes, options.max_shapes, base=default,
+                         probe=shape_probe(proto, dims.specs, data_folder))
 
 
 def build_engine(onnx_path: Path, engine_path: Path, options: BuildOptions, default: Profile | None = None) -> dict[str, Any]:
@@ -257,7 +260,7 @@ def build_engine(onnx_path: Path, engine_path: Path, options: BuildOptions, defa
     (see :func:`plan_build`)."""
     onnx_path = require_file(Path(onnx_path))
     proto = load_onnx(onnx_path, lazy=True)
-    choices = plan_build(proto, options, str(onnx_path), default)
+    choices = plan_build(proto, options, str(onnx_path), default, data_folder=onnx_path.parent)
     qdq = quantize_nodes(proto)
     del proto
     trt = _import_trt()
@@ -302,7 +305,6 @@ def build_from_weights(weights: Any, engine_path: Path, options: BuildOptions) -
     :func:`default_profile` unless ``options`` give shapes."""
     model = build_stack_model(weights)
     lower_recurrences(model)
-    options = replace(options, roles={"seq": "length", "batch": "batch", **options.roles})
     default = default_profile(weights.spec)
     plan_build(model, options, "the lowered stack rnnx builds from weights", default)  # refuse before writing anything
     check_tensorrt_version(_import_trt().__version__)
@@ -376,3 +378,16 @@ class TensorRTRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def polygraphy_profiles(profiles: list[Profile]) -> list[Any]:
+    """rnnx's min/opt/max shapes as Polygraphy's ``Profile`` objects (pure Python: no TensorRT needed)."""
+    from polygraphy.backend.trt import Profile as PolygraphyProfile
+
+    converted = []
+    for profile in profiles:
+        p = PolygraphyProfile()
+        for name, (lo, opt, hi) in profile.shapes.items():
+            p.add(name, min=lo, opt=opt, max=hi)
+        converted.append(p)
+    return converted

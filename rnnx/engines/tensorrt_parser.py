@@ -607,12 +607,4 @@ class ParserTable:
         return self.judge(node).reasons
 
 
-def table_rows(version: str | None = None) -> list[dict[str, Any]]:
-    """The table as plain data (every row, or one version's), for documentation and tests."""
-    rows = RULES if version is None else rules_for(version)
-    return [{"key": r.key, "construct": r.construct, "ops": list(r.ops), "versions": list(r.versions), "verdict": r.verdict,
-             "file": r.file, "function": r.function, "condition": r.condition, "differs": r.differs, "read_at": r.read_at,
-             "note": r.note} for r in rows]
-
-
 Judge = Callable[[NodeReport], NodeVerdict]

@@ -43,7 +43,9 @@ from typing import Any
 
 from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.selfcheck import run_eager
-from rnnx.exporters.shapes import BATCH, LENGTH, OTHER, Leaf, Naming
+from rnnx.exporters.shapes import Leaf, Naming
+from rnnx.shapes.roles import BATCH, LENGTH, OTHER
+from rnnx.shapes.sizes import audit_sizes
 from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata
 from rnnx.graphs.index import all_graphs
 
@@ -156,7 +158,7 @@ class DimensionAudit:
         probe = _Probe(partners=list(partners))
         self._probes[key] = probe
         size = int(self.leaves[index].value.shape[d])
-        for new in dict.fromkeys(s for s in (max(2, 2 * size), size // 2) if s >= 1 and s != size):
+        for new in audit_sizes(size):
             if self.runs >= MAX_PROBE_RUNS:
                 probe.skipped = f"not probed: the audit's budget of {MAX_PROBE_RUNS} model runs was spent"
                 return probe

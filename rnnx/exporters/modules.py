@@ -278,10 +278,6 @@ def swap_recurrent_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return swapped
 
 
-def cell_modules(model: nn.Module) -> list[str]:
-    return [name for name, m in model.named_modules() if isinstance(m, CELL_MODULES)]
-
-
 def module_spec(module: nn.Module) -> RNNSpec:
     """The spec of a swapped module."""
     return module._rnnx_spec  # type: ignore[no-any-return]

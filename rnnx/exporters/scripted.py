@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from rnnx.errors import RNNXError
-from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
+from rnnx.exporters.shapes import Leaf, Naming
+from rnnx.shapes.roles import BATCH, LENGTH
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.exporters import call_record, record
 from rnnx.exporters.example_values import value_summary

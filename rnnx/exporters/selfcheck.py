@@ -38,7 +38,9 @@ import numpy as np
 
 from rnnx import progress
 from rnnx.exporters.example_values import draw_floats, draw_integers, integer_summary, value_summary
-from rnnx.exporters.shapes import BATCH, LENGTH, Leaf, Naming
+from rnnx.exporters.shapes import Leaf, Naming
+from rnnx.shapes.roles import BATCH, LENGTH, OTHER
+from rnnx.shapes.sizes import GROWTH, shrunk
 from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance, Tolerances, compare_arrays, compare_calibrated, quantile_label
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.errors import RNNXError
@@ -50,9 +52,7 @@ from rnnx.errors import RNNXError
 LayerCheckHook = Callable[[Path], tuple[str, list[dict[str, Any]], list[str]]]
 LAYER_CHECK: ContextVar[LayerCheckHook | None] = ContextVar("rnnx_layer_check", default=None)
 
-_GROWTH = {BATCH: 2, LENGTH: 3}
 EXAMPLE_CASE = "the example as given"
-_OTHER_GROWTH = 2
 
 
 @dataclass
@@ -199,7 +199,7 @@ def example_sizes(naming: Naming, leaves: Sequence[Leaf]) -> dict[str, int]:
 def plan_cases(naming: Naming, leaves: Sequence[Leaf]) -> list[tuple[str, dict[str, int]]]:
     """(name, sizes by label) for every case, duplicates dropped."""
     base = example_sizes(naming, leaves)
-    grow = {label: base[label] + _GROWTH.get(naming.roles.get(label, ""), _OTHER_GROWTH) for label in base}
+    grow = {label: base[label] + GROWTH.get(naming.roles.get(label, ""), GROWTH[OTHER]) for label in base}
     cases: list[tuple[str, dict[str, int]]] = []
     batches = [label for label in base if naming.roles.get(label) == BATCH]
     if batches:
@@ -208,7 +208,7 @@ def plan_cases(naming: Naming, leaves: Sequence[Leaf]) -> list[tuple[str, dict[s
         cases.append(("all larger", grow))
     # Shorter too: a size torch guarded loosely (a length turned into Python ints inside the
     # model) can pass at the example's size and a little above it and still be wrong below.
-    shrink = {label: max(1, base[label] // 2) for label in base if naming.roles.get(label) != BATCH and base[label] > 2}
+    shrink = {label: shrunk(base[label]) for label in base if naming.roles.get(label) != BATCH and base[label] > 2}
     if shrink:
         cases.append(("shorter", {**base, **shrink}))
     for label in base:
@@ -311,7 +311,7 @@ def ties(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, ref
         partners = sorted((m for m in base if m != label and m not in refused and base[m] == base[label]),
                           key=lambda m: naming.roles.get(m) not in (BATCH, LENGTH))
         for other in partners:
-            grow = base[label] + _GROWTH.get(naming.roles.get(other, ""), _OTHER_GROWTH)
+            grow = base[label] + GROWTH.get(naming.roles.get(other, ""), GROWTH[OTHER])
             try:
                 run_eager(model, fresh_inputs(leaves, naming, {**base, label: grow, other: grow}, seed), structure)
             except Exception:  # noqa: BLE001  not together either

@@ -174,12 +174,6 @@ def fusable(model: Any) -> dict[str, Any]:
     return found
 
 
-def fusable_chains(model: Any) -> list[dict[str, Any]]:
-    """The chains of one-step nodes that ``rnnx fuse`` would join into one recurrence; ``model``
-    is left as it is."""
-    return fusable(model)["chains"]
-
-
 def _brief(r: NodeReport) -> dict[str, Any]:
     return {"name": r.name, "op_type": r.op_type, "input_size": r.input_size, "hidden_size": r.hidden_size,
             "direction": r.direction, "attributes": _attribute_text(r)}

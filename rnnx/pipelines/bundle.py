@@ -7,7 +7,7 @@ Jetson), and there rnnx may not install (JetPack 4.6 has Python 3.6). The folder
   rules for that version refuse a node or compute it differently (:mod:`rnnx.pipelines.lower`),
   at an opset that parser reads;
 - ``build.sh``: trtexec with the optimization profile rnnx plans from the file
-  (:mod:`rnnx.engines.trt_profiles`), the precision and a timing cache, every flag one that
+  (:mod:`rnnx.shapes.profiles`), the precision and a timing cache, every flag one that
   version's trtexec takes (:mod:`rnnx.engines.trtexec`);
 - ``cases/`` and ``golden/``: inputs as raw little-endian files (trtexec's ``--loadInputs``),
   and the outputs of the float64 reference (:mod:`rnnx.engines.onnx_reference`) at the
@@ -35,8 +35,7 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.engines import trtexec
-from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.engines.trt_profiles import Profile, file_inputs, plan_profiles
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner, shape_probe
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
@@ -49,7 +48,8 @@ from rnnx.pipelines.bundle_files import build_script, check_script, write_cases,
 from rnnx.pipelines.lower import lower_file
 from rnnx.streaming import graph_ranks, read_streaming
 from rnnx.tolerance import CALIBRATED_MULTIPLE
-from rnnx.verify.inputs import input_specs
+from rnnx.shapes.file_dims import read_file_dims
+from rnnx.shapes.profiles import Profile, plan_profiles
 
 
 @dataclass
@@ -160,26 +160,25 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
         notes.append(f"converted from opset {model_opset(load_model(source))} to {target.opset}, the newest TensorRT {target.tensorrt}'s parser reads")
     original = load_model(source)
     export, _ = read_metadata(proto)
-    specs, roles = input_specs(proto, export)
+    inputs = read_file_dims(proto, export)
     record = read_streaming({p.key: p.value for p in proto.metadata_props}, *graph_ranks(proto))
-    inputs = file_inputs(proto, roles)
-    choices = plan_profiles(inputs, profiles, min_shapes, opt_shapes, max_shapes)
+    choices = plan_profiles(inputs, profiles, min_shapes, opt_shapes, max_shapes, probe=shape_probe(proto, inputs.specs, staging))
     if len(choices) > 1:
         raise RNNXError("bundle: expected one optimization profile (trtexec builds one from --minShapes/--optShapes/--maxShapes), "
                         f"found {len(choices)}; give one --profile")
     choice = choices[0] if choices else None
-    cases = plan_cases(proto, specs, choice, inputs.example, record, seed, notes)
+    cases = plan_cases(proto, inputs.specs, choice, inputs.example, record, seed, notes)
     progress.step("computing the golden outputs with the float64 reference")
     golden(original, cases, precision, notes)
     progress.step("checking model.onnx in ONNX Runtime on every case")
     runner = OnnxRuntimeRunner(proto, data_folder=staging)
     checked = [check_here(runner, case) for case in cases]
-    write_cases(staging, cases, specs, proto)
+    write_cases(staging, cases, inputs.specs, proto, inputs.roles)
     write_polygraphy(staging, cases, proto)
     shutil.copyfile(bundle_check.__file__, staging / "check.py")
     build_argv = trtexec.build_argv(target, choice.profile if choice else None, precision)
     (staging / "build.sh").write_text(build_script(target, build_argv))
-    (staging / "check.sh").write_text(check_script(target, cases, specs))
+    (staging / "check.sh").write_text(check_script(target, cases, inputs.specs))
     for script in ("build.sh", "check.sh", "check.py"):
         (staging / script).chmod(0o755)
     summary = choice.summary() if choice else ""

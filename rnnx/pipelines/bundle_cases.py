@@ -17,11 +17,12 @@ import numpy as np
 
 from rnnx.engines.onnx_reference import ReferenceRun
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.engines.trt_profiles import ProfileChoice
 from rnnx.errors import RNNXError
 from rnnx.shapes.sizes import BUNDLE_CHUNKS, multiple_of
 from rnnx.tolerance import CALIBRATED_MULTIPLE, rounding_floor
-from rnnx.verify.inputs import Case as InputCase, make_feed
+from rnnx.shapes.cases import Case as InputCase
+from rnnx.shapes.profiles import ProfileChoice
+from rnnx.verify.feeds import make_feed
 
 MAX_CASE_VALUES = 1 << 24  # per case, all inputs together: a profile corner larger than this is left out, with a note
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from rnnx.engines import trtexec
 from rnnx.fileio import file_sha256
-from rnnx.formats.onnx_metadata import read_metadata
+from rnnx.shapes.roles import LENGTH
 from rnnx.formats.onnx_read import load_model
 from rnnx.graphs.legalize import model_opset
 from rnnx.pipelines.bundle_cases import Case
@@ -34,11 +34,11 @@ def _input_path(case: Case, k: int, name: str) -> str:
     return f"{'out' if carried else 'cases'}/{_slug(case.name)}/{k}/{_slug(name)}.bin"
 
 
-def write_cases(staging: Path, cases: list[Case], specs: list[Any], proto: Any) -> None:
+def write_cases(staging: Path, cases: list[Case], specs: list[Any], proto: Any, roles: dict[str, str]) -> None:
     """Inputs as raw little-endian files and golden outputs as raw little-endian float64, with
-    cases.json, which check.py reads."""
+    cases.json, which check.py reads (``roles``: each label's, which says an output's time axis)."""
     dtypes = {s.name: np.dtype(s.dtype) for s in specs}
-    time_axes = _output_time_axes(proto)
+    time_axes = _output_time_axes(proto, roles)
     manifest_cases = []
     for case in cases:
         chunks = []
@@ -65,13 +65,11 @@ def _raw(path: Path, value: np.ndarray) -> None:
     path.write_bytes(np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<")).tobytes())
 
 
-def _output_time_axes(proto: Any) -> dict[str, int | None]:
-    export, _ = read_metadata(proto)
-    roles = (export or {}).get("roles") or {}
+def _output_time_axes(proto: Any, roles: dict[str, str]) -> dict[str, int | None]:
     axes: dict[str, int | None] = {}
     for out in proto.graph.output:
         dims = [d.dim_param for d in out.type.tensor_type.shape.dim]
-        axes[out.name] = next((i for i, d in enumerate(dims) if d and roles.get(d) == "length"), None)
+        axes[out.name] = next((i for i, d in enumerate(dims) if d and roles.get(d) == LENGTH), None)
     return axes
 
 

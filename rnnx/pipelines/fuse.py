@@ -30,7 +30,7 @@ from rnnx.graphs.legalize import drop_newer_attributes
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
 from rnnx.pipelines.rewrite_check import RewriteDiffers, RewriteCheck, check_rewrite_size, compare_models
-from rnnx.pipelines.rewrite_shapes import plan_shapes
+from rnnx.shapes.rewrite_plan import plan_shapes
 from rnnx.tolerance import Tolerances
 
 

@@ -1,7 +1,7 @@
 """Hold a rewritten ONNX model against the model it came from, in ONNX Runtime.
 
 The check runs at shapes the input model itself takes, chosen as ``rnnx verify`` chooses them
-(:mod:`rnnx.verify.inputs`): each graph input's dimensions as the graph names them, what each
+(:mod:`rnnx.shapes.file_dims`, :mod:`rnnx.shapes.rewrite_plan`): each graph input's dimensions as the graph names them, what each
 dynamic one is (a batch, a length or something else: by ``rnnx export``'s record, by its name,
 or by the graph's wiring to a recurrence, in the input model or else in the rewrite), and
 their sizes from the example ``rnnx export`` recorded, where there is one.
@@ -38,7 +38,8 @@ from rnnx.graphs.precision import computes_in_float16
 from rnnx.graphs.index import all_graphs
 from rnnx.tolerance import Tolerances
 from rnnx.shapes.roles import BATCH, LENGTH
-from rnnx.pipelines.rewrite_shapes import MAX_ELEMENTS, ShapePlan, candidates, make_feeds, plan_shapes, shapes_at, variants
+from rnnx.pipelines.rewrite_feeds import make_feeds
+from rnnx.shapes.rewrite_plan import MAX_ELEMENTS, ShapePlan, candidates, plan_shapes, shapes_at, variants
 
 # What a rewrite holds per node, measured: the input and its copy as Python protobuf objects
 # (about 4 KiB a node), and for each lowered recurrence its Scan body and hoisted product.

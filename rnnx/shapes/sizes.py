@@ -26,7 +26,24 @@ STREAM_BATCHES = (1, 3)  # export's and verify --chunks' batches
 VERIFY_CHUNKS = (1, 7, 32)  # verify --chunks' default chunk sizes, in multiples
 BUNDLE_CHUNKS = (1, 3, 2)  # rnnx bundle's streams: each chunk this many multiples (the max corner's middle one the profile's longest)
 
+# --- export's self-check and dimension audit: sizes around the example's ----------------------------
+GROWTH = {BATCH: 2, LENGTH: 3, OTHER: 2}  # the self-check's "all larger" case (and fuse/lower's variant near its first shape)
+
+
+def shrunk(size: int) -> int:
+    """The self-check's "shorter" case: half the example's size (a size torch guarded loosely can
+    pass at the example's and above it and still be wrong below)."""
+    return max(1, size // 2)
+
+
+def audit_sizes(size: int) -> tuple[int, ...]:
+    """The sizes the dimension audit asks the torch model about, for a dimension the file fixes at
+    ``size``: twice it (at least 2) and half of it."""
+    return tuple(dict.fromkeys(s for s in (max(2, 2 * size), size // 2) if s >= 1 and s != size))
+
+
 # --- fuse and lower: the ladder climbed to find shapes the input model runs --------------------------
+REWRITE_FIRST = {BATCH: 3, LENGTH: 16, OTHER: 3}  # where a label with no example size starts
 REWRITE_LADDER = {
     BATCH: (1, 2),
     LENGTH: (16, 32, 64, 128, 256, 512, 1024, 2048, 4096),

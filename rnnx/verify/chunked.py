@@ -12,7 +12,7 @@ States are paired by the file's ``rnnx.streaming`` record (:mod:`rnnx.streaming`
 their names (``X_in``/``X_out``, ``*.h_in``/``*.h_out``; an input ``state`` with an output
 ``stateN``, ``state_out`` or ``new_state``); ``--state IN=OUT`` (repeatable) pairs them
 explicitly and wins over both. The time axis is the record's, else the input dimension named
-like a length (as :mod:`rnnx.verify.inputs` reads roles). An output holding the time label is
+like a length (as :mod:`rnnx.shapes.file_dims` reads roles). An output holding the time label is
 joined along it; an output that holds no frames (a final state) is compared as it stands after
 the last chunk.
 """
@@ -31,12 +31,13 @@ from rnnx.errors import RNNXError
 from rnnx.exporters.call_record import read_call
 from rnnx.exporters.selfcheck import float64_copy
 from rnnx.formats.onnx_lazy import for_runtime
-from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.streaming import graph_ranks, read_streaming
 from rnnx.tolerance import ErrorStats, Tolerances, compare_arrays, compare_calibrated
 from rnnx.shapes.roles import BATCH, LENGTH
 from rnnx.shapes.sizes import STREAM_BATCHES, VERIFY_CHUNKS, multiple_of
-from rnnx.verify.inputs import make_feed, plan_cases
+from rnnx.shapes.cases import plan_cases
+from rnnx.shapes.file_dims import read_file_dims
+from rnnx.verify.feeds import make_feed
 
 GUESS = -1  # an output's time axis read from the chunks' sizes (its dims are not named)
 MIN_FRAMES = 19  # the sequence is at least this long, and longer than the largest chunk so that it is cut
@@ -218,8 +219,6 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
 
     from rnnx.formats.onnx_read import file_bytes
     from rnnx.verify.calls import plan_call, torch_outputs
-    from rnnx.verify.inputs import input_specs
-    from rnnx.verify.models import _recorded_example
 
     model_path = Path(model_path)
     proto, pairs, paired_by, record = planned or _plan(model_path, states)
@@ -229,8 +228,8 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     if record is not None:
         for chunk in chunks:
             record.check_chunk(chunk, "--chunks")
-    export, _ = read_metadata(proto)
-    specs, roles = input_specs(proto, export)
+    read = read_file_dims(proto)
+    specs, roles = read.specs, read.roles
     state_in = {p.input for p in pairs}
     state_out = {p.output for p in pairs}
     streamed = [s for s in specs if s.name not in state_in]
@@ -272,7 +271,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
         except RNNXError:
             raise exc from None
     call.notes = [n for n in call.notes if "call record feeds graph inputs" not in n]  # a streaming record feeds the states too
-    shapes = {**_recorded_example(export), **{k: list(v.shape) for k, v in call.example_arrays.items()}}
+    shapes = {**read.example, **{k: list(v.shape) for k, v in call.example_arrays.items()}}
     shortest = max(MIN_FRAMES, max(chunks) + max(chunks) // 2 + 1)
     frames_list = list(seq_lens or [multiple_of(shortest, multiple)])  # whole chunks of the strides' multiple
     for frames in frames_list:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rnnx.tolerance import ErrorStats
-from rnnx.verify.inputs import Case
+from rnnx.shapes.cases import Case
 from rnnx.verify.layers import LayerCheck
 from rnnx.fileio import atomic_output
 

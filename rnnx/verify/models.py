@@ -36,7 +36,9 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.tolerance import Tolerances, compare_arrays, compare_calibrated
 from rnnx.verify.calls import plan_call, torch_outputs
-from rnnx.verify.inputs import input_specs, make_feed, plan_cases, shape_note, wiring_note
+from rnnx.shapes.cases import plan_cases, shape_note
+from rnnx.shapes.file_dims import read_file_dims
+from rnnx.verify.feeds import make_feed
 from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_report import OutputRow, WholeModelReport
 from rnnx.verify.quantized import saturation_note
@@ -179,11 +181,12 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
 
     proto = load_onnx(model_path, lazy=True)  # its weights read through memory maps: a model of any size
     export, recurrences = read_metadata(proto)
-    specs, roles = input_specs(proto, export)
+    read = read_file_dims(proto, export)
+    specs, roles = read.specs, read.roles
     names = [s.name for s in specs]
     call = plan_call(proto, torch_model, example, names, str(against))
     example_arrays = call.example_arrays
-    shapes = {**_recorded_example(export), **{k: list(v.shape) for k, v in example_arrays.items()}}
+    shapes = {**read.example, **{k: list(v.shape) for k, v in example_arrays.items()}}
     cases = plan_cases(specs, roles, shapes, seq_lens, batches, dims or {})[:max_cases]
     report = WholeModelReport(str(model_path), str(against), {s.name: s.dims for s in specs}, roles, called=call.shown)
     limits.check_claim("the largest case's inputs", max((sum(int(np.prod(c.shapes[s.name])) * 8 for s in specs) for c in cases), default=0)
@@ -192,7 +195,7 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
     runner, known = _layer_runner(proto, layers, model_path, isolated=isolated)
     graph_outputs = [o.name for o in proto.graph.output]
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
-    report.notes += [n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n] + call.notes
+    report.notes += [n for n in [read.wiring_note(), shape_note(roles)] if n] + call.notes
     model64 = float64_copy(torch_model, report.notes, "outputs compared with torch in float32 only")
     tolerances = tolerances or Tolerances()
     honest_model = torch_model
@@ -271,18 +274,18 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
 
     model_path = Path(model_path)
     proto = load_onnx(model_path, lazy=True)  # its weights read through memory maps: a model of any size
-    export, _ = read_metadata(proto)
-    specs, roles = input_specs(proto, export)
+    read = read_file_dims(proto)
+    specs, roles = read.specs, read.roles
     layers = find_layers(proto)
     if not layers:  # said before any shape question: with no layer there is nothing to size
         raise RNNXError(f"{model_path}: no LSTM, GRU or RNN layer in its main graph (nor a lowered one rnnx recorded): nothing to check on its own; "
                         "give --against with the source it was made from")
     truths, matched = weights_truths(layers, Path(weights), select) if weights is not None else ({}, [])
-    cases = plan_cases(specs, roles, _recorded_example(export), seq_lens, batches, dims or {})
+    cases = plan_cases(specs, roles, read.example, seq_lens, batches, dims or {})
     runner, known = _layer_runner(proto, layers, model_path, isolated)
     against = "its own weights" if weights is None else f"the weights in {weights}" + (f" (group {select})" if select else "")
     report = WholeModelReport(str(model_path), against, {s.name: s.dims for s in specs}, roles, cases, self_check=True,
-                              notes=[n for n in [wiring_note(proto, specs, roles), shape_note(roles)] if n] + matched)
+                              notes=[n for n in [read.wiring_note(), shape_note(roles)] if n] + matched)
     runs = []
     for k, case in enumerate(_progress(cases, progress)):
         feed = make_feed(specs, case, {}, seed + k)
@@ -348,15 +351,6 @@ def weights_truths(layers: list[Layer], path: Path, select: str | None) -> tuple
     notes = [f"layer {la.name} matches no layer of {path.name} by spec ({la.spec}): not checked" for la in layers if la.name not in truths]
     notes += [f"{u}: no layer of the file has its spec" for u in unused]
     return truths, notes
-
-
-def _recorded_example(export: dict[str, Any] | None) -> dict[str, list[int]]:
-    """The example's input shapes ``rnnx export`` recorded (sizes of dimensions that are neither batches nor lengths)."""
-    example = (export or {}).get("example")
-    if not isinstance(example, dict):
-        return {}
-    return {str(k): [int(d) for d in v] for k, v in example.items()
-            if isinstance(v, list) and len(v) <= 32 and all(isinstance(d, int) and 0 <= d < 2**31 for d in v)}
 
 
 def _elem_dtype(proto: Any) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 import rnnx
@@ -26,13 +27,14 @@ from rnnx import RNNSpec, RNNWeights, RNNXError
 from rnnx.cli import main
 from rnnx.engines import tensorrt as trt_module
 from rnnx.engines.tensorrt import (
-    KNOWN_MAJORS, BuildOptions, build_engine, check_tensorrt_version, default_profile, plan_build, precision_refusal, quantize_nodes,
+    KNOWN_MAJORS, BuildOptions, build_engine, check_tensorrt_version, default_profile, plan_build, polygraphy_profiles, precision_refusal,
+    quantize_nodes,
 )
-from rnnx.engines.trt_profiles import Profile, file_inputs, merge_shapes, parse_shapes, plan_profiles, polygraphy_profiles
 from rnnx.formats.onnx_build import build_stack_model
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.formats.onnx_read import load_model
-from rnnx.verify.inputs import input_specs
+from rnnx.shapes.file_dims import FROM_NAME, FROM_NOTHING, FROM_RECORD, read_file_dims
+from rnnx.shapes.profiles import Profile, merge_shapes, parse_shapes, plan_profiles
 
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
@@ -71,11 +73,6 @@ def foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _roles(path: Path) -> dict[str, str]:
-    proto = load_model(path, lazy=True)
-    return input_specs(proto, read_metadata(proto)[0])[1]
-
-
 def _graph(path: Path, dims: dict[str, list[Any]], qdq: bool = False, in_subgraph: bool = False) -> Path:
     """A small hand-made file: each input (float) passed through Identity, optionally quantized."""
     from onnx import TensorProto, helper
@@ -112,33 +109,31 @@ def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list
 
 def test_an_rnnx_exported_file_gives_batch_1_to_32_and_its_example_length(exported: Path) -> None:
     proto = load_model(exported, lazy=True)
-    [choice] = plan_profiles(file_inputs(proto))  # the record alone: no roles from names needed
+    [choice] = plan_profiles(read_file_dims(proto))
     assert choice.profile.shapes == {"x": ((1, 1, 8), (8, 10, 8), (32, 40, 8))}
     batch, seq = choice.dimensions["batch"], choice.dimensions["seq"]
     assert (batch["role"], batch["min"], batch["opt"], batch["max"]) == ("batch", 1, 8, 32)
     assert (seq["role"], seq["min"], seq["opt"], seq["max"]) == ("length", 1, 10, 40)
-    assert batch["role_from"] == seq["role_from"] == "rnnx export's record" and "example's length 10" in seq["from"]
+    assert batch["role_from"] == seq["role_from"] == FROM_RECORD and "example's length 10" in seq["from"]
     assert choice.summary() == "batch 1..32 (opt 8), seq 1..40 (opt 10)"
     # what `rnnx build` hands to the builder: the same, checked before any TensorRT is loaded
-    assert [c.profile for c in plan_build(proto, BuildOptions(roles=_roles(exported)), str(exported))] == [choice.profile]
+    assert [c.profile for c in plan_build(proto, BuildOptions(), str(exported))] == [choice.profile]
 
 
 def test_a_file_without_record_is_read_by_its_dims_names(foreign: Path) -> None:
     proto = load_model(foreign, lazy=True)
     assert read_metadata(proto)[0] is None
-    [choice] = plan_profiles(file_inputs(proto, _roles(foreign)))
+    [choice] = plan_profiles(read_file_dims(proto))
     assert choice.profile.shapes == {"x": ((1, 1, 8), (8, 64, 8), (32, 256, 8))}  # no example: length 1..256, opt 64
     assert choice.dimensions["time"]["role"] == "length" and "without an example" in choice.dimensions["time"]["from"]
-    # without anyone reading the names, nothing says what batch and time are: refused, not pinned to 1
-    with pytest.raises(RNNXError, match=r"input 'x' dimension 0 \('batch'\) is dynamic and no profile covers it"):
-        plan_profiles(file_inputs(proto))
+    assert choice.dimensions["time"]["role_from"] == choice.dimensions["batch"]["role_from"] == FROM_NAME
 
 
 def test_profiles_become_polygraphys_own_profile_objects(exported: Path) -> None:
     pytest.importorskip("polygraphy", reason="Polygraphy is not installed")
     from polygraphy.backend.trt import Profile as PolygraphyProfile
 
-    [choice] = plan_profiles(file_inputs(load_model(exported, lazy=True)))
+    [choice] = plan_profiles(read_file_dims(load_model(exported, lazy=True)))
     [theirs] = polygraphy_profiles([choice.profile])
     assert isinstance(theirs, PolygraphyProfile) and list(theirs) == ["x"]
     assert (tuple(theirs["x"].min), tuple(theirs["x"].opt), tuple(theirs["x"].max)) == ((1, 1, 8), (8, 10, 8), (32, 40, 8))
@@ -169,7 +164,7 @@ def test_bad_trtexec_shapes_are_one_usage_line_naming_the_flag(flag: str, value:
 def test_overrides_replace_their_ends_and_carry_to_inputs_sharing_a_dimension() -> None:
     weights = RNNWeights.random(RNNSpec.parse("lstm,input=3,hidden=4,layers=2"), seed=0)
     stack = build_stack_model(weights)  # X (seq, batch, 3), h0 and c0 (2, batch, 4)
-    options = BuildOptions(max_shapes={"X": (400, 64, 3)}, opt_shapes={"X": (100, 16, 3)}, roles={"seq": "length", "batch": "batch"})
+    options = BuildOptions(max_shapes={"X": (400, 64, 3)}, opt_shapes={"X": (100, 16, 3)})
     [choice] = plan_build(stack, options, "stack", default_profile(weights.spec))
     assert choice.profile.shapes["X"] == ((1, 1, 3), (100, 16, 3), (400, 64, 3))
     assert choice.profile.shapes["h0"] == choice.profile.shapes["c0"] == ((2, 1, 4), (2, 16, 4), (2, 64, 4))
@@ -204,16 +199,35 @@ def test_a_dynamic_dimension_no_profile_covers_is_refused_naming_it(tmp_path: Pa
     code, err = _cli(["build", str(path), "-o", str(tmp_path / "g.engine")], capsys)
     assert code == 2 and len(err) == 1, err
     assert "input 'x' dimension 2 ('feat') is dynamic and no profile covers it" in err[0]
-    assert "neither a batch nor a length" in err[0]
+    assert f"neither a batch nor a length ({FROM_NOTHING})" in err[0]
     assert "--min-shapes, --opt-shapes and --max-shapes (x:?x?x? with ? filled in) or --profile" in err[0]
     assert not (tmp_path / "g.engine").exists()
     # given, it is covered; the batch and the length keep their defaults
-    [choice] = plan_build(load_model(path), BuildOptions(min_shapes={"x": (1, 1, 80)}, opt_shapes={"x": (8, 64, 80)}, max_shapes={"x": (32, 256, 80)},
-                                                         roles=_roles(path)), str(path))
+    [choice] = plan_build(load_model(path), BuildOptions(min_shapes={"x": (1, 1, 80)}, opt_shapes={"x": (8, 64, 80)}, max_shapes={"x": (32, 256, 80)}),
+                          str(path))
     assert choice.profile.shapes["x"] == ((1, 1, 80), (8, 64, 80), (32, 256, 80)) and choice.dimensions["feat"]["min"] == 80
     # only one end given: the others are still unknown, and named
     with pytest.raises(RNNXError, match=r"'feat'.*no min and max can be chosen"):
-        plan_build(load_model(path), BuildOptions(opt_shapes={"x": (8, 64, 80)}, roles=_roles(path)), str(path))
+        plan_build(load_model(path), BuildOptions(opt_shapes={"x": (8, 64, 80)}), str(path))
+
+
+def test_a_length_the_file_cannot_run_at_is_not_the_profiles_min(tmp_path: Path) -> None:
+    """A Conv with a kernel of 5 frames refuses lengths 1 to 4: the profile's min is the least
+    length ONNX Runtime runs the file at (5, found by asking, not a power of two), with why."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    kernel = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 5)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "seq"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [kernel])
+    path = tmp_path / "conv.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    [choice] = plan_build(load_model(path), BuildOptions(), str(path))
+    assert choice.profile.shapes["x"] == ((1, 3, 5), (8, 3, 64), (32, 3, 256))
+    assert choice.dimensions["seq"]["from"].startswith("min from the least length the file runs at in ONNX Runtime, 5 (4 fails; at 1: ")
+    # a min given is the caller's: not asked about
+    [given] = plan_build(load_model(path), BuildOptions(min_shapes={"x": (1, 3, 7)}), str(path))
+    assert given.profile.shapes["x"][0] == (1, 3, 7)
 
 
 def test_a_file_without_dynamic_dimensions_needs_no_profile(tmp_path: Path) -> None:
@@ -307,7 +321,7 @@ def test_engine_json_records_the_profiles_handed_to_polygraphy(exported: Path, t
     loaders = _FakeLoaders()
     monkeypatch.setattr(trt_module, "_import_trt", lambda: _fake_trt("10.3.0"))
     monkeypatch.setattr(trt_module, "_import_polygraphy", lambda: loaders)
-    meta = build_engine(exported, tmp_path / "m.engine", BuildOptions(roles=_roles(exported), max_shapes={"x": (64, 200, 8)}))
+    meta = build_engine(exported, tmp_path / "m.engine", BuildOptions(max_shapes={"x": (64, 200, 8)}))
     written = json.loads((tmp_path / "m.engine.json").read_text())
     assert written["profiles"] == meta["profiles"] == [{"x": [[1, 1, 8], [8, 10, 8], [64, 200, 8]]}]
     assert written["profile_dimensions"][0]["seq"]["max"] == 200 and written["precision"] == "fp32" and "quantization" not in written
@@ -317,5 +331,5 @@ def test_engine_json_records_the_profiles_handed_to_polygraphy(exported: Path, t
     # an unknown TensorRT major is refused by name before anything is built or written
     monkeypatch.setattr(trt_module, "_import_trt", lambda: _fake_trt("11.1.0"))
     with pytest.raises(RNNXError, match="TensorRT 11.1.0 is a major version rnnx does not know"):
-        build_engine(exported, tmp_path / "n.engine", BuildOptions(roles=_roles(exported)))
+        build_engine(exported, tmp_path / "n.engine", BuildOptions())
     assert not (tmp_path / "n.engine").exists() and not (tmp_path / "n.engine.json").exists()

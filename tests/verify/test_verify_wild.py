@@ -19,7 +19,8 @@ from onnx import helper
 
 pytest.importorskip("onnxruntime")
 
-from rnnx.verify.inputs import BATCH, LENGTH, input_specs  # noqa: E402
+from rnnx.shapes.file_dims import read_file_dims  # noqa: E402
+from rnnx.shapes.roles import BATCH, LENGTH  # noqa: E402
 from rnnx.engines.ort_int8 import int8_pair_sums_saturate  # noqa: E402
 
 WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
@@ -63,7 +64,7 @@ def test_the_fixtures_are_there() -> None:
 @pytest.mark.parametrize("name", T2O_NATIVE + QUANTIZED)
 def test_the_wiring_says_what_the_producer_fed(name: str) -> None:
     proto = onnx.load(str(WILD / name))
-    _, roles = input_specs(proto, None)
+    roles = read_file_dims(proto).roles
     want = _roles_from_the_producer(name)
     assert want and set(want.values()) == {BATCH, LENGTH}, want
     assert roles == want
@@ -107,7 +108,7 @@ def _squeeze_all(src: Path, dst: Path) -> None:
 
 def test_a_file_that_breaks_at_batch_1_fails(tmp_path: Path) -> None:
     _squeeze_all(WILD / "t2o_lstm.onnx", tmp_path / "bad.onnx")
-    roles = input_specs(onnx.load(str(tmp_path / "bad.onnx")), None)[1]
+    roles = read_file_dims(onnx.load(str(tmp_path / "bad.onnx"))).roles
     batch = next(k for k, v in roles.items() if v == BATCH)
     one = cli(tmp_path / "bad.onnx", "--dim", f"{batch}=8", "--seq-lens", "4")  # one shape: the bug hides
     assert one.returncode == 0, one.stdout + one.stderr

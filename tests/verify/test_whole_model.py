@@ -215,7 +215,9 @@ def test_refusals_are_one_line(foreign: tuple[Path, Path], exported: dict[str, t
 
 
 def test_inputs_are_seeded_and_lengths_fill_the_sequence() -> None:
-    from rnnx.verify.inputs import Case, InputSpec, make_feed
+    from rnnx.shapes.cases import Case
+    from rnnx.shapes.file_dims import InputSpec
+    from rnnx.verify.feeds import make_feed
 
     specs = [InputSpec("x", np.dtype("float32"), ["seq", "batch", 3]), InputSpec("lens", np.dtype("int64"), ["batch"], lengths_of="seq"),
              InputSpec("ids", np.dtype("int64"), ["batch"], vocabulary=7)]

@@ -10,7 +10,7 @@ walks back to a graph input through the ops whose axes it can follow:
 - Add, Sub, Mul and Div with one side a constant (a bias, a scale): the other side's axes;
 - MatMul with a constant right side (a Linear layer's weights): every axis but the last.
 
-verify (:mod:`rnnx.verify.inputs`) and fuse/lower's shape plan read roles through it.
+Every verb reads roles through it, by way of :func:`rnnx.shapes.file_dims.read_file_dims`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""TensorRT optimization profiles decided from the ONNX file: pure Python, no TensorRT needed.
+"""TensorRT optimization profiles decided from the ONNX file: pure Python, no TensorRT needed
+(:mod:`rnnx.engines.tensorrt` hands them to Polygraphy; ``rnnx bundle`` writes them as trtexec's flags).
 
 An engine runs only at the shapes its profile covers: for every input with a dynamic dimension,
 the smallest (min), the one its kernels are tuned for (opt) and the largest (max). Polygraphy,
@@ -6,13 +7,15 @@ told nothing, sets each dynamic dimension to 1 for all three (``Profile.fill_def
 an engine built so refuses every batch and length but 1. rnnx decides per dynamic dimension
 (a label, shared by every input that has it), from what the file says about it:
 
-- what the dimension is: ``rnnx export``'s record (``rnnx.export``'s roles), else the role the
-  caller read from its name or the graph's wiring (``rnnx build`` reads it as ``rnnx verify``
-  does), else "other";
+- what the dimension is, as every verb reads it (:func:`rnnx.shapes.file_dims.read_file_dims`:
+  ``rnnx export``'s record, else the label's name, else the graph's wiring, else "other");
 - a batch: min 1, opt 8, max 32;
 - a length: min 1, opt the example's length, max 4 x the example's length; a file without an
   example (not exported by rnnx): min 1, opt 64, max 256, chosen to cover typical utterance
-  and sentence lengths, and written into ENGINE.json as chosen;
+  and sentence lengths, and written into ENGINE.json as chosen. Where the file does not run at
+  length 1 (a Conv's kernel, a reflect pad, a sinc filter bank), the min is the least length
+  ONNX Runtime runs it at, found by asking (``probe``): an engine's profile then claims no
+  shape the model refuses;
 - any other dynamic dimension: the example's size for min, opt and max (a size the model was
   traced at); without an example it is refused, by name, before anything is built.
 
@@ -25,12 +28,13 @@ that share the label, so that a given batch of 64 in ``x`` makes ``h0``'s batch 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from rnnx.errors import RNNXError
-from rnnx.formats.onnx_metadata import read_metadata
-from rnnx.shapes.roles import OTHER, ROLES
+from rnnx.shapes.file_dims import FileDims
+from rnnx.shapes.roles import LENGTH, OTHER
 from rnnx.shapes.sizes import profile_range
 
 ENDS = ("min", "opt", "max")
@@ -39,6 +43,7 @@ _PARAMETERS = ("min_shapes=", "opt_shapes=", "max_shapes=")
 
 Shape = tuple[int, ...]
 Triple = tuple[Shape, Shape, Shape]
+Probe = Callable[[dict[str, Shape]], "str | None"]  # runs the file at these input shapes: None, or why it failed
 
 
 def _shape_text(shape: Any) -> str:
@@ -128,79 +133,6 @@ def merge_shapes(given: list[dict[str, Shape]] | None, flag: str) -> dict[str, S
     return merged
 
 
-@dataclass
-class FileInputs:
-    """What the file says about its inputs: each graph input's dims (a size, or the label of a
-    dynamic dimension), each label's role, where that role was read, and the example's shapes."""
-
-    dims: dict[str, list[int | str]]
-    roles: dict[str, str] = field(default_factory=dict)
-    role_from: dict[str, str] = field(default_factory=dict)
-    example: dict[str, list[int]] = field(default_factory=dict)
-
-    def labels(self) -> dict[str, tuple[str, int]]:
-        """Each dynamic label and where it first occurs (input, dimension)."""
-        found: dict[str, tuple[str, int]] = {}
-        for name, dims in self.dims.items():
-            for d, dim in enumerate(dims):
-                if isinstance(dim, str):
-                    found.setdefault(dim, (name, d))
-        return found
-
-    def example_size(self, label: str) -> int | None:
-        for name, dims in self.dims.items():
-            shape = self.example.get(name)
-            if shape is None:
-                continue
-            for d, dim in enumerate(dims):
-                if dim == label and d < len(shape):
-                    return shape[d]
-        return None
-
-
-def graph_input_dims(proto: Any) -> dict[str, list[int | str]]:
-    """Each graph input (initializers excluded) and its dims: a size, or the label of a dynamic
-    dimension (``dim_param``; ``NAME_dimK`` for an unnamed one, as ``rnnx verify`` names them)."""
-    inits = {i.name for i in proto.graph.initializer}
-    found: dict[str, list[int | str]] = {}
-    for vi in proto.graph.input:
-        if vi.name in inits:
-            continue
-        dims: list[int | str] = []
-        for d, dim in enumerate(vi.type.tensor_type.shape.dim):
-            if dim.HasField("dim_value") and dim.dim_value > 0:
-                dims.append(int(dim.dim_value))
-            else:
-                dims.append(dim.dim_param or f"{vi.name}_dim{d}")
-        found[vi.name] = dims
-    return found
-
-
-def file_inputs(proto: Any, roles: dict[str, str] | None = None) -> FileInputs:
-    """The graph's inputs with ``rnnx export``'s record (roles, example) where the file has one;
-    ``roles`` (label -> batch, length or other) for the labels the record does not name."""
-    dims = graph_input_dims(proto)
-    export, _ = read_metadata(proto)
-    recorded = export.get("roles") if isinstance(export, dict) else None
-    recorded = {k: v for k, v in recorded.items() if isinstance(k, str) and v in ROLES} if isinstance(recorded, dict) else {}
-    example_entry = export.get("example") if isinstance(export, dict) else None
-    example = {}
-    if isinstance(example_entry, dict):
-        for name, shape in example_entry.items():
-            if name in dims and isinstance(shape, list) and len(shape) == len(dims[name]) \
-                    and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape):
-                example[name] = list(shape)
-    inputs = FileInputs(dims, example=example)
-    for label in inputs.labels():
-        if label in recorded:
-            inputs.roles[label], inputs.role_from[label] = recorded[label], "rnnx export's record"
-        elif roles and roles.get(label) in ROLES:
-            inputs.roles[label], inputs.role_from[label] = roles[label], "its name or the graph's wiring"
-        else:
-            inputs.roles[label], inputs.role_from[label] = OTHER, "nothing names it a batch or a length"
-    return inputs
-
-
 def _ends_from(why: list[str]) -> str:
     """``min and opt from A; max from B``: each basis once, with the ends it decided."""
     grouped: dict[str, list[str]] = {}
@@ -229,29 +161,32 @@ def describe_dimensions(dimensions: dict[str, dict[str, Any]]) -> str:
     return ", ".join(parts) or "static shapes"
 
 
-def plan_profiles(inputs: FileInputs, profiles: list[Profile] | None = None, min_shapes: dict[str, Shape] | None = None,
+def plan_profiles(inputs: FileDims, profiles: list[Profile] | None = None, min_shapes: dict[str, Shape] | None = None,
                   opt_shapes: dict[str, Shape] | None = None, max_shapes: dict[str, Shape] | None = None,
-                  base: Profile | None = None) -> list[ProfileChoice]:
+                  base: Profile | None = None, probe: Probe | None = None) -> list[ProfileChoice]:
     """The profiles to build with, every dynamic dimension of every input covered, or a refusal
     naming the first dimension nothing covers (see the module docstring for the defaults).
 
     ``profiles``: whole profiles given (one each); the inputs one leaves out take the sizes it
     gives their labels, else the defaults. ``min_shapes``/``opt_shapes``/``max_shapes``: one end
     of the one profile for the inputs they name. ``base``: a profile to start from instead of
-    the defaults (``--from-weights`` has its own). A file with no dynamic dimension needs none
-    (an empty list)."""
+    the defaults (``--from-weights`` has its own). ``probe``: runs the file at given input
+    shapes (None, or why it failed), to raise a length's default min to the least the file runs
+    at (a Conv's kernel or a reflect pad needs more than 1 frame). A file with no dynamic
+    dimension needs none (an empty list)."""
     overrides = [dict(min_shapes or {}), dict(opt_shapes or {}), dict(max_shapes or {})]
     if profiles and any(overrides):
         raise RNNXError("profiles= and min_shapes=, opt_shapes= or max_shapes= were both given: give whole profiles or the "
                         "trtexec-style ends of one, not both")
     if profiles:
-        return [_complete(inputs, [{n: t[i] for n, t in p.shapes.items()} for i in range(3)], ("profiles=",) * 3, base) for p in profiles]
+        return [_complete(inputs, [{n: t[i] for n, t in p.shapes.items()} for i in range(3)], ("profiles=",) * 3, base, probe) for p in profiles]
     if not inputs.labels() and not any(overrides):
         return []
-    return [_complete(inputs, overrides, _PARAMETERS, base)]
+    return [_complete(inputs, overrides, _PARAMETERS, base, probe)]
 
 
-def _complete(inputs: FileInputs, given: list[dict[str, Shape]], given_from: tuple[str, ...], base: Profile | None) -> ProfileChoice:
+def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple[str, ...], base: Profile | None,
+              probe: Probe | None) -> ProfileChoice:
     names = ", ".join(inputs.dims) or "none"
     for end, shapes in enumerate(given):
         for name, shape in shapes.items():
@@ -271,6 +206,7 @@ def _complete(inputs: FileInputs, given: list[dict[str, Shape]], given_from: tup
         found, why = profile_range(inputs.roles.get(label, OTHER), inputs.example_size(label))
         sizes[label] = list(found) if found else [None, None, None]
         basis[label] = [why] * 3
+    defaults = {label: basis[label][0] for label in labels}
     layers = ([([{n: t[i] for n, t in base.shapes.items()} for i in range(3)], ("the default profile for weights",) * 3)] if base else [])
     layers.append((given, tuple(_given_basis(g) for g in given_from)))
     for shapes_by_end, sources in layers:
@@ -281,6 +217,9 @@ def _complete(inputs: FileInputs, given: list[dict[str, Shape]], given_from: tup
                     if isinstance(dim, str) and (dim, end) not in taken:
                         taken.add((dim, end))
                         sizes[dim][end], basis[dim][end] = size, sources[end]
+    if probe is not None:
+        lengths = [k for k in labels if inputs.roles.get(k) == LENGTH and basis[k][0] == defaults[k] and None not in sizes[k][:2]]
+        _least_lengths(inputs, lengths, given[0], sizes, basis, probe)
     chosen: dict[str, Triple] = {}
     for name, dims in inputs.dims.items():
         if not any(isinstance(d, str) for d in dims) and not any(name in g for g in given):
@@ -313,13 +252,58 @@ def _complete(inputs: FileInputs, given: list[dict[str, Shape]], given_from: tup
     return ProfileChoice(Profile(chosen), dimensions)
 
 
+def _least_lengths(inputs: FileDims, lengths: list[str], given_min: dict[str, Shape], sizes: dict[str, list[int | None]],
+                   basis: dict[str, list[str]], probe: Probe) -> None:
+    """Raise the min of ``lengths`` (their defaults, 1) to the least the file runs at with every
+    other dimension at its min: doubling up to the opt, then halving the gap. Where the file runs
+    at no length up to the opt, the probe says nothing about lengths and the defaults stay."""
+    if not lengths:
+        return
+
+    def corner(n: int) -> dict[str, Shape] | None:
+        shapes: dict[str, Shape] = {}
+        for name, dims in inputs.dims.items():
+            shape = given_min.get(name) or tuple(d if isinstance(d, int) else min(n, sizes[d][1]) if d in lengths else sizes[d][0]  # type: ignore[misc]
+                                                 for d in dims)
+            if None in shape:
+                return None  # a dimension nothing covers: refused by name below
+            shapes[name] = shape  # type: ignore[assignment]
+        return shapes
+
+    failed = least = min(int(sizes[k][0]) for k in lengths)  # type: ignore[arg-type]
+    top = max(int(sizes[k][1]) for k in lengths)  # type: ignore[arg-type]
+    first = corner(failed)
+    why = probe(first) if first is not None else None
+    if why is None:
+        return
+    ran = None
+    n = failed
+    while n < top and ran is None:
+        n = min(2 * n, top)
+        if probe(corner(n)) is None:  # type: ignore[arg-type]
+            ran = n
+        else:
+            failed = n
+    if ran is None:
+        return
+    while ran - failed > 1:
+        middle = (failed + ran) // 2
+        if probe(corner(middle)) is None:  # type: ignore[arg-type]
+            ran = middle
+        else:
+            failed = middle
+    for k in lengths:
+        sizes[k][0] = min(ran, int(sizes[k][1]))  # type: ignore[arg-type]
+        basis[k][0] = f"the least length the file runs at in ONNX Runtime, {ran} ({failed} fails; at {least}: {why})"
+
+
 def _given_basis(parameter: str) -> str:
     """``max_shapes=`` as ENGINE.json and refusals say it: the parameter and its flag."""
     flag = {"profiles=": "--profile", **dict(zip(_PARAMETERS, SHAPE_FLAGS))}[parameter]
     return f"given ({parameter.rstrip('=')}, {flag})"
 
 
-def _uncovered(inputs: FileInputs, name: str, d: int, label: str, missing: list[str]) -> str:
+def _uncovered(inputs: FileDims, name: str, d: int, label: str, missing: list[str]) -> str:
     role = inputs.roles.get(label, OTHER)
     what = (f"a {role} ({inputs.role_from.get(label, '')})" if role != OTHER
             else f"neither a batch nor a length ({inputs.role_from.get(label, 'nothing names it')})")
@@ -328,16 +312,3 @@ def _uncovered(inputs: FileInputs, name: str, d: int, label: str, missing: list[
     return (f"input {name!r} dimension {d} ({label!r}) is dynamic and no profile covers it: it is {what} and the file records no "
             f"example size for it, so no {ends} can be chosen; give its sizes with min_shapes=, opt_shapes= and max_shapes= "
             f"({name}:{hint} with ? filled in) or profiles=")
-
-
-def polygraphy_profiles(profiles: list[Profile]) -> list[Any]:
-    """rnnx's min/opt/max shapes as Polygraphy's ``Profile`` objects (pure Python: no TensorRT needed)."""
-    from polygraphy.backend.trt import Profile as PolygraphyProfile
-
-    converted = []
-    for profile in profiles:
-        p = PolygraphyProfile()
-        for name, (lo, opt, hi) in profile.shapes.items():
-            p.add(name, min=lo, opt=opt, max=hi)
-        converted.append(p)
-    return converted

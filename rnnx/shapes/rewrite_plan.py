@@ -1,8 +1,9 @@
 """The shapes fuse and lower check a rewrite at: the input model's dimensions and each label's
-role (verify's reading: :func:`rnnx.verify.inputs.input_specs`, then the graph's wiring), the
-sizes the caller gives, those the graph pins (a constant index, a Reshape), and the ladder
-climbed (:data:`rnnx.shapes.sizes.REWRITE_LADDER`) to find shapes the input model runs; and the
-seeded feeds at those shapes.
+role (every verb's reading, :func:`rnnx.shapes.file_dims.read_file_dims`, with the rewritten
+file's wiring too), the sizes the caller gives, those the graph pins (a constant index, an
+unrolled loop), and the ladder climbed (:data:`rnnx.shapes.sizes.REWRITE_LADDER`) to find
+shapes the input model runs. The seeded feeds at those shapes are
+:mod:`rnnx.pipelines.rewrite_feeds`'s.
 """
 
 from __future__ import annotations
@@ -14,18 +15,14 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.graphs import walk
-from rnnx.graphs.axis_trace import axis_roles
-from rnnx.shapes.roles import BATCH, LENGTH, OTHER
-from rnnx.shapes.sizes import REWRITE_LADDER
-from rnnx.verify.inputs import InputSpec, input_specs
+from rnnx.shapes.file_dims import InputSpec, read_file_dims, size_of
+from rnnx.shapes.roles import BATCH, LENGTH
+from rnnx.shapes.sizes import GROWTH, REWRITE_FIRST, REWRITE_LADDER
 
 MAX_ELEMENTS = 1 << 26  # a candidate's inputs, all together: larger ones are not tried
 MAX_TRIES = 40  # shapes tried in search of one the input model runs
 _SHAPE = re.compile(r"^(?:\[(\d+(?:,\d+)*)?\]|(\d+(?:x\d+)*))$")
-
-FIRST = {BATCH: 3, LENGTH: 16, OTHER: 3}
 
 # --- what the caller gives -----------------------------------------------------------------
 
@@ -74,28 +71,13 @@ def plan_shapes(original: Any, rewritten: Any | None = None, dims: dict[str, int
         sizes = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.HasField("dim_value")]
         if any(s < 0 for s in sizes):
             raise RNNXError(f"graph input {vi.name!r}: shape {sizes} has a negative size; the model is damaged")
-    export, _ = read_metadata(original)
-    specs, roles = input_specs(original, export)
-    for spec in specs:  # a derived size (2*seq) that names no label of its own is sized as one
-        for dim in spec.dims:
-            if isinstance(dim, str) and dim not in roles and _derived(dim, dict.fromkeys(roles, 1)) is None:
-                roles[dim] = OTHER
-    recorded_roles = (export or {}).get("roles")
-    recorded_roles = recorded_roles if isinstance(recorded_roles, dict) else {}
-    # A recurrence says what an axis is where names and verify's wiring could not: through an
-    # Unsqueeze whose axes a Constant holds (tf2onnx's initial states), or one the rewrite made.
-    for model in [original] + ([rewritten] if rewritten is not None else []):
-        for label, role in _traced_roles(model, specs).items():
-            if roles.get(label) == OTHER and label not in recorded_roles:
-                roles[label] = role
+    read = read_file_dims(original, also=(rewritten,) if rewritten is not None else ())
+    specs, roles = read.specs, read.roles
     example: dict[str, int] = {}
-    recorded = (export or {}).get("example")
     for spec in specs:
-        shape = recorded.get(spec.name) if isinstance(recorded, dict) else None
-        if isinstance(shape, list) and len(shape) == len(spec.dims) and all(isinstance(s, int) and 0 < s < 2**31 for s in shape):
-            for dim, size in zip(spec.dims, shape):
-                if isinstance(dim, str) and dim in roles:
-                    example.setdefault(dim, int(size))
+        for dim, size in zip(spec.dims, read.example.get(spec.name, [])):
+            if isinstance(dim, str) and dim in roles:
+                example.setdefault(dim, int(size))
     fixed = _given_sizes(specs, roles, dims or {}, input_shapes or {})
     least, held = _read_positions(original, specs)
     return ShapePlan(specs, roles, fixed, {k: v for k, v in held.items() if k not in fixed}, least, example)
@@ -134,23 +116,6 @@ def _given_sizes(specs: list[InputSpec], roles: dict[str, str], dims: dict[str, 
 
 def _dims_text(dims: list[int | str]) -> str:
     return "(" + ", ".join(map(str, dims)) + ")"
-
-
-def _derived(dim: str, sizes: dict[str, Any]) -> int | None:
-    """A dimension such as ``2*seq`` or ``((seq//16)) + 1``, from the labels' sizes; None when it
-    cannot be worked out (or names labels that are not known)."""
-    if dim.isidentifier():
-        return None
-    try:
-        import sympy
-
-        value = sympy.sympify(dim, locals={k: sympy.Symbol(k) for k in sizes})
-        if value.free_symbols - {sympy.Symbol(k) for k in sizes}:
-            return None
-        value = value.subs({sympy.Symbol(k): v for k, v in sizes.items() if isinstance(v, int)})
-        return int(value) if value.is_number else None
-    except Exception:  # noqa: BLE001  sympy raises many types for text it cannot read
-        return None
 
 
 def _read_positions(model: Any, specs: list[InputSpec]) -> tuple[dict[str, int], dict[str, tuple[int, str]]]:
@@ -223,19 +188,6 @@ def _read_positions(model: Any, specs: list[InputSpec]) -> tuple[dict[str, int],
     return least, held
 
 
-# The role of each axis of a native node's X and initial states, by its layout attribute.
-def _traced_roles(model: Any, specs: list[InputSpec]) -> dict[str, str]:
-    """Each label that reaches an LSTM/GRU/RNN node's batch or time axis (by
-    :func:`rnnx.graphs.axis_trace.axis_roles`, verify's wiring rule); one that reaches both is neither."""
-    dims = {s.name: s.dims for s in specs}
-    found: dict[str, set[str]] = {}
-    for (name, axis), role in axis_roles(model).items():
-        label = dims.get(name, [])[axis] if axis < len(dims.get(name, [])) else None
-        if isinstance(label, str):
-            found.setdefault(label, set()).add(role)
-    return {label: next(iter(r)) for label, r in found.items() if len(r) == 1}
-
-
 def _rank(name: str, specs: list[InputSpec], producers: dict[str, Any]) -> int | None:
     for _ in range(16):
         spec = next((s for s in specs if s.name == name), None)
@@ -283,7 +235,7 @@ def _first_sizes(plan: ShapePlan) -> dict[str, int]:
         elif label in plan.held:
             sizes[label] = plan.held[label][0]
         else:
-            sizes[label] = max(plan.example.get(label, FIRST[role]), plan.least.get(label, 1))
+            sizes[label] = max(plan.example.get(label, REWRITE_FIRST[role]), plan.least.get(label, 1))
     return sizes
 
 
@@ -326,9 +278,9 @@ def _name_first(plan: ShapePlan, sizes: dict[str, int]) -> str:
 
 
 def variants(plan: ShapePlan, base: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
-    """Near the first shape: batch 1, then every batch and length larger (by 2 and 3, as
-    ``rnnx export``'s self-check grows them: the cost stays the first shape's); sizes given,
-    held, or neither a batch nor a length keep theirs."""
+    """Near the first shape: batch 1, then every batch and length larger (as ``rnnx export``'s
+    self-check grows them, :data:`rnnx.shapes.sizes.GROWTH`: the cost stays the first shape's);
+    sizes given, held, or neither a batch nor a length keep theirs."""
     free = {label: role for label, role in plan.roles.items() if label not in plan.fixed and label not in plan.held}
     batches = [label for label, role in free.items() if role == BATCH]
     lengths = [label for label, role in free.items() if role == LENGTH]
@@ -336,7 +288,7 @@ def variants(plan: ShapePlan, base: dict[str, int]) -> list[tuple[str, dict[str,
     if batches:
         out.append(("batch=1", {**base, **{label: 1 for label in batches}}))
     if batches or lengths:
-        larger = {**base, **{label: base[label] + 2 for label in batches}, **{label: base[label] + 3 for label in lengths}}
+        larger = {**base, **{label: base[label] + GROWTH[plan.roles[label]] for label in batches + lengths}}
         out.append(("larger: " + ", ".join(f"{label}={larger[label]}" for label in batches + lengths), larger))
     return out
 
@@ -351,60 +303,7 @@ def shapes_at(plan: ShapePlan, sizes: dict[str, int]) -> dict[str, list[int]]:
             elif dim in sizes:
                 shape.append(sizes[dim])
             else:  # a derived size, such as 2*seq; one below 1 (seq//16 at a short seq) is fed as 1
-                value = _derived(dim, sizes)
+                value = size_of(dim, sizes)
                 shape.append(value if value is not None and value > 0 else 1)
         shapes[spec.name] = shape
     return shapes
-
-
-def make_feeds(model: Any, plan: ShapePlan, sizes: dict[str, int], shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
-    """Seeded inputs at ``shapes``: floats standard normal; booleans true; integers that hold
-    sequence lengths between 1 and the sequence's length, token ids below their table's rows,
-    other integers zero."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for spec in plan.specs:
-        shape = shapes[spec.name]
-        if spec.dtype.kind in "fc":
-            feeds[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
-        elif spec.dtype.kind == "b":
-            feeds[spec.name] = np.ones(shape, np.bool_)
-        elif spec.lengths_of is not None and spec.lengths_of in sizes:
-            longest = sizes[spec.lengths_of]
-            lens = np.sort(rng.integers(1, longest + 1, size=shape))[::-1].copy()
-            if lens.size:
-                lens.flat[0] = longest
-            feeds[spec.name] = lens.astype(spec.dtype)
-        elif spec.vocabulary:
-            feeds[spec.name] = rng.integers(0, spec.vocabulary, size=shape).astype(spec.dtype)
-        else:
-            feeds[spec.name] = np.zeros(shape, spec.dtype)
-    _fill_sequence_lengths(model, feeds, rng, {s.name for s in plan.specs if s.lengths_of is not None})
-    return feeds
-
-
-def random_feeds(model: Any, seed: int, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
-    """Seeded inputs at the model's first check shape (no run: the sizes as planned)."""
-    plan = plan_shapes(model, dims=dims)
-    sizes = _first_sizes(plan)
-    return make_feeds(model, plan, sizes, shapes_at(plan, sizes), seed)
-
-
-_LENGTH_PATH = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze")  # what may lie between a graph input and sequence_lens
-_X_PATH = _LENGTH_PATH + ("Transpose",)
-
-
-def _fill_sequence_lengths(model: Any, feeds: dict[str, np.ndarray], rng: np.random.Generator, done: set[str]) -> None:
-    """An integer graph input that reaches an LSTM/GRU/RNN node's sequence_lens gets seeded lengths
-    between 1 and the sequence's length (zeros, the default for integers, would run no step at all)."""
-    producers = walk.producers_of(model.graph)
-    for node in model.graph.node:
-        if node.op_type not in ("LSTM", "GRU", "RNN") or len(node.input) < 5 or not node.input[4]:
-            continue
-        lengths, _ = walk.back(node.input[4], producers, _LENGTH_PATH)
-        if lengths not in feeds or lengths in done or feeds[lengths].dtype.kind not in "iu":
-            continue
-        x, swaps = walk.back(node.input[0], producers, _X_PATH)
-        layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
-        steps = feeds[x].shape[(layout + swaps) % 2] if x in feeds and feeds[x].ndim == 3 else 1
-        feeds[lengths] = rng.integers(1, max(int(steps), 1) + 1, size=feeds[lengths].shape).astype(feeds[lengths].dtype)

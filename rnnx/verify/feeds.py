@@ -1,0 +1,42 @@
+"""The seeded values verify feeds a whole model at one case: floats standard normal (or the
+recorded example's sign), sequence lengths sorted with the longest filling the sequence, token
+ids below the vocabulary of the embedding table the input indexes (else within the example's
+range). What each input is comes from :func:`rnnx.shapes.file_dims.read_file_dims`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rnnx.exporters.example_values import draw_floats, draw_integers, integer_summary, value_summary
+from rnnx.shapes.cases import Case
+from rnnx.shapes.file_dims import InputSpec
+
+
+def make_feed(specs: list[InputSpec], case: Case, example: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
+    """Seeded values for every input at ``case``'s shapes (``example``: the model's own example, whose sign and range they keep)."""
+    rng = np.random.default_rng(seed)
+    feed = {}
+    for spec in specs:
+        shape = case.shapes[spec.name]
+        if spec.dtype.kind == "f":  # the recorded example's sign, else the model's own example's
+            known = example.get(spec.name)
+            summary = spec.values or (value_summary(np.asarray(known, dtype=np.float64)) if known is not None else None)
+            feed[spec.name] = draw_floats(rng, shape, summary, spec.dtype)
+        elif spec.dtype.kind == "b":
+            feed[spec.name] = rng.random(shape) < 0.5
+        elif spec.lengths_of is not None:
+            longest = case.sizes.get(spec.lengths_of, 1)
+            lens = np.sort(rng.integers(1, longest + 1, size=shape))[::-1].copy()
+            if lens.size:
+                lens.flat[0] = longest
+            feed[spec.name] = lens.astype(spec.dtype)
+        else:  # the recorded example's ids, else the model's own example's, else the embedding table's rows
+            known = example.get(spec.name)
+            summary = spec.values or (integer_summary(np.asarray(known)) if known is not None else None)
+            if summary is not None and spec.vocabulary:
+                summary = {**summary, "max": min(summary["max"], spec.vocabulary - 1)}
+            feed[spec.name] = draw_integers(rng, shape, summary, spec.dtype, spec.vocabulary)
+    return feed
