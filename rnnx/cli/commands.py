@@ -20,6 +20,7 @@ from rnnx.engines import doctor
 from rnnx.engines.acceptance import predict
 from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
 from rnnx.engines.tensorrt_parser import parser_for
+from rnnx.shapes.file_dims import read_file_dims
 from rnnx.shapes.profiles import describe_dimensions, merge_shapes
 from rnnx.errors import ExportCheckFailed, ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
@@ -168,13 +169,15 @@ def inspect(args: argparse.Namespace) -> int:
         stream, damaged = read_streaming({p.key: p.value for p in model.metadata_props}, *graph_ranks(model)), ""
     except RNNXError as exc:
         stream, damaged = None, str(exc)
+    dims = read_file_dims(model, feeding=False)
     if args.json:
         out = as_json(reports, found, model, args.model)
+        out["dimensions"] = dims.to_json()
         if stream is not None or damaged:
             out["streaming"] = stream.to_dict() if stream is not None else {"damaged": damaged}
         print(json_report(args, out, default=str))
     else:
-        text = as_text(reports, found, model, args.model)
+        text = "\n".join([as_text(reports, found, model, args.model), *dims.describe()])
         extra = stream.describe() if stream is not None else [f"streaming: the record is damaged: {damaged}"] if damaged else []
         print("\n".join(extra + [text]) if extra else text)
     return 0

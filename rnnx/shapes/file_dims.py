@@ -77,6 +77,20 @@ class FileDims:
                 return shape[spec.dims.index(label)]
         return None
 
+    def to_json(self) -> dict[str, dict[str, str]]:
+        """Each dynamic label's role and where it was read (``rnnx inspect --json``'s ``dimensions``)."""
+        return {label: {"role": self.roles[label], "from": self.role_from[label]} for label in self.roles}
+
+    def describe(self) -> list[str]:
+        """Lines for ``rnnx inspect``: each input's dims, and each dynamic label's role and why."""
+        if not self.specs:
+            return []
+        lines = ["inputs, as every rnnx verb reads them:"]
+        lines += [f"  {s.name}: ({', '.join(map(str, s.dims))})" for s in self.specs]
+        lines += [f"  {label}: {'a ' + role if role != OTHER else 'neither a batch nor a length'} ({self.role_from[label]})"
+                  for label, role in self.roles.items()]
+        return lines
+
     def wiring_note(self) -> str:
         """Which labels were read as a batch or a length by the wiring, not by their names."""
         wired = [f"{k} is a {self.roles[k]}" for k, why in self.role_from.items() if why == FROM_WIRING]

@@ -70,6 +70,21 @@ def test_the_wiring_says_what_the_producer_fed(name: str) -> None:
     assert roles == want
 
 
+def test_inspect_shows_each_dimension_as_the_verbs_read_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """rnnx inspect says what verify, build and bundle will take each dimension for, and why."""
+    from rnnx.cli import main
+    from rnnx.shapes.file_dims import FROM_WIRING
+
+    name = T2O_NATIVE[0]
+    want = _roles_from_the_producer(name)
+    assert main(["inspect", "--json", str(WILD / name)]) == 0
+    dims = json.loads(capsys.readouterr().out)["dimensions"]
+    assert {k: v["role"] for k, v in dims.items()} == want and {v["from"] for v in dims.values()} == {FROM_WIRING}
+    assert main(["inspect", str(WILD / name)]) == 0
+    text = capsys.readouterr().out
+    assert all(f"  {label}: a {role} ({FROM_WIRING})" in text for label, role in want.items()), text
+
+
 @pytest.mark.parametrize("name", T2O_NATIVE)
 def test_a_tf2onnx_file_alone_runs_at_batch_1_and_several_lengths(name: str, tmp_path: Path) -> None:
     done = cli(WILD / name, "--json")
