@@ -435,12 +435,6 @@ def _stored_hypothesis(truth: RNNWeights, stored: RNNWeights, diff: list[tuple[s
     return weigh(name, _with(truth, stored, [n for n, _ in diff]), min(_cell_of(n)[0] for n, _ in diff), "stored")
 
 
-def diagnose(weights: RNNWeights, inputs: Mapping[str, np.ndarray], backend_y: np.ndarray, atol: float, **options: object) -> tuple[list[Hypothesis], list[str]]:
-    """Every hypothesis offered, ranked, and the names of those that are the cause (see :func:`explain`)."""
-    found = explain(weights, inputs, backend_y, atol, **options)  # type: ignore[arg-type]
-    return found.hypotheses, found.matches
-
-
 def stored_weights(model: str | Path | None, spec: RNNSpec) -> RNNWeights | None:
     """The weights an ONNX file stores, read back into canonical form, where they read as one
     stack of ``spec``; None otherwise (the diagnosis then rests on layout mistakes alone)."""
