@@ -36,7 +36,7 @@ from rnnx.verify.feeds import make_feed  # noqa: E402
 
 
 THIRD_PARTY = Path(__file__).resolve().parent / "fixtures" / "third_party"
-FILES = ["rnnx", "rnnx streaming", "torch.onnx, named axes", "torch.onnx, anonymous axes"] + sorted(p.name for p in THIRD_PARTY.glob("*.onnx"))
+FILES = ["rnnx", "rnnx streaming", "torch.onnx, named axes", "torch.onnx, anonymous axes", "torch.onnx, anonymous axes through a Conv"] + sorted(p.name for p in THIRD_PARTY.glob("*.onnx"))
 
 
 class Tagger(torch.nn.Module):
@@ -77,11 +77,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("agree")
     torch.manual_seed(0)
     out = {"rnnx": folder / "tagger.onnx", "rnnx streaming": folder / "causal.onnx",
-           "torch.onnx, named axes": folder / "named.onnx", "torch.onnx, anonymous axes": folder / "anonymous.onnx"}
+           "torch.onnx, named axes": folder / "named.onnx", "torch.onnx, anonymous axes": folder / "anonymous.onnx",
+           "torch.onnx, anonymous axes through a Conv": folder / "anonymous_conv.onnx"}
     model = Tagger().eval()
     assert rnnx.export(model, (torch.randn(1, 11, 6),), out["rnnx"]).passed  # a batch-1 example
     assert rnnx.export(Causal().eval(), (torch.randn(1, 12, 6),), out["rnnx streaming"], streaming=True).passed
-    for key, axes, source in (("torch.onnx, named axes", {0: "N", 1: "T"}, model), ("torch.onnx, anonymous axes", {0: "d0", 1: "d1"}, Plain().eval())):
+    for key, axes, source in (("torch.onnx, named axes", {0: "N", 1: "T"}, model), ("torch.onnx, anonymous axes", {0: "d0", 1: "d1"}, Plain().eval()),
+                              ("torch.onnx, anonymous axes through a Conv", {0: "d0", 1: "d1"}, model)):
         torch.onnx.export(source, (torch.randn(2, 11, 6),), str(out[key]), input_names=["x"], output_names=["y"],
                           dynamic_axes={"x": axes, "y": axes}, opset_version=17, dynamo=False)
     for path in sorted(THIRD_PARTY.glob("*.onnx")):

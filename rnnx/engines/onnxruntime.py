@@ -7,8 +7,6 @@ are not fed start at zeros and lengths not fed are full, as in every other runne
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,6 @@ from rnnx.blas_threads import MAX_ORT_THREADS, ort_threads
 from rnnx.engines.rules import BackendRules, Rule
 from rnnx.engines.runner import with_zero_states
 from rnnx.errors import RNNXError
-from rnnx.shapes.file_dims import InputSpec, probe_feed
 from rnnx.spec import RNNSpec
 
 #: What ONNX Runtime's CPU kernels for LSTM/GRU/RNN refuse (tests/graphs/test_inspect.py pins it by running them).
@@ -118,31 +115,6 @@ class OnnxRuntimeRunner:
         except Exception as exc:  # onnxruntime's InvalidArgument / Fail: shapes or types the model does not take
             raise RNNXError(f"ONNX Runtime could not run the model: {' '.join(str(exc).split())[:300]}") from None
         return dict(zip(self.output_names, outputs))
-
-
-def shape_probe(model: str | Path | Any, specs: list[InputSpec], data_folder: str | Path | None = None) -> Callable[[dict[str, tuple[int, ...]]], str | None]:
-    """Asks ONNX Runtime whether ``model`` runs at given input shapes: None where it does, else
-    the first words of why not (the session is made at the first question; a model ONNX Runtime
-    cannot load fails every one)."""
-    session: list[OnnxRuntimeRunner | str] = []
-
-    def runs(shapes: dict[str, tuple[int, ...]]) -> str | None:
-        if not session:
-            try:
-                session.append(OnnxRuntimeRunner(model, threads=1, data_folder=data_folder))
-            except RNNXError as exc:
-                session.append(str(exc))
-        runner = session[0]
-        if isinstance(runner, str):
-            return runner
-        try:
-            runner(probe_feed(specs, shapes))
-        except RNNXError as exc:
-            why = re.sub(r"^ONNX Runtime could not run the model: (\[ONNXRuntimeError\] : \d+ : \w+ : )?", "", " ".join(str(exc).split()))
-            return why[:160]
-        return None
-
-    return runs
 
 
 def _stack_record(metadata: dict[str, str]) -> tuple[RNNSpec | None, bool]:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.engines.onnxruntime import shape_probe
+from rnnx.engines.shape_probe import shape_probe
 from rnnx.engines.runner import with_zero_states
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, file_sha256, require_file

@@ -35,7 +35,8 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.engines import trtexec
-from rnnx.engines.onnxruntime import OnnxRuntimeRunner, shape_probe
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.engines.shape_probe import shape_probe
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
@@ -182,7 +183,10 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
     for script in ("build.sh", "check.sh", "check.py"):
         (staging / script).chmod(0o755)
     summary = choice.summary() if choice else ""
-    report = BundleReport(str(folder), target.to_json(), precision, {"summary": summary, "shapes": choice.profile.as_json() if choice else {}},
+    asked = [f"the profile's {label}: {d['from']}" for label, d in (choice.dimensions if choice else {}).items() if "the file runs at" in d["from"]]
+    profile = {"summary": summary, "shapes": choice.profile.as_json() if choice else {}, "dimensions": choice.dimensions if choice else {}}
+    notes = asked + notes
+    report = BundleReport(str(folder), target.to_json(), precision, profile,
                           checked, lowered.lowered, notes + lowered_notes(lowered) + trtexec.deprecations(target, build_argv), model_opset(proto))
     write_manifests(staging, report, target, precision, build_argv, cases)
     return report

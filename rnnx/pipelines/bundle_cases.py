@@ -21,6 +21,7 @@ from rnnx.errors import RNNXError
 from rnnx.shapes.sizes import BUNDLE_CHUNKS, multiple_of
 from rnnx.tolerance import CALIBRATED_MULTIPLE, rounding_floor
 from rnnx.shapes.cases import Case as InputCase
+from rnnx.shapes.file_dims import label_sizes
 from rnnx.shapes.profiles import ProfileChoice
 from rnnx.verify.feeds import make_feed
 
@@ -101,7 +102,7 @@ def _within(name: str, axis: int, frames: int, choice: ProfileChoice | None, mul
 
 
 def _feed(specs: list[Any], shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
-    return make_feed(specs, InputCase("bundle", {}, shapes), {}, seed)
+    return make_feed(specs, InputCase("bundle", label_sizes(specs, shapes), shapes), {}, seed)  # the sizes bound a lengths input
 
 
 def _shape_text(shapes: dict[str, list[int]]) -> str:
@@ -132,8 +133,11 @@ def golden(original: Any, cases: list[Case], precision: str, notes: list[str]) -
         for chunk in case.chunks:
             feed = {**chunk.feed, **{i: v.astype(chunk.feed[i].dtype) for i, v in ref_states.items()}}
             chunk.feed = feed
-            want = reference(feed)
-            got = honest({**feed, **honest_states})
+            try:
+                want = reference(feed)
+                got = honest({**feed, **honest_states})
+            except RNNXError as exc:
+                raise RNNXError(refused_case(case.name, chunk.shapes, exc)) from None
             for name, value in want.items():
                 chunk.golden[name] = value
                 if value.dtype.kind != "f":
@@ -144,13 +148,23 @@ def golden(original: Any, cases: list[Case], precision: str, notes: list[str]) -
             honest_states = {i: np.asarray(got[o]) for i, o in case.carry.items()}
 
 
+def refused_case(name: str, shapes: dict[str, list[int]], exc: Exception) -> str:
+    """A case the model does not run at, named with its shapes and what to give instead."""
+    end = {"min": "--min-shapes", "max": "--max-shapes"}.get(name.split()[0], "--opt-shapes")
+    return (f"bundle: expected the model to run at the {name} case ({_shape_text(shapes)}), found it does not ({exc}); give {end} "
+            "(or --profile) within the shapes the model takes")
+
+
 def check_here(runner: OnnxRuntimeRunner, case: Case) -> dict[str, Any]:
     """ONNX Runtime on the bundle's model.onnx, each chunk fed the state outputs of its own
     chunk before, held to the rule."""
     chunks = []
     states: dict[str, np.ndarray] = {}
     for chunk in case.chunks:
-        got = runner({**chunk.feed, **states})
+        try:
+            got = runner({**chunk.feed, **states})
+        except RNNXError as exc:
+            raise RNNXError(refused_case(case.name, chunk.shapes, exc)) from None
         outputs = {}
         for name, floor in chunk.floors.items():
             error = float(np.abs(np.asarray(got[name], np.float64) - chunk.golden[name]).max()) if chunk.golden[name].size else 0.0

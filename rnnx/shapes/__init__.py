@@ -13,7 +13,8 @@ and which sizes to try. The answers are here, so that a fix reaches every verb:
   example, derived dimensions (``(seq - 3)//2 + 1``), and the feed a probe runs the file with;
 - :mod:`rnnx.shapes.cases`: verify's cases;
 - :mod:`rnnx.shapes.profiles`: the TensorRT profile (``rnnx build``, ``rnnx bundle``), its
-  lengths' min asked of the file through a probe the caller gives (ONNX Runtime);
+  lengths' min and max asked of the file through a probe the engines give
+  (:mod:`rnnx.engines.shape_probe`: ONNX Runtime and ONNX's reference evaluator);
 - :mod:`rnnx.shapes.rewrite_plan`: the shapes fuse and lower check a rewrite at.
 
 The package sits above graphs and formats (it reads files and traces graphs) and below the

@@ -251,11 +251,16 @@ def _vocabulary(proto: Any, name: str) -> int | None:
     return None
 
 
+def label_sizes(specs: list[InputSpec], shapes: dict[str, Any]) -> dict[str, int]:
+    """Each dynamic label's size in ``shapes`` (input name -> shape)."""
+    return {dim: int(shapes[s.name][d]) for s in specs if s.name in shapes for d, dim in enumerate(s.dims) if isinstance(dim, str)}
+
+
 def probe_feed(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """Inputs at ``shapes`` for asking a model whether it runs there (not for checking values):
     floats and token ids zero, booleans false, and each input of sequence lengths its
     sequence's full length (a length of 0 runs no step, which says nothing)."""
-    sizes = {dim: shapes[s.name][d] for s in specs if s.name in shapes for d, dim in enumerate(s.dims) if isinstance(dim, str)}
+    sizes = label_sizes(specs, shapes)
     feed = {}
     for spec in specs:
         dtype = spec.dtype if spec.dtype is not None else np.dtype(np.float32)

@@ -13,9 +13,10 @@ an engine built so refuses every batch and length but 1. rnnx decides per dynami
 - a length: min 1, opt the example's length, max 4 x the example's length; a file without an
   example (not exported by rnnx): min 1, opt 64, max 256, chosen to cover typical utterance
   and sentence lengths, and written into ENGINE.json as chosen. Where the file does not run at
-  length 1 (a Conv's kernel, a reflect pad, a sinc filter bank), the min is the least length
-  ONNX Runtime runs it at, found by asking (``probe``): an engine's profile then claims no
-  shape the model refuses;
+  length 1 (a Conv's kernel, a pool, a reflect pad, a sinc filter bank), the min is the least
+  length it runs at, and where it does not run at the max (a table of positions), the max is
+  the greatest: found by asking (``probe``; :mod:`rnnx.engines.shape_probe`), so that an
+  engine's profile claims no length the model refuses;
 - any other dynamic dimension: the example's size for min, opt and max (a size the model was
   traced at); without an example it is refused, by name, before anything is built.
 
@@ -206,7 +207,7 @@ def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple
         found, why = profile_range(inputs.roles.get(label, OTHER), inputs.example_size(label))
         sizes[label] = list(found) if found else [None, None, None]
         basis[label] = [why] * 3
-    defaults = {label: basis[label][0] for label in labels}
+    defaults = {label: basis[label][0] for label in labels}  # the same at every end
     layers = ([([{n: t[i] for n, t in base.shapes.items()} for i in range(3)], ("the default profile for weights",) * 3)] if base else [])
     layers.append((given, tuple(_given_basis(g) for g in given_from)))
     for shapes_by_end, sources in layers:
@@ -218,8 +219,7 @@ def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple
                         taken.add((dim, end))
                         sizes[dim][end], basis[dim][end] = size, sources[end]
     if probe is not None:
-        lengths = [k for k in labels if inputs.roles.get(k) == LENGTH and basis[k][0] == defaults[k] and None not in sizes[k][:2]]
-        _least_lengths(inputs, lengths, given[0], sizes, basis, probe)
+        _ask_lengths(inputs, given, sizes, basis, defaults, probe)
     chosen: dict[str, Triple] = {}
     for name, dims in inputs.dims.items():
         if not any(isinstance(d, str) for d in dims) and not any(name in g for g in given):
@@ -252,49 +252,73 @@ def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple
     return ProfileChoice(Profile(chosen), dimensions)
 
 
-def _least_lengths(inputs: FileDims, lengths: list[str], given_min: dict[str, Shape], sizes: dict[str, list[int | None]],
-                   basis: dict[str, list[str]], probe: Probe) -> None:
-    """Raise the min of ``lengths`` (their defaults, 1) to the least the file runs at with every
-    other dimension at its min: doubling up to the opt, then halving the gap. Where the file runs
-    at no length up to the opt, the probe says nothing about lengths and the defaults stay."""
-    if not lengths:
-        return
+def _ask_lengths(inputs: FileDims, given: list[dict[str, Shape]], sizes: dict[str, list[int | None]], basis: dict[str, list[str]],
+                 defaults: dict[str, str], probe: Probe) -> None:
+    """Ask the file (through ``probe``) whether it runs at the default ends of its lengths, every
+    other dimension at its min and the inputs given their given min shapes: where not, raise the
+    min to the least length it runs at (doubling up to the opt, then halving the gap) and lower
+    the max to the greatest (halving the gap down from the max to the opt). The search takes a
+    length that runs to keep running above it (a model that takes only multiples of 4 gets a
+    min where one runs). Where the file does not run at the opt either, the probe says nothing
+    about lengths and the defaults stay."""
+    def default(k: str, end: int) -> bool:
+        return inputs.roles.get(k) == LENGTH and basis[k][end] == defaults[k] and None not in sizes[k]
 
-    def corner(n: int) -> dict[str, Shape] | None:
+    def corner(lengths: list[str], n: int) -> dict[str, Shape] | None:
         shapes: dict[str, Shape] = {}
         for name, dims in inputs.dims.items():
-            shape = given_min.get(name) or tuple(d if isinstance(d, int) else min(n, sizes[d][1]) if d in lengths else sizes[d][0]  # type: ignore[misc]
-                                                 for d in dims)
+            shape = given[0].get(name) or tuple(d if isinstance(d, int) else sizes[d][1] if d in lengths and n < 0 else n if d in lengths
+                                                else sizes[d][0] for d in dims)  # type: ignore[misc]
             if None in shape:
-                return None  # a dimension nothing covers: refused by name below
+                return None  # a dimension nothing covers: refused by name later
             shapes[name] = shape  # type: ignore[assignment]
         return shapes
 
-    failed = least = min(int(sizes[k][0]) for k in lengths)  # type: ignore[arg-type]
-    top = max(int(sizes[k][1]) for k in lengths)  # type: ignore[arg-type]
-    first = corner(failed)
-    why = probe(first) if first is not None else None
-    if why is None:
-        return
-    ran = None
-    n = failed
-    while n < top and ran is None:
-        n = min(2 * n, top)
-        if probe(corner(n)) is None:  # type: ignore[arg-type]
-            ran = n
+    def runs(lengths: list[str], n: int) -> str | None:
+        shapes = corner(lengths, n)
+        return probe(shapes) if shapes is not None else None
+
+    lows = [k for k in inputs.labels() if default(k, 0)]
+    highs = [k for k in inputs.labels() if default(k, 2)]
+    if not (lows or highs) or runs(lows + highs, -1) is not None:
+        return  # the file does not run at the opt: nothing to learn about lengths here
+    if lows:
+        least = min(int(sizes[k][0]) for k in lows)  # type: ignore[arg-type]
+        why = runs(lows, least)
+        if why is not None:
+            failed, ran = least, min(int(sizes[k][1]) for k in lows)  # type: ignore[arg-type]
+            n = least
+            while 2 * n < ran:  # doubling: a length of thousands (a waveform) is found in a few runs
+                n *= 2
+                if runs(lows, n) is None:
+                    ran = n
+                    break
+                failed = n
+            ran = _bisect(lambda m: runs(lows, m) is None, failed, ran)
+            for k in lows:
+                sizes[k][0] = ran
+                basis[k][0] = f"the least length the file runs at, {ran} (asked of ONNX Runtime and ONNX's reference; at {least}: {why})"
+    if highs:
+        most = max(int(sizes[k][2]) for k in highs)  # type: ignore[arg-type]
+        why = runs(highs, most)
+        if why is not None:
+            opt = max(int(sizes[k][1]) for k in highs)  # type: ignore[arg-type]
+            ran = _bisect(lambda m: runs(highs, m) is not None, opt, most) - 1  # the first that fails, less one
+            for k in highs:
+                sizes[k][2] = ran
+                basis[k][2] = f"the greatest length the file runs at, {ran} (asked of ONNX Runtime and ONNX's reference; at {most}: {why})"
+
+
+def _bisect(holds: Callable[[int], bool], low: int, high: int) -> int:
+    """The least n in (low, high] for which ``holds`` is true, given it is false at ``low`` and
+    true at ``high`` (and stays true above where it first holds)."""
+    while high - low > 1:
+        middle = (low + high) // 2
+        if holds(middle):
+            high = middle
         else:
-            failed = n
-    if ran is None:
-        return
-    while ran - failed > 1:
-        middle = (failed + ran) // 2
-        if probe(corner(middle)) is None:  # type: ignore[arg-type]
-            ran = middle
-        else:
-            failed = middle
-    for k in lengths:
-        sizes[k][0] = min(ran, int(sizes[k][1]))  # type: ignore[arg-type]
-        basis[k][0] = f"the least length the file runs at in ONNX Runtime, {ran} ({failed} fails; at {least}: {why})"
+            low = middle
+    return high
 
 
 def _given_basis(parameter: str) -> str:

@@ -8,7 +8,9 @@ walks back to a graph input through the ops whose axes it can follow:
 - Identity, Cast, Dropout and the elementwise ops that keep their input's shape (activations);
 - Transpose (its perm), Squeeze and Unsqueeze (their axes, an attribute or a constant input);
 - Add, Sub, Mul and Div with one side a constant (a bias, a scale): the other side's axes;
-- MatMul with a constant right side (a Linear layer's weights): every axis but the last.
+- MatMul with a constant right side (a Linear layer's weights): every axis but the last;
+- Conv and the pools (N, C, spatial...): the batch and the spatial axes (a length stays a
+  length through a convolution, at another size), not the channels; Pad: every axis.
 
 Every verb reads roles through it, by way of :func:`rnnx.shapes.file_dims.read_file_dims`.
 """
@@ -31,7 +33,9 @@ NODE_AXES = {
 }
 _SAME_SHAPE = frozenset({"Identity", "Cast", "Dropout", "Relu", "Tanh", "Sigmoid", "LeakyRelu", "Elu", "Selu", "Softplus", "Softsign",
                          "HardSigmoid", "HardSwish", "Abs", "Neg", "Exp", "Log", "Sqrt", "Erf", "Clip", "Softmax", "LogSoftmax",
-                         "Gelu", "Mish", "Reciprocal", "Sign", "Floor", "Ceil", "Round"})
+                         "Gelu", "Mish", "Reciprocal", "Sign", "Floor", "Ceil", "Round", "BatchNormalization",
+                         "InstanceNormalization", "LayerNormalization", "Pad"})
+_WINDOWED = frozenset({"Conv", "MaxPool", "AveragePool", "LpPool"})  # (N, C, spatial...) in, the same axes out
 _BROADCAST = frozenset({"Add", "Sub", "Mul", "Div"})
 MAX_STEPS = 64  # a longer chain is not a path worth following
 
@@ -105,6 +109,10 @@ def trace(name: str, roles: list[str | None], producers: dict[str, Any], constan
             if len(varying) != 1:
                 return None  # two computed sides: which one carries the axes is not told
             name = varying[0]
+        elif op in _WINDOWED:
+            if len(roles) < 3:
+                return None
+            roles, name = [roles[0], None, *roles[2:]], node.input[0]
         elif op == "MatMul" and len(node.input) == 2 and node.input[1] in constants and constants[node.input[1]].ndim == 2:
             roles, name = roles[:-1] + [None], node.input[0]  # x @ W keeps x's leading axes
         else:

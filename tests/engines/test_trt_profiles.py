@@ -211,23 +211,54 @@ def test_a_dynamic_dimension_no_profile_covers_is_refused_naming_it(tmp_path: Pa
         plan_build(load_model(path), BuildOptions(opt_shapes={"x": (8, 64, 80)}), str(path))
 
 
-def test_a_length_the_file_cannot_run_at_is_not_the_profiles_min(tmp_path: Path) -> None:
-    """A Conv with a kernel of 5 frames refuses lengths 1 to 4: the profile's min is the least
-    length ONNX Runtime runs the file at (5, found by asking, not a power of two), with why."""
+def _length_bound_file(path: Path, kernel: int = 5, pool: int = 0, table: int = 0) -> Path:
+    """x (batch, 3, seq) through a Conv of ``kernel`` frames (no padding), a MaxPool of ``pool``
+    frames, and positions looked up in a table of ``table`` rows: seq must be at least what the
+    kernel and the pool need, and at most the table's rows."""
     from onnx import TensorProto, helper, numpy_helper
 
-    kernel = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 5)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "seq"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [kernel])
-    path = tmp_path / "conv.onnx"
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((3, 3, kernel)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y0"])]
+    last = "y0"
+    if pool:
+        nodes.append(helper.make_node("MaxPool", [last], ["y1"], kernel_shape=[pool], strides=[pool]))
+        last = "y1"
+    if table:  # y + table[0:seq'] along time: Shape -> Gather(2) -> Range -> Gather(table)
+        inits += [numpy_helper.from_array(rng.standard_normal((table, 1)).astype(np.float32), "table"),
+                  numpy_helper.from_array(np.array(2, np.int64), "two"), numpy_helper.from_array(np.array(0, np.int64), "zero"),
+                  numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array([1, 1, -1], np.int64), "row")]
+        nodes += [helper.make_node("Shape", [last], ["shape"]), helper.make_node("Gather", ["shape", "two"], ["steps"]),
+                  helper.make_node("Range", ["zero", "steps", "one"], ["at"]), helper.make_node("Gather", ["table", "at"], ["rows"]),
+                  helper.make_node("Reshape", ["rows", "row"], ["pos"]), helper.make_node("Add", [last, "pos"], ["y2"])]
+        last = "y2"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "seq"])],
+                              [helper.make_tensor_value_info(last, TensorProto.FLOAT, None)], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_a_length_the_file_cannot_run_at_is_not_in_the_profile(tmp_path: Path) -> None:
+    """A Conv of 5 frames refuses lengths 1 to 4: the profile's min is the least length the file
+    runs at (5, found by asking, not a power of two), with why; a table of 100 positions
+    refuses more than 100 frames: the max is 100 (the default would be 256)."""
+    path = _length_bound_file(tmp_path / "conv.onnx", kernel=5, table=100 - 4)  # the Conv's output is 4 frames shorter
     [choice] = plan_build(load_model(path), BuildOptions(), str(path))
-    assert choice.profile.shapes["x"] == ((1, 3, 5), (8, 3, 64), (32, 3, 256))
-    assert choice.dimensions["seq"]["from"].startswith("min from the least length the file runs at in ONNX Runtime, 5 (4 fails; at 1: ")
+    assert choice.profile.shapes["x"] == ((1, 3, 5), (8, 3, 64), (32, 3, 100))
+    said = choice.dimensions["seq"]["from"]
+    assert said.startswith("min from the least length the file runs at, 5 (asked of ONNX Runtime and ONNX's reference; at 1: "), said
+    assert "max from the greatest length the file runs at, 100 (" in said, said
     # a min given is the caller's: not asked about
     [given] = plan_build(load_model(path), BuildOptions(min_shapes={"x": (1, 3, 7)}), str(path))
     assert given.profile.shapes["x"][0] == (1, 3, 7)
+
+
+def test_a_pool_onnx_runtime_is_lenient_with_is_held_to_its_definition(tmp_path: Path) -> None:
+    """ONNX Runtime's MaxPool gives a frame from fewer frames than its kernel; the operator's
+    definition (ONNX's reference, and torch) gives none: the min is where both run."""
+    path = _length_bound_file(tmp_path / "pool.onnx", kernel=3, pool=4)  # needs 3 - 1 + 4 = 6 frames
+    [choice] = plan_build(load_model(path), BuildOptions(), str(path))
+    assert choice.profile.shapes["x"][0] == (1, 3, 6), choice.dimensions["seq"]
 
 
 def test_a_file_without_dynamic_dimensions_needs_no_profile(tmp_path: Path) -> None:
