@@ -36,7 +36,8 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.tolerance import Tolerances, compare_arrays, compare_calibrated
 from rnnx.verify.calls import plan_call, torch_outputs
-from rnnx.shapes.cases import plan_cases, shape_note
+from rnnx.shapes.cases import Case, plan_cases, shape_note
+from rnnx.shapes.roles import LENGTH
 from rnnx.shapes.file_dims import read_file_dims
 from rnnx.verify.feeds import make_feed
 from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
@@ -297,6 +298,7 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
         runs.append((case.name, {**known, **feed, **got}))
     if not runs:
         raise RNNXError(f"{model_path}: ONNX Runtime could not run it at any of the shapes tried ({cases[0].error if cases else 'no shapes'})")
+    _lengths_it_refuses(cases, roles)
     tolerances = tolerances or Tolerances()
     report.layers = check_layers([la for la in layers if weights is None or la.name in truths], truths, runs, tolerances.get("", _elem_dtype(proto)),
                                  calibrate=tolerances.calibrates())
@@ -305,6 +307,22 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
         raise RNNXError(f"{model_path}: it runs, but none of its recurrent layers can be checked on its own "
                         f"({report.layers[0].reason}): nothing to check without against=")
     return report
+
+
+def _lengths_it_refuses(cases: list[Case], roles: dict[str, str]) -> None:
+    """With no torch model to ask, a case ONNX Runtime cannot run is a length the file refuses,
+    not a failure, where the file ran another case at the same batch and other sizes: a model
+    may take only some lengths (a reshape into groups of 4 frames). A batch it refuses, or a
+    case with nothing like it that ran, stays a failure."""
+    def held(case: Case) -> tuple[tuple[str, int], ...]:
+        return tuple(sorted((k, v) for k, v in case.sizes.items() if roles.get(k) != LENGTH))
+
+    ran = {held(c) for c in cases if not c.error and not c.skipped}
+    for case in cases:
+        if case.error and held(case) in ran:
+            case.skipped = (f"the file does not run at these lengths ({case.error.removeprefix('ONNX Runtime failed: ')}); "
+                            "a model may take only some lengths: give those it takes with --seq-lens")
+            case.error = ""
 
 
 def is_whole_model(path: Path) -> bool:

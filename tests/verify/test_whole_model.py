@@ -258,6 +258,33 @@ def test_a_file_on_its_own_runs_at_varied_shapes_and_each_layer_is_checked(tmp_p
     assert [la.status for la in bad.layers] == ["ok", "drifts"]
 
 
+class _GroupsOfFour(torch.nn.Module):
+    """Frames in groups of 4 before the LSTM: the model takes only lengths that are multiples of 4."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(12, 6, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, f = x.shape
+        return self.lstm(x.reshape(b, t // 4, 4 * f))[0]
+
+
+def test_a_file_on_its_own_that_takes_only_some_lengths_is_checked_at_those(tmp_path: Path) -> None:
+    """With no torch model to ask, a length the file cannot run at (99 frames, in groups of 4)
+    where another length ran at the same batch is said and skipped, not a failure; a batch the
+    file cannot run at stays one (tests/verify/test_verify_wild.py)."""
+    from rnnx.verify.models import verify_file
+
+    torch.manual_seed(0)
+    assert rnnx.export(_GroupsOfFour().eval(), (torch.randn(1, 48, 3),), tmp_path / "g.onnx").passed
+    report = verify_file(tmp_path / "g.onnx", isolated=False)
+    assert report.passed, str(report)
+    refused = [c for c in report.cases if c.skipped]
+    assert refused and all("does not run at these lengths" in c.skipped and "--seq-lens" in c.skipped for c in refused), str(report)
+    assert all(c.sizes.get("seq", 0) % 4 for c in refused) and report.ran and all(c.sizes.get("seq", 4) % 4 == 0 for c in report.ran)
+
+
 def test_a_file_on_its_own_that_cannot_be_checked_is_refused(tmp_path: Path, foreign: tuple[Path, Path]) -> None:
     from onnx import TensorProto, helper
 
