@@ -12,7 +12,6 @@ from typing import Any
 from rnnx.errors import RNNXError
 from rnnx.exporters.writing import first_line
 from rnnx.layouts.onnx import NATIVE_OPS, OP_TYPES
-from rnnx.exporters import shapes
 from rnnx.exporters import call_record, record
 from rnnx.exporters.example_values import value_summary
 from rnnx.graphs.fuse_cells import fuse_cells
@@ -21,6 +20,7 @@ from rnnx.formats.onnx_scan import lower_projections
 from rnnx.graphs.index import all_graphs
 from rnnx.graphs.export_repairs import drop_noop_squeezes, separate_outputs
 from rnnx.exporters.export_trace import unflatten
+from rnnx.shapes.roles import BATCH, OTHER
 
 @dataclass
 class Finished:
@@ -77,8 +77,8 @@ def finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swapp
                 dims[info["axis"]] = info["seq_label"]
                 naming.roles[info["seq_label"]] = "length"
                 batch = dims[1 - info["axis"]] if len(dims) > 1 else None
-                if isinstance(batch, str) and naming.roles.get(batch) == shapes.OTHER:  # a hand-written cell's batch reached no nn module
-                    naming.roles[batch] = shapes.BATCH
+                if isinstance(batch, str) and naming.roles.get(batch) == OTHER:  # a hand-written cell's batch reached no nn module
+                    naming.roles[batch] = BATCH
             notes.append(f"{info['steps']} steps of a stepped cell fused into one {info['op']} node over {info['source']}"
                          + (", sequence length dynamic" if info.get("dynamic_seq") else "")
                          + (f"; per-step {', '.join(info['hoisted'])} applied to all steps after it" if info.get("hoisted") else ""))

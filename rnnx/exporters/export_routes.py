@@ -22,6 +22,7 @@ from rnnx.exporters import record
 from rnnx.exporters.audit import DimensionAudit, resize
 from rnnx.exporters.export_finish import finish_graph
 from rnnx.exporters.export_trace import cause_of, is_structured, module_of_op, recurrent_arguments, runs_program, to_onnx, unflatten
+from rnnx.shapes.roles import BATCH
 
 DYNAMO = "torch.export + torch.onnx (dynamo)"
 DYNAMO_STATIC = DYNAMO + " with unneeded dimensions static"
@@ -166,7 +167,7 @@ class Routes:
                 continue
             partner = next((dims[self.leaves[i].name][k] for i, k in probe.partners
                             if isinstance(dims.get(self.leaves[i].name, [None] * (k + 1))[k], str)), None)
-            label = partner or record.free_label(shapes.Naming({}, roles, dims, {}), "batch" if probe.role == shapes.BATCH else "seq")
+            label = partner or record.free_label(shapes.Naming({}, roles, dims, {}), "batch" if probe.role == BATCH else "seq")
             roles.setdefault(label, probe.role)
             for i, k in [(leaf.index, d)] + [p for p in probe.partners if not partner]:
                 dims.setdefault(self.leaves[i].name, list(self.leaves[i].value.shape))[k] = label

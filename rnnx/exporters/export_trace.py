@@ -15,6 +15,7 @@ from rnnx.exporters import torchscript_route
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.graphs.legalize import convert_down
 from rnnx.formats.torch import clip
+from rnnx.shapes.roles import OTHER
 
 def runs_on_example(model: Any, leaves: list[Any], structure: Any) -> None:
     """The model on the example as given, before any route: an example it refuses (tokens as
@@ -77,7 +78,7 @@ def unneeded_dimensions(naming: Any, leaves: list[Any], given: dict[tuple[int, i
     out = []
     for leaf in leaves:
         for d, v in enumerate(naming.input_dims.get(leaf.name, [])):
-            if isinstance(v, str) and naming.roles.get(v, shapes.OTHER) == shapes.OTHER and (leaf.index, d) not in given:
+            if isinstance(v, str) and naming.roles.get(v, OTHER) == OTHER and (leaf.index, d) not in given:
                 out.append((leaf.name, d, int(leaf.value.shape[d])))
     return out
 

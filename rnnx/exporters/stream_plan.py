@@ -31,6 +31,7 @@ from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_o
 from rnnx.formats.onnx_metadata import read_metadata, set_metadata
 from rnnx.shapes.sizes import STREAM_BATCHES, STREAM_CHUNKS, STREAM_FRAMES
 from rnnx.streaming import STREAMING_KEY, StatePair, StreamingRecord
+from rnnx.shapes.roles import BATCH, LENGTH
 
 # The chunked check: sequences of STREAM_FRAMES frames cut into chunks of each size (and run
 # whole), at each batch size, all in units of the chunk multiple (the strides along time). 7 is
@@ -87,7 +88,6 @@ class StreamPlan:
         named dimensions; refuse a graph with no single dynamic time axis to cut."""
         import onnx
 
-        BATCH, LENGTH = shapes.BATCH, shapes.LENGTH
         export, _ = read_metadata(proto)
         if export is None:
             raise RuntimeError("streaming: the graph has no rnnx.export record to read its axes from")  # a bug in rnnx: exit 3
@@ -141,7 +141,6 @@ class StreamPlan:
 
         from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 
-        BATCH = shapes.BATCH
 
         record = self.record
         if record is None:
