@@ -14,6 +14,7 @@ the least length the file runs at, asked of ONNX Runtime.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,8 @@ from rnnx.verify.feeds import make_feed  # noqa: E402
 
 
 THIRD_PARTY = Path(__file__).resolve().parent / "fixtures" / "third_party"
-FILES = ["rnnx", "rnnx streaming", "torch.onnx, named axes", "torch.onnx, anonymous axes", "torch.onnx, anonymous axes through a Conv"] + sorted(p.name for p in THIRD_PARTY.glob("*.onnx"))
+FILES = ["rnnx", "rnnx streaming", "torch.onnx, named axes", "torch.onnx, anonymous axes", "torch.onnx, anonymous axes through a Conv",
+         "torch.onnx, packed tokens, anonymous axes"] + sorted(p.name for p in THIRD_PARTY.glob("*.onnx"))
 
 
 class Tagger(torch.nn.Module):
@@ -72,6 +74,21 @@ class Causal(torch.nn.Module):
         return self.rnn(y.transpose(1, 2))[0]
 
 
+class Tokens(torch.nn.Module):
+    """Token ids and their lengths, packed (torch.onnx sorts them with a TopK and reorders the
+    batch with a Gather): the wiring reaches the ids through the embedding and the lengths
+    through the sort."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 8)
+        self.rnn = torch.nn.LSTM(8, 10, batch_first=True)
+
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        packed = torch.nn.utils.rnn.pack_padded_sequence(self.emb(ids), lengths, batch_first=True, enforce_sorted=False)
+        return torch.nn.utils.rnn.pad_packed_sequence(self.rnn(packed)[0], batch_first=True, total_length=ids.shape[1])[0]
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("agree")
@@ -88,6 +105,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                           dynamic_axes={"x": axes, "y": axes}, opset_version=17, dynamo=False)
     for path in sorted(THIRD_PARTY.glob("*.onnx")):
         out[path.name] = path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Tokens().eval(), (torch.randint(0, 50, (3, 9)), torch.tensor([9, 4, 6])), str(folder / "tokens.onnx"),
+                          input_names=["ids", "lengths"], output_names=["y"], opset_version=17, dynamo=False,
+                          dynamic_axes={"ids": {0: "d0", 1: "d1"}, "lengths": {0: "d2"}})
+    out["torch.onnx, packed tokens, anonymous axes"] = folder / "tokens.onnx"
     return out
 
 
@@ -139,3 +162,12 @@ def test_onnx_runtime_runs_every_shape_any_verb_picks_and_verify_stays_within_th
         for n, shape in shapes.items():
             lo, _, hi = profile[n]
             assert all(a <= s <= b for a, s, b in zip(lo, shape, hi)), f"{label}: {n} {shape} outside the profile {lo}..{hi}"
+
+
+def test_a_lengths_input_is_found_by_its_wiring_and_fed_lengths_within_the_sequence(files) -> None:
+    asked = _asked(files["torch.onnx, packed tokens, anonymous axes"])
+    lengths = next(s for s in asked["specs"] if s.name == "lengths")
+    assert lengths.lengths_of == "d1" and asked["verify"]["d1"] == LENGTH, asked["verify"]
+    for case in plan_cases(asked["specs"], asked["verify"], asked["example"], None, None, {}):
+        feed = make_feed(asked["specs"], case, {}, 0)
+        assert 1 <= feed["lengths"].min() and feed["lengths"].max() == feed["ids"].shape[1], case.name

@@ -69,7 +69,8 @@ CHECKPOINT = Option(("--checkpoint",), {"type": Path, "help": "state_dict to loa
                                                                  ".safetensors), or a training checkpoint holding one (under state_dict, "
                                                                  "model_state_dict, model, net; DataParallel's and Lightning's key prefixes removed)"})
 SEQ_LENS = Option(("--seq-lens",), {"type": types.sizes_to_check, "metavar": "N,N,...",
-                                    "help": "sequence lengths to check at (default 1,17,64; 1,17 for models over 20M parameters)"})
+                                    "help": "sequence lengths to check at (default: a recurrent stack 1,17,64, or 1,17 over 20M parameters; "
+                                            "a whole model the example's length and 2x it + 3, or 16 and 35 without an example)"})
 BATCH = Option(("--batch",), {"type": types.sizes_to_check, "metavar": "N,N,...", "help": "batch sizes to check at (default 1,8)"})
 DIM = Option(("--dim",), {"type": types.dim, "action": "append", "metavar": "LABEL=SIZE",
                           "help": "size of a dynamic dimension that is neither a batch nor a length (repeated)"})

@@ -6,6 +6,10 @@ reference of a whole file (a Conv front end, a recurrence, a head) is run by
 operator, on a copy of the graph whose floating tensors are all float64: initializers,
 constants, Cast targets, inputs and outputs, in subgraphs too. Its recurrences are ONNX's
 reference definitions (gate orders i,o,f,c and z,r,h), which rnnx's tests pin against torch.
+ONNX's reference LSTM, GRU and RNN ignore ``sequence_lens`` (onnx 1.23's op_lstm.py marks it
+unused), so here each sequence of a batch given lengths runs alone, over its own frames: its
+outputs past its end are zeros and its final states are those at its last frame, as the
+operators define and as ONNX Runtime and torch's packed sequences compute.
 
 The same copy in float16 is an honest float16 computation of the file (numpy rounds every
 operator's result to float16): the rounding floor of an engine built in fp16.
@@ -68,7 +72,7 @@ class ReferenceRun:
         self.dtype = np.dtype(_TYPES[dtype][1])
         self.output_names = [o.name for o in proto.graph.output]
         try:
-            self.evaluator = ReferenceEvaluator(retyped(proto, dtype))
+            self.evaluator = ReferenceEvaluator(retyped(proto, dtype), new_ops=_with_lengths())
         except Exception as exc:  # noqa: BLE001  onnx raises what its operators raise
             raise RNNXError(f"ONNX's reference evaluator cannot run this file in {dtype}: {type(exc).__name__}: "
                             f"{' '.join(str(exc).split())[:200]}") from None
@@ -80,3 +84,46 @@ class ReferenceRun:
         except Exception as exc:  # noqa: BLE001
             raise RNNXError(f"ONNX's reference evaluator failed in {self.dtype}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
         return {name: np.asarray(value) for name, value in zip(self.output_names, outs)}
+
+
+def _with_lengths() -> list[type]:
+    """ONNX's reference LSTM, GRU and RNN, honouring ``sequence_lens`` (see the module docstring)."""
+    from onnx.reference.ops import op_gru, op_lstm, op_rnn
+
+    def _run(self: Any, X: np.ndarray, W: np.ndarray, R: np.ndarray, B: Any = None, sequence_lens: Any = None, *rest: Any, **attrs: Any) -> Any:
+        run = super(type(self), self)._run
+        steps = X.shape[1 if self.layout else 0]
+        if sequence_lens is None or np.size(sequence_lens) == 0 or bool(np.all(np.asarray(sequence_lens) >= steps)):
+            return run(X, W, R, B, None, *rest, **attrs)
+        batch_axis, out_batch_axis = (0, 0) if self.layout else (1, 2)  # X and states; Y
+        states = len(rest) if type(self).__name__ != "LSTM" else min(len(rest), 2)  # LSTM's P (peepholes) holds no batch
+        outputs: list[np.ndarray] | None = None
+        for b, length in enumerate(np.asarray(sequence_lens).reshape(-1)):
+            length = int(min(max(length, 0), steps))
+            x = X[b:b + 1, :length] if self.layout else X[:length, b:b + 1]
+            given = [np.take(v, [b], axis=batch_axis) if k < states and v is not None else v for k, v in enumerate(rest)]
+            got = run(x, W, R, B, None, *given, **attrs)
+            if outputs is None:  # every output at the whole batch's shape, zeros past each sequence's end
+                outputs = [np.zeros(_whole(np.shape(v), k, steps, X.shape[batch_axis], self.layout, out_batch_axis), np.asarray(v).dtype)
+                           for k, v in enumerate(got)]
+            for k, value in enumerate(got):
+                if k == 0:  # Y: (T, D, B, H), or (B, T, D, H) with layout 1
+                    where = (slice(b, b + 1), slice(0, length)) if self.layout else (slice(0, length), slice(None), slice(b, b + 1))
+                else:  # Y_h, Y_c: (D, B, H), or (B, D, H)
+                    where = (slice(b, b + 1),) if self.layout else (slice(None), slice(b, b + 1))
+                outputs[k][where] = value
+        return tuple(outputs or ())
+
+    return [type(name, (base,), {"op_domain": "", "_run": _run}) for name, base in
+            (("LSTM", op_lstm.LSTM), ("GRU", op_gru.GRU), ("RNN", op_rnn.RNN_14))]
+
+
+def _whole(shape: tuple[int, ...], k: int, steps: int, batch: int, layout: int, out_batch_axis: int) -> tuple[int, ...]:
+    """One sequence's output shape at the whole batch (and, for Y, every step)."""
+    whole = list(shape)
+    if k == 0:
+        whole[1 if layout else 0] = steps
+        whole[out_batch_axis] = batch
+    else:
+        whole[0 if layout else 1] = batch
+    return tuple(whole)

@@ -11,6 +11,7 @@ import numpy as np
 
 from rnnx.graphs import walk
 from rnnx.shapes.rewrite_plan import ShapePlan
+from rnnx.shapes.wiring import LENGTHS_PATH
 
 
 def make_feeds(model: Any, plan: ShapePlan, sizes: dict[str, int], shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
@@ -39,8 +40,7 @@ def make_feeds(model: Any, plan: ShapePlan, sizes: dict[str, int], shapes: dict[
     return feeds
 
 
-_LENGTH_PATH = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze")  # what may lie between a graph input and sequence_lens
-_X_PATH = _LENGTH_PATH + ("Transpose",)
+_X_PATH = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Transpose")
 
 
 def _fill_sequence_lengths(model: Any, feeds: dict[str, np.ndarray], rng: np.random.Generator, done: set[str]) -> None:
@@ -50,7 +50,7 @@ def _fill_sequence_lengths(model: Any, feeds: dict[str, np.ndarray], rng: np.ran
     for node in model.graph.node:
         if node.op_type not in ("LSTM", "GRU", "RNN") or len(node.input) < 5 or not node.input[4]:
             continue
-        lengths, _ = walk.back(node.input[4], producers, _LENGTH_PATH)
+        lengths, _ = walk.back(node.input[4], producers, LENGTHS_PATH)
         if lengths not in feeds or lengths in done or feeds[lengths].dtype.kind not in "iu":
             continue
         x, swaps = walk.back(node.input[0], producers, _X_PATH)

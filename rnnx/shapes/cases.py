@@ -44,7 +44,7 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
     for flag, wanted, role in (("seq_lens", seq_lens, LENGTH), ("batches", batches, BATCH)):
         if wanted and not any(r == role for r in roles.values()):
             others = [k for k, v in roles.items() if v == OTHER]
-            raise RNNXError(f"{flag}: no dynamic dimension of the file reads as a {role} by its name ({', '.join(others) or 'none is dynamic'}); "
+            raise RNNXError(f"{flag}: no dynamic dimension of the file reads as a {role} by the record, its name or its wiring ({', '.join(others) or 'none is dynamic'}); "
                             f"size them with dims=LABEL=SIZE")
     fixed: dict[str, int] = {}
     for label, role in roles.items():
@@ -56,7 +56,7 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
                 continue  # a role for a label no input carries: nothing to size
             if label not in base:
                 who = holders[0]
-                raise RNNXError(f"dimension {label!r} of input {who!r} is dynamic and neither a batch nor a length by its name; "
+                raise RNNXError(f"dimension {label!r} of input {who!r} is dynamic and neither a batch nor a length by the record, its name or its wiring; "
                                 f"give its size with --dim {label}=SIZE (or define example_inputs in the model file)")
             fixed[label] = base[label]
     length_labels = [k for k, v in roles.items() if v == LENGTH and k not in fixed]
@@ -93,5 +93,5 @@ def shape_note(roles: dict[str, str]) -> str:
     if any(r in (BATCH, LENGTH) for r in roles.values()):
         return ""
     others = ", ".join(roles) or "none of its dimensions is dynamic"
-    return (f"no dynamic dimension reads as a batch or a length by its name ({others}): it ran at one shape only; "
+    return (f"no dynamic dimension reads as a batch or a length by the record, its name or its wiring ({others}): it ran at one shape only; "
             "name its axes batch/seq when exporting, or size each with --dim LABEL=SIZE")

@@ -29,7 +29,7 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.shapes.roles import LENGTH, OTHER, ROLES, role_of_name
-from rnnx.shapes.wiring import axis_roles
+from rnnx.shapes.wiring import axis_roles, lengths_inputs
 
 FROM_RECORD = "rnnx export's record"
 FROM_NAME = "its name"
@@ -78,8 +78,11 @@ class FileDims:
         return None
 
     def to_json(self) -> dict[str, dict[str, str]]:
-        """Each dynamic label's role and where it was read (``rnnx inspect --json``'s ``dimensions``)."""
-        return {label: {"role": self.roles[label], "from": self.role_from[label]} for label in self.roles}
+        """Each dynamic label's role, where it was read, and the input and axis it first stands at
+        (``rnnx inspect --json``'s ``dimensions``)."""
+        where = self.labels()
+        return {label: {"role": self.roles[label], "from": self.role_from[label], "input": where[label][0], "axis": where[label][1]}
+                for label in self.roles}
 
     def describe(self) -> list[str]:
         """Lines for ``rnnx inspect``: each input's dims, and each dynamic label's role and why."""
@@ -127,11 +130,13 @@ def read_file_dims(proto: Any, export: dict[str, Any] | None = None, also: tuple
         else:
             found.roles[label], found.role_from[label] = OTHER, FROM_NOTHING
     lengths_labels = [k for k, v in found.roles.items() if v == LENGTH]
+    wired_lengths = lengths_inputs(proto)
     for spec in specs:
         if spec.dtype is None or spec.dtype.kind not in "iu":
             continue
-        if len(spec.dims) == 1 and spec.lengths_of is None and re.search(r"len", spec.name, re.IGNORECASE) and lengths_labels:
-            spec.lengths_of = lengths_labels[0]  # a foreign file's "lengths" input
+        if len(spec.dims) == 1 and spec.lengths_of is None and lengths_labels and (
+                spec.name in wired_lengths or re.search(r"len", spec.name, re.IGNORECASE)):
+            spec.lengths_of = lengths_labels[0]  # a foreign file's lengths input: it reaches sequence_lens, or its name says so
         if spec.lengths_of is None:
             spec.vocabulary = _vocabulary(proto, spec.name)
     return found

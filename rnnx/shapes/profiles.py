@@ -219,7 +219,7 @@ def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple
                         taken.add((dim, end))
                         sizes[dim][end], basis[dim][end] = size, sources[end]
     if probe is not None:
-        _ask_lengths(inputs, given, sizes, basis, defaults, probe)
+        _ask_lengths(inputs, sizes, basis, defaults, probe)
     chosen: dict[str, Triple] = {}
     for name, dims in inputs.dims.items():
         if not any(isinstance(d, str) for d in dims) and not any(name in g for g in given):
@@ -252,61 +252,69 @@ def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple
     return ProfileChoice(Profile(chosen), dimensions)
 
 
-def _ask_lengths(inputs: FileDims, given: list[dict[str, Shape]], sizes: dict[str, list[int | None]], basis: dict[str, list[str]],
-                 defaults: dict[str, str], probe: Probe) -> None:
-    """Ask the file (through ``probe``) whether it runs at the default ends of its lengths, every
-    other dimension at its min and the inputs given their given min shapes: where not, raise the
-    min to the least length it runs at (doubling up to the opt, then halving the gap) and lower
-    the max to the greatest (halving the gap down from the max to the opt). The search takes a
-    length that runs to keep running above it (a model that takes only multiples of 4 gets a
-    min where one runs). Where the file does not run at the opt either, the probe says nothing
-    about lengths and the defaults stay."""
-    def default(k: str, end: int) -> bool:
-        return inputs.roles.get(k) == LENGTH and basis[k][end] == defaults[k] and None not in sizes[k]
+def _ask_lengths(inputs: FileDims, sizes: dict[str, list[int | None]], basis: dict[str, list[str]], defaults: dict[str, str],
+                 probe: Probe) -> None:
+    """Ask the file (through ``probe``, batch and other dimensions at their min) whether it runs
+    at the default ends of its lengths, one length at a time, the others at their opt: where
+    not, raise the min to the least length it runs at (each length from 1 to 64 in turn, then
+    doubling and halving the gap) and lower the max to the greatest (halving the gap down from
+    the max). Above 64 frames the search takes a length that runs to keep running above it.
+    Where the file does not run at the opt, a given opt is refused by name; a default one (the
+    example's) leaves the defaults: the probe then says nothing about lengths."""
+    lengths = [k for k in inputs.labels() if inputs.roles.get(k) == LENGTH and None not in sizes[k]]
+    lows = [k for k in lengths if basis[k][0] == defaults[k]]
+    highs = [k for k in lengths if basis[k][2] == defaults[k]]
+    if not (lows or highs):
+        return
 
-    def corner(lengths: list[str], n: int) -> dict[str, Shape] | None:
-        shapes: dict[str, Shape] = {}
-        for name, dims in inputs.dims.items():
-            shape = given[0].get(name) or tuple(d if isinstance(d, int) else sizes[d][1] if d in lengths and n < 0 else n if d in lengths
-                                                else sizes[d][0] for d in dims)  # type: ignore[misc]
-            if None in shape:
-                return None  # a dimension nothing covers: refused by name later
-            shapes[name] = shape  # type: ignore[assignment]
-        return shapes
+    def runs(at: dict[str, int]) -> str | None:
+        shapes = {name: tuple(d if isinstance(d, int) else at.get(d, sizes[d][1] if d in lengths else sizes[d][0]) for d in dims)
+                  for name, dims in inputs.dims.items()}
+        return probe(shapes) if all(None not in shape for shape in shapes.values()) else None  # type: ignore[arg-type]
 
-    def runs(lengths: list[str], n: int) -> str | None:
-        shapes = corner(lengths, n)
-        return probe(shapes) if shapes is not None else None
-
-    lows = [k for k in inputs.labels() if default(k, 0)]
-    highs = [k for k in inputs.labels() if default(k, 2)]
-    if not (lows or highs) or runs(lows + highs, -1) is not None:
-        return  # the file does not run at the opt: nothing to learn about lengths here
-    if lows:
-        least = min(int(sizes[k][0]) for k in lows)  # type: ignore[arg-type]
-        why = runs(lows, least)
+    why = runs({})
+    if why is not None:
+        if any(basis[k][1] != defaults[k] for k in lengths):
+            at = ", ".join(f"{k} {sizes[k][1]}" for k in lengths)
+            raise RNNXError(f"expected the model to run at the profile's opt ({at}), found it does not ({why}); give opt_shapes= "
+                            "(or profiles=) at lengths the model takes")
+        return
+    asked = "asked of ONNX Runtime and ONNX's reference"
+    for k in lows:
+        least, opt = int(sizes[k][0]), int(sizes[k][1])  # type: ignore[arg-type]
+        why = runs({k: least})
         if why is not None:
-            failed, ran = least, min(int(sizes[k][1]) for k in lows)  # type: ignore[arg-type]
-            n = least
-            while 2 * n < ran:  # doubling: a length of thousands (a waveform) is found in a few runs
-                n *= 2
-                if runs(lows, n) is None:
-                    ran = n
-                    break
-                failed = n
-            ran = _bisect(lambda m: runs(lows, m) is None, failed, ran)
-            for k in lows:
-                sizes[k][0] = ran
-                basis[k][0] = f"the least length the file runs at, {ran} (asked of ONNX Runtime and ONNX's reference; at {least}: {why})"
-    if highs:
-        most = max(int(sizes[k][2]) for k in highs)  # type: ignore[arg-type]
-        why = runs(highs, most)
+            sizes[k][0] = _least(lambda n: runs({k: n}) is None, least, opt)
+            basis[k][0] = f"the least length the file runs at, {sizes[k][0]} ({asked}; at {least}: {why})"
+    together = {k: int(sizes[k][0]) for k in lows}  # type: ignore[arg-type]
+    if len(lows) > 1 and runs(together) is not None:  # each runs alone at its min, not all at theirs: raise them together
+        start = max(together.values())
+        n = _least(lambda m: runs({k: max(m, together[k]) for k in lows}) is None, start - 1, max(int(sizes[k][1]) for k in lows))  # type: ignore[arg-type]
+        for k in lows:
+            sizes[k][0] = min(max(n, together[k]), int(sizes[k][1]))  # type: ignore[arg-type]
+    for k in highs:
+        opt, most = int(sizes[k][1]), int(sizes[k][2])  # type: ignore[arg-type]
+        why = runs({k: most})
         if why is not None:
-            opt = max(int(sizes[k][1]) for k in highs)  # type: ignore[arg-type]
-            ran = _bisect(lambda m: runs(highs, m) is not None, opt, most) - 1  # the first that fails, less one
-            for k in highs:
-                sizes[k][2] = ran
-                basis[k][2] = f"the greatest length the file runs at, {ran} (asked of ONNX Runtime and ONNX's reference; at {most}: {why})"
+            sizes[k][2] = _bisect(lambda n: runs({k: n}) is not None, opt, most) - 1  # the first that fails, less one
+            basis[k][2] = f"the greatest length the file runs at, {sizes[k][2]} ({asked}; at {most}: {why})"
+
+
+def _least(holds: Callable[[int], bool], failed: int, ran: int) -> int:
+    """The least n above ``failed`` (where ``holds`` is false) up to ``ran`` (where it is true):
+    each of the first 64 in turn, then doubling and halving the gap."""
+    for n in range(failed + 1, min(ran, failed + 64)):
+        if holds(n):
+            return n
+    failed = max(failed, min(ran, failed + 64) - 1)
+    n = failed
+    while 2 * n < ran:
+        n *= 2
+        if holds(n):
+            ran = n
+            break
+        failed = n
+    return _bisect(holds, failed, ran)
 
 
 def _bisect(holds: Callable[[int], bool], low: int, high: int) -> int:

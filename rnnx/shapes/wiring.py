@@ -10,13 +10,20 @@ walks back to a graph input through the ops whose axes it can follow:
 - Add, Sub, Mul and Div with one side a constant (a bias, a scale): the other side's axes;
 - MatMul with a constant right side (a Linear layer's weights): every axis but the last;
 - Conv and the pools (N, C, spatial...): the batch and the spatial axes (a length stays a
-  length through a convolution, at another size), not the channels; Pad: every axis.
+  length through a convolution, at another size), not the channels; Pad: every axis;
+- Gather from a constant table along its first axis (an embedding): the indices' axes; and a
+  Gather of computed values by one-dimensional indices (torch.onnx's reordering of a batch by
+  sorted lengths): every axis.
+
+It also finds the graph inputs that hold a recurrence's ``sequence_lens`` (through Casts,
+reshapes and the TopK torch.onnx writes to sort packed lengths): :func:`lengths_inputs`.
 
 Every verb reads roles through it, by way of :func:`rnnx.shapes.file_dims.read_file_dims`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,7 +41,8 @@ NODE_AXES = {
 _SAME_SHAPE = frozenset({"Identity", "Cast", "Dropout", "Relu", "Tanh", "Sigmoid", "LeakyRelu", "Elu", "Selu", "Softplus", "Softsign",
                          "HardSigmoid", "HardSwish", "Abs", "Neg", "Exp", "Log", "Sqrt", "Erf", "Clip", "Softmax", "LogSoftmax",
                          "Gelu", "Mish", "Reciprocal", "Sign", "Floor", "Ceil", "Round", "BatchNormalization",
-                         "InstanceNormalization", "LayerNormalization", "Pad"})
+                         "InstanceNormalization", "LayerNormalization", "Pad",
+                         "TopK"})  # torch.onnx sorts packed lengths with a TopK of all of them: the same axes
 _WINDOWED = frozenset({"Conv", "MaxPool", "AveragePool", "LpPool"})  # (N, C, spatial...) in, the same axes out
 _BROADCAST = frozenset({"Add", "Sub", "Mul", "Div"})
 MAX_STEPS = 64  # a longer chain is not a path worth following
@@ -47,6 +55,7 @@ def axis_roles(model: Any) -> dict[tuple[str, int], str]:
     producers = walk.producers_of(graph)
     constants = _constants(graph)
     inputs = {i.name for i in graph.input if i.name not in constants}
+    ranks = _ranks(model)
     found: dict[tuple[str, int], str] = {}
     clashes: set[tuple[str, int]] = set()
     for node in _recurrent_nodes(model):
@@ -54,7 +63,7 @@ def axis_roles(model: Any) -> dict[tuple[str, int], str]:
         for pos, roles in NODE_AXES[layout].items():
             if pos >= len(node.input) or not node.input[pos]:
                 continue
-            traced = trace(node.input[pos], list(roles), producers, constants, inputs)
+            traced = trace(node.input[pos], list(roles), producers, constants, inputs, ranks)
             if traced is None:
                 continue
             name, axis_list = traced
@@ -64,6 +73,21 @@ def axis_roles(model: Any) -> dict[tuple[str, int], str]:
     return {k: v for k, v in found.items() if k not in clashes}
 
 
+LENGTHS_PATH = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "TopK")  # what may lie between a graph input and sequence_lens
+
+
+def lengths_inputs(model: Any) -> set[str]:
+    """The graph inputs that reach a recurrence's ``sequence_lens`` (input 4) in the main graph."""
+    producers = walk.producers_of(model.graph)
+    found = set()
+    for node in _recurrent_nodes(model):
+        if len(node.input) > 4 and node.input[4]:
+            source, _ = walk.back(node.input[4], producers, LENGTHS_PATH)
+            if source is not None:
+                found.add(source)
+    return found
+
+
 def _recurrent_nodes(model: Any) -> list[Any]:
     """The main graph's recurrent nodes as rnnx reads them (LSTM, GRU, RNN, and ONNX Runtime's
     DynamicQuantizeLSTM, whose inputs sit where LSTM's do); not the Scans rnnx lowered."""
@@ -71,7 +95,7 @@ def _recurrent_nodes(model: Any) -> list[Any]:
 
 
 def trace(name: str, roles: list[str | None], producers: dict[str, Any], constants: dict[str, np.ndarray],
-          inputs: set[str]) -> tuple[str, list[str | None]] | None:
+          inputs: set[str], ranks: Callable[[str], int | None] = lambda name: None) -> tuple[str, list[str | None]] | None:
     """The graph input ``name`` comes from, and the role of each of its axes (None where an op
     loses track of an axis); None where the path leaves the ops this module follows."""
     for _ in range(MAX_STEPS):
@@ -113,11 +137,40 @@ def trace(name: str, roles: list[str | None], producers: dict[str, Any], constan
             if len(roles) < 3:
                 return None
             roles, name = [roles[0], None, *roles[2:]], node.input[0]
+        elif op == "Gather" and len(node.input) == 2 and node.input[0] in constants and node.input[1] not in constants \
+                and next((a.i for a in node.attribute if a.name == "axis"), 0) == 0:
+            table_rank = constants[node.input[0]].ndim  # an embedding: indices (..., ) -> (..., rows of the table)
+            if table_rank < 1 or len(roles) < table_rank - 1:
+                return None
+            roles, name = roles[:len(roles) - (table_rank - 1)], node.input[1]
+        elif op == "Gather" and len(node.input) == 2 and node.input[0] not in constants and ranks(node.input[1]) == 1:
+            name = node.input[0]  # rows picked by a list of indices: the same axes, reordered along one
         elif op == "MatMul" and len(node.input) == 2 and node.input[1] in constants and constants[node.input[1]].ndim == 2:
             roles, name = roles[:-1] + [None], node.input[0]  # x @ W keeps x's leading axes
         else:
             return None
     return None
+
+
+def _ranks(model: Any) -> Callable[[str], int | None]:
+    """A value's rank, by ONNX's shape inference (run at the first question: most graphs never ask)."""
+    known: dict[str, int] = {}
+
+    def rank(name: str) -> int | None:
+        if not known:
+            import onnx
+
+            try:
+                inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
+            except Exception:  # noqa: BLE001  a graph onnx cannot infer says nothing about ranks
+                inferred = model.graph
+            for vi in (*inferred.input, *inferred.value_info, *inferred.output):
+                if vi.type.tensor_type.HasField("shape"):
+                    known[vi.name] = len(vi.type.tensor_type.shape.dim)
+            known.setdefault("", -1)
+        return known.get(name)
+
+    return rank
 
 
 def _axes_of(node: Any, constants: dict[str, np.ndarray]) -> list[int] | None:

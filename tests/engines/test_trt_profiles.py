@@ -261,6 +261,33 @@ def test_a_pool_onnx_runtime_is_lenient_with_is_held_to_its_definition(tmp_path:
     assert choice.profile.shapes["x"][0] == (1, 3, 6), choice.dimensions["seq"]
 
 
+def _multiple_of_3_and_a_second_input(path: Path) -> Path:
+    """x (batch, 3, seq) reshaped into groups of 3 frames (seq must be a multiple of 3), and v
+    (batch, 3, vseq) through a Conv of 5 frames: each length has its own bound."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array([0, 9, -1], np.int64), "groups"),
+             numpy_helper.from_array(np.random.default_rng(0).standard_normal((3, 3, 5)).astype(np.float32), "w")]
+    nodes = [helper.make_node("Reshape", ["x", "groups"], ["xg"]), helper.make_node("Conv", ["v", "w"], ["vc"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "seq"]),
+                                           helper.make_tensor_value_info("v", TensorProto.FLOAT, ["batch", 3, "vseq"])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("xg", "vc")], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_each_length_is_asked_alone_and_the_first_lengths_one_by_one(tmp_path: Path) -> None:
+    """seq runs at multiples of 3 only: its least is 3 (asked one by one), not where a doubling
+    search lands; vseq's Conv bound (5) is its own and not seq's; a given opt the model does not
+    run at is refused by name."""
+    path = _multiple_of_3_and_a_second_input(tmp_path / "two.onnx")
+    ends = {"opt_shapes": {"x": (8, 3, 63), "v": (8, 3, 64)}, "max_shapes": {"x": (32, 3, 255), "v": (32, 3, 256)}}
+    [choice] = plan_build(load_model(path), BuildOptions(**ends), str(path))  # type: ignore[arg-type]
+    assert (choice.dimensions["seq"]["min"], choice.dimensions["vseq"]["min"]) == (3, 5), choice.dimensions
+    with pytest.raises(RNNXError, match=r"expected the model to run at the profile's opt \(seq 62, vseq 64\), found it does not .*opt_shapes="):
+        plan_build(load_model(path), BuildOptions(opt_shapes={"x": (8, 3, 62), "v": (8, 3, 64)}), str(path))
+
+
 def test_a_file_without_dynamic_dimensions_needs_no_profile(tmp_path: Path) -> None:
     path = _graph(tmp_path / "s.onnx", {"x": [2, 10, 8]})
     assert plan_build(load_model(path), BuildOptions(), str(path)) == []

@@ -146,7 +146,7 @@ def test_a_dimension_whose_role_cannot_be_traced_is_refused(tmp_path: Path) -> N
     onnx.save(proto, str(tmp_path / "reshaped.onnx"))
     done = cli(tmp_path / "reshaped.onnx")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "neither a batch nor a length by its name; give its size with --dim unk__" in done.stderr
+    assert "neither a batch nor a length by the record, its name or its wiring; give its size with --dim unk__" in done.stderr
 
 
 def test_a_cudnn_blob_given_to_against_is_read_at_the_dtype_its_size_fits(tmp_path: Path) -> None:
