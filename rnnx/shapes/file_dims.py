@@ -77,7 +77,7 @@ class FileDims:
                 return shape[spec.dims.index(label)]
         return None
 
-    def to_json(self) -> dict[str, dict[str, str]]:
+    def to_json(self) -> dict[str, dict[str, Any]]:
         """Each dynamic label's role, where it was read, and the input and axis it first stands at
         (``rnnx inspect --json``'s ``dimensions``)."""
         where = self.labels()

@@ -29,8 +29,8 @@ that share the label, so that a given batch of 64 in ``x`` makes ``h0``'s batch 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rnnx.errors import RNNXError
@@ -172,9 +172,9 @@ def plan_profiles(inputs: FileDims, profiles: list[Profile] | None = None, min_s
     gives their labels, else the defaults. ``min_shapes``/``opt_shapes``/``max_shapes``: one end
     of the one profile for the inputs they name. ``base``: a profile to start from instead of
     the defaults (``--from-weights`` has its own). ``probe``: runs the file at given input
-    shapes (None, or why it failed), to raise a length's default min to the least the file runs
-    at (a Conv's kernel or a reflect pad needs more than 1 frame). A file with no dynamic
-    dimension needs none (an empty list)."""
+    shapes (None, or why it failed), to move a length's default ends in to where the file runs
+    (a Conv's kernel or a pool needs more than 1 frame; a table of positions caps the length). A
+    file with no dynamic dimension needs none (an empty list)."""
     overrides = [dict(min_shapes or {}), dict(opt_shapes or {}), dict(max_shapes or {})]
     if profiles and any(overrides):
         raise RNNXError("profiles= and min_shapes=, opt_shapes= or max_shapes= were both given: give whole profiles or the "
