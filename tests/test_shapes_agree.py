@@ -171,3 +171,9 @@ def test_a_lengths_input_is_found_by_its_wiring_and_fed_lengths_within_the_seque
     for case in plan_cases(asked["specs"], asked["verify"], asked["example"], None, None, {}):
         feed = make_feed(asked["specs"], case, {}, 0)
         assert 1 <= feed["lengths"].min() and feed["lengths"].max() == feed["ids"].shape[1], case.name
+
+
+def test_a_file_with_nothing_to_vary_is_said() -> None:
+    from rnnx.shapes.cases import shape_note
+
+    assert "ran at one shape only" in shape_note({"k": "other"}) and shape_note({"seq": LENGTH, "k": "other"}) == ""
