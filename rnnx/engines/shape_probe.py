@@ -26,13 +26,15 @@ from rnnx.shapes.profiles import Probe
 _ORT_PREFIX = re.compile(r"^ONNX Runtime could not run the model: (\[ONNXRuntimeError\] : \d+ : \w+ : )?")
 
 
-def shape_probe(model: Any, specs: list[InputSpec], data_folder: str | Path | None = None) -> Probe:
+def shape_probe(model: Any, specs: list[InputSpec], data_folder: str | Path | None = None, session: OnnxRuntimeRunner | None = None) -> Probe:
     """``runs(shapes)``: None where ``model`` runs at those input shapes in both runtimes, else
-    the first words of why not. The runtimes are loaded at the first question."""
+    the first words of why not. The runtimes are loaded at the first question; ``session``: an
+    ONNX Runtime session of ``model`` the caller holds already (loading the model once)."""
     runners: list[Callable[[dict[str, Any]], Any]] = []
 
     def load() -> None:
-        for make in (lambda: OnnxRuntimeRunner(model, threads=1, data_folder=data_folder), lambda: ReferenceRun(model, _own_dtype(model))):
+        for make in (lambda: session or OnnxRuntimeRunner(model, threads=1, data_folder=data_folder),
+                     lambda: ReferenceRun(model, _own_dtype(model))):
             try:
                 runners.append(make())
             except RNNXError:

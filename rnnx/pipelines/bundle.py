@@ -44,7 +44,7 @@ from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.graphs.legalize import convert_down, model_opset
 from rnnx.pipelines import bundle_check
-from rnnx.pipelines.bundle_cases import check_here, golden, plan_cases
+from rnnx.pipelines.bundle_cases import check_here, golden, plan_cases, shapes_text
 from rnnx.pipelines.bundle_files import build_script, check_script, write_cases, write_manifests, write_polygraphy
 from rnnx.pipelines.lower import lower_file
 from rnnx.streaming import graph_ranks, read_streaming
@@ -82,9 +82,8 @@ class BundleReport:
         for case in self.cases:
             for k, chunk in enumerate(case["chunks"]):
                 label = case["name"] + ("" if len(case["chunks"]) == 1 else f" chunk {k}")
-                shapes = ", ".join(f"{n}: {'x'.join(map(str, s))}" for n, s in chunk["shapes"].items())
                 worst = max(chunk["outputs"].values(), key=lambda o: o["ratio"])
-                lines.append(f"  {label} ({shapes}): {'ok' if all(o['passed'] for o in chunk['outputs'].values()) else 'FAIL'} "
+                lines.append(f"  {label} ({shapes_text(chunk['shapes'])}): {'ok' if all(o['passed'] for o in chunk['outputs'].values()) else 'FAIL'} "
                              f"(worst {worst['output']}: {worst['ratio']:.3g} x its floor {worst['floor']:.2e})")
         lines += [f"note: {n}" for n in self.notes]
         lines.append(f"on the device: cd {Path(self.folder).name} && bash build.sh && bash check.sh")
@@ -147,6 +146,7 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
     model_path = staging / "model.onnx"
     lowered = lower_file(source, model_path, for_tensorrt=target.parser)
     proto = load_model(model_path)
+    original = load_model(source)
     notes: list[str] = [target.note] if target.note else []
     if model_opset(proto) > target.opset:
         progress.step(f"converting to opset {target.opset}")
@@ -158,12 +158,12 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
                             f"that cannot be converted down ({why}); export the model at that opset (rnnx export --opset {target.opset}: "
                             "torch.onnx then writes the operators that opset has), or bundle for a newer TensorRT") from None
         save_model(proto, model_path)
-        notes.append(f"converted from opset {model_opset(load_model(source))} to {target.opset}, the newest TensorRT {target.tensorrt}'s parser reads")
-    original = load_model(source)
+        notes.append(f"converted from opset {model_opset(original)} to {target.opset}, the newest TensorRT {target.tensorrt}'s parser reads")
     export, _ = read_metadata(proto)
     inputs = read_file_dims(proto, export)
     record = read_streaming({p.key: p.value for p in proto.metadata_props}, *graph_ranks(proto))
-    choices = plan_profiles(inputs, profiles, min_shapes, opt_shapes, max_shapes, probe=shape_probe(proto, inputs.specs, staging))
+    runner = OnnxRuntimeRunner(proto, data_folder=staging)  # one session: the profile's probe, then the check of every case
+    choices = plan_profiles(inputs, profiles, min_shapes, opt_shapes, max_shapes, probe=shape_probe(proto, inputs.specs, session=runner))
     if len(choices) > 1:
         raise RNNXError("bundle: expected one optimization profile (trtexec builds one from --minShapes/--optShapes/--maxShapes), "
                         f"found {len(choices)}; give one --profile")
@@ -172,7 +172,6 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
     progress.step("computing the golden outputs with the float64 reference")
     golden(original, cases, precision, notes)
     progress.step("checking model.onnx in ONNX Runtime on every case")
-    runner = OnnxRuntimeRunner(proto, data_folder=staging)
     checked = [check_here(runner, case) for case in cases]
     write_cases(staging, cases, inputs.specs, proto, inputs.roles)
     write_polygraphy(staging, cases, proto)
@@ -183,7 +182,7 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
     for script in ("build.sh", "check.sh", "check.py"):
         (staging / script).chmod(0o755)
     summary = choice.summary() if choice else ""
-    asked = [f"the profile's {label}: {d['from']}" for label, d in (choice.dimensions if choice else {}).items() if "the file runs at" in d["from"]]
+    asked = [f"the profile's {label}: {choice.dimensions[label]['from']}" for label in (choice.asked if choice else [])]
     profile = {"summary": summary, "shapes": choice.profile.as_json() if choice else {}, "dimensions": choice.dimensions if choice else {}}
     notes = asked + notes
     report = BundleReport(str(folder), target.to_json(), precision, profile,

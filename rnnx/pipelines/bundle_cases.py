@@ -62,7 +62,7 @@ def plan_cases(proto: Any, specs: list[Any], choice: ProfileChoice | None, examp
             raise RNNXError(f"bundle: expected a size for every dimension of the {name} case, found none for "
                             f"{next(n for n, d in shapes.items() if None in d)}; give --opt-shapes")
         if sum(int(np.prod(s)) for s in shapes.values()) > MAX_CASE_VALUES:
-            notes.append(f"the {name} case ({_shape_text(shapes)}) holds over {MAX_CASE_VALUES} values: left out")
+            notes.append(f"the {name} case ({shapes_text(shapes)}) holds over {MAX_CASE_VALUES} values: left out")
             continue
         case = Case(name, [Chunk(shapes, _feed(specs, shapes, seed + k))]) if record is None else \
             _stream_case(name, specs, shapes, record, seed + k, choice)
@@ -105,7 +105,8 @@ def _feed(specs: list[Any], shapes: dict[str, list[int]], seed: int) -> dict[str
     return make_feed(specs, InputCase("bundle", label_sizes(specs, shapes), shapes), {}, seed)  # the sizes bound a lengths input
 
 
-def _shape_text(shapes: dict[str, list[int]]) -> str:
+def shapes_text(shapes: dict[str, list[int]]) -> str:
+    """``x: 1x6x20, h0: 1x1x32``: a case's input shapes, as the bundle's messages show them."""
     return ", ".join(f"{n}: {'x'.join(map(str, s))}" for n, s in shapes.items())
 
 
@@ -151,7 +152,7 @@ def golden(original: Any, cases: list[Case], precision: str, notes: list[str]) -
 def refused_case(name: str, shapes: dict[str, list[int]], exc: Exception) -> str:
     """A case the model does not run at, named with its shapes and what to give instead."""
     end = {"min": "--min-shapes", "max": "--max-shapes"}.get(name.split()[0], "--opt-shapes")
-    return (f"bundle: expected the model to run at the {name} case ({_shape_text(shapes)}), found it does not ({exc}); give {end} "
+    return (f"bundle: expected the model to run at the {name} case ({shapes_text(shapes)}), found it does not ({exc}); give {end} "
             "(or --profile) within the shapes the model takes")
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from rnnx.graphs import walk
 from rnnx.shapes.rewrite_plan import ShapePlan
-from rnnx.shapes.wiring import LENGTHS_PATH
+from rnnx.shapes.wiring import lengths_inputs
 
 
 def make_feeds(model: Any, plan: ShapePlan, sizes: dict[str, int], shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
@@ -47,10 +47,7 @@ def _fill_sequence_lengths(model: Any, feeds: dict[str, np.ndarray], rng: np.ran
     """An integer graph input that reaches an LSTM/GRU/RNN node's sequence_lens gets seeded lengths
     between 1 and the sequence's length (zeros, the default for integers, would run no step at all)."""
     producers = walk.producers_of(model.graph)
-    for node in model.graph.node:
-        if node.op_type not in ("LSTM", "GRU", "RNN") or len(node.input) < 5 or not node.input[4]:
-            continue
-        lengths, _ = walk.back(node.input[4], producers, LENGTHS_PATH)
+    for lengths, node in lengths_inputs(model).items():
         if lengths not in feeds or lengths in done or feeds[lengths].dtype.kind not in "iu":
             continue
         x, swaps = walk.back(node.input[0], producers, _X_PATH)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rnnx.errors import RNNXError
@@ -150,6 +150,7 @@ class ProfileChoice:
 
     profile: Profile
     dimensions: dict[str, dict[str, Any]]
+    asked: list[str] = field(default_factory=list)  # the labels whose ends the file itself moved (through the probe)
 
     def summary(self) -> str:
         return describe_dimensions(self.dimensions)
@@ -218,8 +219,7 @@ def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple
                     if isinstance(dim, str) and (dim, end) not in taken:
                         taken.add((dim, end))
                         sizes[dim][end], basis[dim][end] = size, sources[end]
-    if probe is not None:
-        _ask_lengths(inputs, sizes, basis, defaults, probe)
+    asked = _ask_lengths(inputs, sizes, basis, defaults, probe) if probe is not None else []
     chosen: dict[str, Triple] = {}
     for name, dims in inputs.dims.items():
         if not any(isinstance(d, str) for d in dims) and not any(name in g for g in given):
@@ -249,23 +249,24 @@ def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple
         dimensions[label] = {"role": inputs.roles.get(label, OTHER), "role_from": inputs.role_from.get(label, ""),
                              "min": sizes[label][0], "opt": sizes[label][1], "max": sizes[label][2],
                              "from": _ends_from(why)}
-    return ProfileChoice(Profile(chosen), dimensions)
+    return ProfileChoice(Profile(chosen), dimensions, asked)
 
 
 def _ask_lengths(inputs: FileDims, sizes: dict[str, list[int | None]], basis: dict[str, list[str]], defaults: dict[str, str],
-                 probe: Probe) -> None:
+                 probe: Probe) -> list[str]:
     """Ask the file (through ``probe``, batch and other dimensions at their min) whether it runs
     at the default ends of its lengths, one length at a time, the others at their opt: where
     not, raise the min to the least length it runs at (each length from 1 to 64 in turn, then
     doubling and halving the gap) and lower the max to the greatest (halving the gap down from
     the max). Above 64 frames the search takes a length that runs to keep running above it.
     Where the file does not run at the opt, a given opt is refused by name; a default one (the
-    example's) leaves the defaults: the probe then says nothing about lengths."""
+    example's) leaves the defaults: the probe then says nothing about lengths. Returns the
+    labels whose ends moved."""
     lengths = [k for k in inputs.labels() if inputs.roles.get(k) == LENGTH and None not in sizes[k]]
     lows = [k for k in lengths if basis[k][0] == defaults[k]]
     highs = [k for k in lengths if basis[k][2] == defaults[k]]
     if not (lows or highs):
-        return
+        return []
 
     def runs(at: dict[str, int]) -> str | None:
         shapes = {name: tuple(d if isinstance(d, int) else at.get(d, sizes[d][1] if d in lengths else sizes[d][0]) for d in dims)
@@ -278,26 +279,32 @@ def _ask_lengths(inputs: FileDims, sizes: dict[str, list[int | None]], basis: di
             at = ", ".join(f"{k} {sizes[k][1]}" for k in lengths)
             raise RNNXError(f"expected the model to run at the profile's opt ({at}), found it does not ({why}); give opt_shapes= "
                             "(or profiles=) at lengths the model takes")
-        return
+        return []
     asked = "asked of ONNX Runtime and ONNX's reference"
+    moved: list[str] = []
     for k in lows:
         least, opt = int(sizes[k][0]), int(sizes[k][1])  # type: ignore[arg-type]
         why = runs({k: least})
         if why is not None:
             sizes[k][0] = _least(lambda n: runs({k: n}) is None, least, opt)
             basis[k][0] = f"the least length the file runs at, {sizes[k][0]} ({asked}; at {least}: {why})"
+            moved.append(k)
     together = {k: int(sizes[k][0]) for k in lows}  # type: ignore[arg-type]
     if len(lows) > 1 and runs(together) is not None:  # each runs alone at its min, not all at theirs: raise them together
         start = max(together.values())
         n = _least(lambda m: runs({k: max(m, together[k]) for k in lows}) is None, start - 1, max(int(sizes[k][1]) for k in lows))  # type: ignore[arg-type]
         for k in lows:
             sizes[k][0] = min(max(n, together[k]), int(sizes[k][1]))  # type: ignore[arg-type]
+            basis[k][0] = f"the least length the file runs at with the other lengths at theirs, {sizes[k][0]} ({asked})"
+            moved.append(k)
     for k in highs:
         opt, most = int(sizes[k][1]), int(sizes[k][2])  # type: ignore[arg-type]
         why = runs({k: most})
         if why is not None:
             sizes[k][2] = _bisect(lambda n: runs({k: n}) is not None, opt, most) - 1  # the first that fails, less one
             basis[k][2] = f"the greatest length the file runs at, {sizes[k][2]} ({asked}; at {most}: {why})"
+            moved.append(k)
+    return list(dict.fromkeys(moved))
 
 
 def _least(holds: Callable[[int], bool], failed: int, ran: int) -> int:

@@ -28,8 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.formats.onnx_read import recurrent_groups
+from rnnx.formats.onnx_quantized import is_quantized
 from rnnx.graphs import walk
+from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.shapes.roles import BATCH, LENGTH
 
 # Per layout (0: ONNX's time-major; 1: batch-major), per input position of an LSTM/GRU/RNN node
@@ -76,22 +77,24 @@ def axis_roles(model: Any) -> dict[tuple[str, int], str]:
 LENGTHS_PATH = ("Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "TopK")  # what may lie between a graph input and sequence_lens
 
 
-def lengths_inputs(model: Any) -> set[str]:
-    """The graph inputs that reach a recurrence's ``sequence_lens`` (input 4) in the main graph."""
+def lengths_inputs(model: Any) -> dict[str, Any]:
+    """Each graph input that reaches a recurrence's ``sequence_lens`` (input 4) in the main graph,
+    and the (last) recurrent node it reaches."""
     producers = walk.producers_of(model.graph)
-    found = set()
+    found = {}
     for node in _recurrent_nodes(model):
         if len(node.input) > 4 and node.input[4]:
             source, _ = walk.back(node.input[4], producers, LENGTHS_PATH)
             if source is not None:
-                found.add(source)
+                found[source] = node
     return found
 
 
 def _recurrent_nodes(model: Any) -> list[Any]:
-    """The main graph's recurrent nodes as rnnx reads them (LSTM, GRU, RNN, and ONNX Runtime's
-    DynamicQuantizeLSTM, whose inputs sit where LSTM's do); not the Scans rnnx lowered."""
-    return [rn.node for group in recurrent_groups(model) for rn in group.nodes if rn.graph == "main" and not rn.lowered]
+    """The main graph's recurrent nodes (LSTM, GRU, RNN, and ONNX Runtime's DynamicQuantizeLSTM,
+    whose inputs sit where LSTM's do); not the Scans rnnx lowered. Found by their op types:
+    the tracer needs their wiring, not their weights (which reading them as groups would load)."""
+    return [node for node in model.graph.node if node.op_type in NATIVE_OPS or is_quantized(node)]
 
 
 def trace(name: str, roles: list[str | None], producers: dict[str, Any], constants: dict[str, np.ndarray],
