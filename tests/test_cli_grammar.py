@@ -12,8 +12,12 @@ import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError
 from rnnx.cli import build_parser, main
 from rnnx.cli.flags import FLAGS, VERB_FLAGS, flagged
-from rnnx.cli.groups import Renamed
+from rnnx.cli import groups
+from rnnx.cli.groups import Option, Renamed
 from rnnx.layouts.onnx import DEFAULT_OPSET
+
+
+DECLARED = [o for o in vars(groups).values() if isinstance(o, Option)]
 
 
 def _verbs() -> dict[str, argparse.ArgumentParser]:
@@ -27,7 +31,7 @@ def _options(verb: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 
 def _meaning(action: argparse.Action) -> tuple[object, ...]:
-    return (type(action).__name__, action.dest, action.type, action.default, action.nargs, action.const, action.choices)
+    return (type(action).__name__, action.dest, action.type, action.default, action.nargs, action.const)
 
 
 def test_a_flag_means_the_same_in_every_verb() -> None:
@@ -43,8 +47,18 @@ def test_a_flag_means_the_same_in_every_verb() -> None:
                 assert _meaning(action) == meaning, f"{flag} in {name} differs from {flag} in {first}"
             else:
                 seen[flag] = (name, _meaning(action))
+            # a verb may offer fewer of a flag's declared choices (bundle's --precision), never other ones
+            declared = next((o.settings.get("choices") for o in DECLARED if flag in o.flags), None)
+            assert not action.choices or set(action.choices) <= set(declared or action.choices), f"{flag} in {name}"
     # the holder must be able to fail: these are shared by several verbs today
     assert {"--select", "--spec", "--from", "--opset", "--seed", "--atol", "--rtol", "--json", "--max-memory", "--batch-first"} <= shared
+
+
+def test_bundle_offers_only_the_precisions_it_builds() -> None:
+    verbs = _verbs()
+    assert tuple(_options(verbs["bundle"])["--precision"].choices) == ("fp32", "tf32", "fp16")
+    assert {"bf16", "int8"} <= set(_options(verbs["build"])["--precision"].choices)
+    assert "fp32, tf32, fp16" in " ".join(verbs["bundle"].format_help().split()) or "{fp32,tf32,fp16}" in verbs["bundle"].format_help()
 
 
 def test_opset_has_one_default_everywhere() -> None:

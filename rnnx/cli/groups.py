@@ -31,8 +31,14 @@ class Option:
     flags: tuple[str, ...]
     settings: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, to: Container, help: str | None = None) -> argparse.Action:
-        settings = dict(self.settings, help=help) if help else self.settings
+    def add(self, to: Container, help: str | None = None, choices: Sequence[str] | None = None) -> argparse.Action:
+        """``choices``: a verb that takes fewer of the declared choices offers only those (its
+        --help then lists what it takes); it cannot add one."""
+        settings = dict(self.settings, help=help) if help else dict(self.settings)
+        if choices is not None:
+            if not set(choices) <= set(self.settings.get("choices") or ()):
+                raise ValueError(f"{self.flags[0]}: {list(choices)} is not a subset of its declared choices")
+            settings["choices"] = tuple(choices)
         return to.add_argument(*self.flags, **settings)
 
 
@@ -74,6 +80,10 @@ SEQ_LENS = Option(("--seq-lens",), {"type": types.sizes_to_check, "metavar": "N,
 BATCH = Option(("--batch",), {"type": types.sizes_to_check, "metavar": "N,N,...", "help": "batch sizes to check at (default 1,8)"})
 DIM = Option(("--dim",), {"type": types.dim, "action": "append", "metavar": "LABEL=SIZE",
                           "help": "size of a dynamic dimension that is neither a batch nor a length (repeated)"})
+# One spelling wherever a dimension is held at the example's size: export keeps it static in the file,
+# verify checks the file at that size only, though the torch model takes others.
+STATIC = Option(("--static",), {"type": types.static_dim, "action": "append", "metavar": "NAME:DIM",
+                                "help": "keep this input dimension at the example's size (repeated)"})
 JSON = Option(("--json",), {"action": "store_true", "default": argparse.SUPPRESS, "help": "print JSON on stdout"})
 DEBUG = Option(("--debug",), {"action": "store_true", "default": argparse.SUPPRESS, "help": "show tracebacks for errors"})
 MAX_MEMORY = Option(("--max-memory",), {"type": types.size, "metavar": "SIZE", "help": "memory an untrusted file may claim (archive members, "
@@ -179,13 +189,19 @@ class CheckArgs:
 
 
 class ShapeArgs:
-    """The shapes verify runs at: --seq-lens, --batch, --dim."""
+    """The shapes verify runs at: --seq-lens, --batch, --dim, --static."""
 
     def add_parser_args(self, parser: argparse.ArgumentParser) -> None:
         SEQ_LENS.add(parser)
         BATCH.add(parser)
         DIM.add(parser)
+        STATIC.add(parser, help="with --against model code: check this input dimension at the file's size only, though the torch model "
+                                "takes other sizes there (by default a file that refuses a size the model takes fails); repeated")
 
     @staticmethod
     def dims(args: argparse.Namespace) -> dict[str, int]:
         return dict(args.dim or [])
+
+    @staticmethod
+    def static(args: argparse.Namespace) -> set[tuple[str, int]]:
+        return {(name, dim) for name, dim, _ in args.static or []}

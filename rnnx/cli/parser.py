@@ -9,9 +9,10 @@ from typing import NoReturn
 from rnnx import __version__
 from rnnx.cli import commands, types
 from rnnx.cli.groups import (
-    BATCH_FIRST, CHECKPOINT, DIM, DTYPE, FROM, OUTPUT, PRECISION, SEED, SELECT, SPEC, BackendToleranceArgs, CheckArgs, CommonArgs, OnnxArgs, Renamed, ShapeArgs,
+    BATCH_FIRST, CHECKPOINT, DIM, DTYPE, FROM, OUTPUT, PRECISION, SEED, SELECT, SPEC, STATIC, BackendToleranceArgs, CheckArgs, CommonArgs, OnnxArgs, Renamed, ShapeArgs,
     SourceArgs, ToleranceArgs,
 )
+from rnnx.engines import trtexec
 from rnnx.engines.tensorrt_parser import KNOWN_VERSIONS as TENSORRT_PARSER_VERSIONS
 
 
@@ -87,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dynamic", type=types.dynamic_dim, action="append", metavar="NAME:DIM[=LABEL[:MIN[:MAX]]]",
                    help="make this input dimension dynamic (and name it, with the sizes it takes: feats:2=frames:6:4096); "
                         "by default torch decides for every dimension, and a range torch finds for a named one is applied")
-    p.add_argument("--static", type=types.static_dim, action="append", metavar="NAME:DIM", help="keep this input dimension at the example's size")
+    STATIC.add(p)
     p.add_argument("--input-names", type=types.names, metavar="A,B,...", help="names of the graph inputs, one per tensor input (default: forward's parameter names)")
     p.add_argument("--output-names", type=types.names, metavar="A,B,...", help="names of the graph outputs (default: dict keys or output_0, output_1, ...)")
     p.add_argument("--streaming", action="store_true",
@@ -97,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
     OnnxArgs(stack=False).add_parser_args(p)
     CheckArgs().add_parser_args(p)
     ToleranceArgs("graph output (see --output-names)").add_parser_args(p)
+    p.add_argument("--nondeterministic-atol", type=types.tolerance_value, metavar="VALUE",
+                   help="the model is not deterministic (its outputs move between two runs on the same inputs, which is refused by "
+                        "default, exit 2): hold the outputs that move to this max abs error against torch, never to a rounding floor; "
+                        "the report names them and says the tolerance was yours")
     p.set_defaults(func=commands.export)
 
     p = verb("inspect", help="list the recurrent nodes of an ONNX model (and what rnnx fuse would make native), or the groups of a weight file",
@@ -187,7 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--tensorrt", metavar="VERSION", type=types.tensorrt_version,
                         help="the TensorRT on the device, a release like 8.6 or 10.3.0 (default: 10.15, the newest whose parser rnnx has read)")
     target.add_argument("--jetpack", metavar="VERSION", help="the device's JetPack, e.g. 4.6.1, 5.1.2, 6.1: picks the TensorRT it ships")
-    PRECISION.add(p, help="the engine's precision, fp32 (default) or fp16; the rounding floor the check allows is measured at it")
+    PRECISION.add(p, choices=trtexec.PRECISIONS, help="the engine's precision: fp32 (default; build.sh passes --noTF32, since trtexec "
+                  "enables TF32 otherwise), tf32 (products' inputs rounded to a 10-bit mantissa on Ampere and later GPUs) or fp16; the "
+                  "rounding floor the check allows is measured at it")
     bundle_shapes = p.add_argument_group("optimization profile", "As rnnx build plans it: a batch 1..32 (opt 8), a length 1..4x the "
                                          "example's (opt the example's), other dynamic dimensions the example's size.")
     bundle_shapes.add_argument("--profile", type=types.profile, action="append", metavar="NAME:MIN,OPT,MAX[;...]",

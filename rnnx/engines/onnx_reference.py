@@ -12,11 +12,15 @@ outputs past its end are zeros and its final states are those at its last frame,
 operators define and as ONNX Runtime and torch's packed sequences compute.
 
 The same copy in float16 is an honest float16 computation of the file (numpy rounds every
-operator's result to float16): the rounding floor of an engine built in fp16.
+operator's result to float16): the rounding floor of an engine built in fp16. In ``tf32`` the
+file computes in float32 with every matrix product's and convolution's inputs rounded to TF32's
+10-bit mantissa, the recurrences' per-step products included (their state at each step): the
+rounding floor of an engine TensorRT builds with TF32 on an Ampere or later GPU.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,7 +29,7 @@ import numpy as np
 from rnnx.errors import RNNXError
 
 _FLOATS = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
-_TYPES = {"float64": (11, np.float64), "float16": (10, np.float16), "float32": (1, np.float32)}
+_TYPES = {"float64": (11, np.float64), "float16": (10, np.float16), "float32": (1, np.float32), "tf32": (1, np.float32)}
 
 
 def retyped(proto: Any, dtype: str) -> Any:
@@ -72,7 +76,7 @@ class ReferenceRun:
         self.dtype = np.dtype(_TYPES[dtype][1])
         self.output_names = [o.name for o in proto.graph.output]
         try:
-            self.evaluator = ReferenceEvaluator(retyped(proto, dtype), new_ops=_with_lengths())
+            self.evaluator = ReferenceEvaluator(retyped(proto, dtype), new_ops=list(_tf32_ops() if dtype == "tf32" else _with_lengths()))
         except Exception as exc:  # noqa: BLE001  onnx raises what its operators raise
             raise RNNXError(f"ONNX's reference evaluator cannot run this file in {dtype}: {type(exc).__name__}: "
                             f"{' '.join(str(exc).split())[:200]}") from None
@@ -86,12 +90,22 @@ class ReferenceRun:
         return {name: np.asarray(value) for name, value in zip(self.output_names, outs)}
 
 
-def _with_lengths() -> list[type]:
+@functools.cache
+def _with_lengths() -> tuple[type, ...]:
     """ONNX's reference LSTM, GRU and RNN, honouring ``sequence_lens`` (see the module docstring)."""
     from onnx.reference.ops import op_gru, op_lstm, op_rnn
 
+    return tuple(type(name, (base,), {"op_domain": "", "_run": _lengths_run(base)}) for name, base in
+                 (("LSTM", op_lstm.LSTM), ("GRU", op_gru.GRU), ("RNN", op_rnn.RNN_14)))
+
+
+def _lengths_run(base: type) -> Any:
+    """``base``'s ``_run``, each sequence of a batch given lengths run alone over its frames."""
+
     def _run(self: Any, X: np.ndarray, W: np.ndarray, R: np.ndarray, B: Any = None, sequence_lens: Any = None, *rest: Any, **attrs: Any) -> Any:
-        run = super(type(self), self)._run
+        def run(*args: Any, **kw: Any) -> Any:
+            return base._run(self, *args, **kw)
+
         steps = X.shape[1 if self.layout else 0]
         if sequence_lens is None or np.size(sequence_lens) == 0 or bool(np.all(np.asarray(sequence_lens) >= steps)):
             return run(X, W, R, B, None, *rest, **attrs)
@@ -114,8 +128,7 @@ def _with_lengths() -> list[type]:
                 outputs[k][where] = value
         return tuple(outputs or ())
 
-    return [type(name, (base,), {"op_domain": "", "_run": _run}) for name, base in
-            (("LSTM", op_lstm.LSTM), ("GRU", op_gru.GRU), ("RNN", op_rnn.RNN_14))]
+    return _run
 
 
 def _whole(shape: tuple[int, ...], k: int, steps: int, batch: int, layout: int, out_batch_axis: int) -> tuple[int, ...]:
@@ -127,3 +140,71 @@ def _whole(shape: tuple[int, ...], k: int, steps: int, batch: int, layout: int, 
     else:
         whole[0 if layout else 1] = batch
     return tuple(whole)
+
+
+def round_to_tf32(value: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 (8-bit exponent, 10-bit mantissa), to nearest, ties to even;
+    non-finite values as they are. Returns a plain float32 array."""
+    value = np.ascontiguousarray(value, np.float32)
+    bits = value.view(np.uint32)
+    rounded = ((bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(value), rounded, value).astype(np.float32)
+
+
+class _TF32Operand(np.ndarray):
+    """A weight whose products round both operands to TF32. ONNX's reference recurrences take
+    their per-step products with ``np.dot`` on views of W and R (transposed, split, joined); this
+    marker survives those and rounds the state ``H_t`` too, at every step, as a TF32 engine does."""
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        plain = _strip(args)
+        if func in (np.dot, np.matmul, np.inner):
+            return func(*[round_to_tf32(a) if isinstance(a, np.ndarray) and a.dtype == np.float32 else a for a in plain],
+                        **_strip(kwargs))
+        return _mark(func(*plain, **_strip(kwargs)))
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.view(np.ndarray)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_strip(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items()}
+    return value
+
+
+def _mark(value: Any) -> Any:
+    if isinstance(value, np.ndarray) and value.dtype == np.float32:
+        return value.view(_TF32Operand)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_mark(v) for v in value)
+    return value
+
+
+@functools.cache
+def _tf32_ops() -> tuple[type, ...]:
+    """ONNX's reference operators computing as TensorRT does with TF32 on: MatMul, Gemm, Conv and
+    ConvTranspose on inputs rounded to TF32 (their products are then exact in float32 and summed
+    in float32), and LSTM, GRU and RNN (honouring ``sequence_lens``) with their input, weights and
+    per-step state rounded likewise."""
+    from onnx.reference.ops import op_conv, op_conv_transpose, op_gemm, op_matmul
+
+    def products(base: type) -> Any:
+        def _run(self: Any, *inputs: Any, **attrs: Any) -> Any:  # the first two inputs are the product's (a bias is added in float32)
+            return base._run(self, *[round_to_tf32(v) if k < 2 and _is_float32(v) else v for k, v in enumerate(inputs)], **attrs)
+        return _run
+
+    def recurrent(base: type) -> Any:
+        def _run(self: Any, X: np.ndarray, W: np.ndarray, R: np.ndarray, *rest: Any, **attrs: Any) -> Any:
+            outs = base._run(self, round_to_tf32(X), _mark(round_to_tf32(W)), _mark(round_to_tf32(R)), *rest, **attrs)
+            return tuple(None if v is None else np.asarray(v).view(np.ndarray) for v in outs)
+        return _run
+
+    rounded = [type(name, (base,), {"op_domain": "", "_run": products(base)}) for name, base in
+               (("MatMul", op_matmul.MatMul), ("Gemm", op_gemm.Gemm_7), ("Conv", op_conv.Conv), ("ConvTranspose", op_conv_transpose.ConvTranspose))]
+    return (*rounded, *(type(base.__name__, (base,), {"op_domain": "", "_run": recurrent(base)}) for base in _with_lengths()))
+
+
+def _is_float32(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype == np.float32

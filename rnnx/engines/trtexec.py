@@ -19,7 +19,12 @@ from rnnx.engines import trtexec_flags
 from rnnx.engines.tensorrt_parser import ALIASES as PARSER_ALIASES, VERSIONS as PARSER_VERSIONS, parser_for, release_key
 from rnnx.errors import RNNXError
 
-PRECISIONS = ("fp32", "fp16")
+# What each precision a bundle builds in adds to trtexec's build line. trtexec enables TF32 unless told
+# not to (its --noTF32 help: "default is to enable tf32"), so on Ampere and later GPUs an fp32 engine
+# would round its products' inputs to a 10-bit mantissa: fp32 means fp32, and TF32 is asked for by name.
+PRECISION_FLAGS = {"fp32": ("--noTF32",), "tf32": (), "fp16": ("--fp16",)}
+PRECISIONS = tuple(PRECISION_FLAGS)
+POLYGRAPHY_PRECISION_FLAGS = {"fp32": (), "tf32": ("--tf32",), "fp16": ("--fp16",)}  # Polygraphy leaves TF32 off unless given --tf32
 TIMING_CACHE = "timing.cache"
 ACCEPTED = ("accepted", "deprecated")  # deprecated flags still parse (the table cites the warning); rnnx writes none it can avoid
 
@@ -135,11 +140,23 @@ def shape_spec(shapes: dict[str, Any]) -> str:
     return ",".join(f"{_name(n)}:{'x'.join(str(int(d)) for d in s)}" for n, s in shapes.items())
 
 
-def _name(name: str) -> str:
-    if any(c in name for c in "',\"") or not name:
-        raise RNNXError(f"bundle: input {name!r}: expected a name trtexec reads in its name:value lists and prints in its JSON "
-                        "(no comma or quote), found one; rename the input (input_names= / --input-names at export)")
+def _name(name: str, kind: str = "input") -> str:
+    """A tensor name as trtexec's lines take it. Its name:value lists split at commas and treat
+    quotes apart, and --exportOutput writes names unescaped inside JSON quotes (EXPORT_OUTPUT's
+    json_caveats), so a comma, a quote, a backslash or a control character cannot be carried."""
+    bad = next((c for c in name if c in "',\"\\" or ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None or not name:
+        what = f"{bad!r}" if bad is not None else "an empty name"
+        raise RNNXError(f"bundle: {kind} {name!r}: expected a name trtexec carries in its name:value lists and its JSON (no comma, quote, "
+                        f"backslash or control character), found {what}; rename the {kind} (input_names= / output_names= at export)")
     return name
+
+
+def check_names(inputs: list[str], outputs: list[str]) -> None:
+    """Refuse (exit 2) any input or output name trtexec cannot carry (see :func:`_name`)."""
+    for kind, names in (("input", inputs), ("output", outputs)):
+        for name in names:
+            _name(name, kind)
 
 
 def build_argv(target: Target, profile: Any, precision: str) -> list[str]:
@@ -147,8 +164,7 @@ def build_argv(target: Target, profile: Any, precision: str) -> list[str]:
     if profile is not None:
         ends = {end: {n: t[i] for n, t in profile.shapes.items()} for i, end in enumerate(("min", "opt", "max"))}
         argv += [f"--minShapes={shape_spec(ends['min'])}", f"--optShapes={shape_spec(ends['opt'])}", f"--maxShapes={shape_spec(ends['max'])}"]
-    if precision == "fp16":
-        argv.append("--fp16")
+    argv += PRECISION_FLAGS[precision]
     argv.append(f"--timingCacheFile={TIMING_CACHE}")
     if trtexec_flags.EXPLICIT_BATCH_NEEDED.get(target.flags):  # no column needs it (check_argv below holds the flag to the table)
         argv.insert(1, "--explicitBatch")

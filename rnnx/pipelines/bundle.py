@@ -161,6 +161,7 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
         notes.append(f"converted from opset {model_opset(original)} to {target.opset}, the newest TensorRT {target.tensorrt}'s parser reads")
     export, _ = read_metadata(proto)
     inputs = read_file_dims(proto, export)
+    trtexec.check_names([s.name for s in inputs.specs], [o.name for o in proto.graph.output])
     record = read_streaming({p.key: p.value for p in proto.metadata_props}, *graph_ranks(proto))
     runner = OnnxRuntimeRunner(proto, data_folder=staging)  # one session: the profile's probe, then the check of every case
     choices = plan_profiles(inputs, profiles, min_shapes, opt_shapes, max_shapes, probe=shape_probe(proto, inputs.specs, session=runner))

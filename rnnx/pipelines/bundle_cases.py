@@ -69,6 +69,10 @@ def plan_cases(proto: Any, specs: list[Any], choice: ProfileChoice | None, examp
         if any([c.shapes for c in case.chunks] == [c.shapes for c in other.chunks] for other in cases):
             continue  # a stream at the example's batch is the min corner's stream too
         cases.append(case)
+    if not cases:  # a folder with no case would print PASS on the device without running the engine once
+        raise RNNXError(f"bundle: expected at least one case to check, found every case over {MAX_CASE_VALUES} values "
+                        f"({'; '.join(shapes_text(s) for _, s in shaped)}); give smaller --opt-shapes/--max-shapes (or --profile), "
+                        "or export the model with smaller fixed dimensions")
     return cases
 
 
@@ -112,20 +116,29 @@ def shapes_text(shapes: dict[str, list[int]]) -> str:
 
 # --- the reference and the floors -----------------------------------------------------------------
 
+# The honest run that measures each precision's rounding floor: ONNX Runtime in float32 for fp32;
+# ONNX's reference evaluator with TF32 products (onnx_reference's "tf32") or in float16 otherwise.
+HONEST_DTYPES = {"fp32": "float32", "tf32": "tf32", "fp16": "float16"}
+HONEST_NOTES = {
+    "tf32": "the rounding floor is measured by the file computing in float32 with its matrix products' and convolutions' inputs rounded "
+            "to TF32 (ONNX's reference evaluator, the recurrences' per-step products included)",
+    "fp16": "the rounding floor is measured by the file computing in float16 (ONNX's reference evaluator): an fp16 engine that keeps "
+            "some layers in float32 lies within it",
+}
+
 
 def golden(original: Any, cases: list[Case], precision: str, notes: list[str]) -> None:
     """Golden outputs (the float64 reference on the source file, a stream's chunks chained
     through its own states) and each output's rounding floor: an honest run at the engine's
     precision (ONNX Runtime in float32; ONNX's reference evaluator in float16 for fp16)."""
     reference = ReferenceRun(original, "float64")
-    honest_dtype = "float16" if precision == "fp16" else "float32"
-    if honest_dtype == "float16":
+    honest_dtype = HONEST_DTYPES[precision]
+    if precision in HONEST_NOTES:
         try:
-            honest: Any = ReferenceRun(original, "float16")
+            honest: Any = ReferenceRun(original, honest_dtype)
         except RNNXError as exc:
-            raise RNNXError(f"bundle --precision fp16: the honest float16 run that measures the rounding floor failed ({exc})") from None
-        notes.append("the rounding floor is measured by the file computing in float16 (ONNX's reference evaluator): an fp16 engine that "
-                     "keeps some layers in float32 lies within it")
+            raise RNNXError(f"bundle --precision {precision}: the honest {precision} run that measures the rounding floor failed ({exc})") from None
+        notes.append(HONEST_NOTES[precision])
     else:
         honest = OnnxRuntimeRunner(original)
     for case in cases:
@@ -142,11 +155,18 @@ def golden(original: Any, cases: list[Case], precision: str, notes: list[str]) -
             for name, value in want.items():
                 chunk.golden[name] = value
                 if value.dtype.kind != "f":
+                    unchecked = (f"output {name} ({value.dtype}) is not compared on the device: an index or a flag can differ between "
+                                 "precisions where two values nearly tie; the floating outputs are")
+                    if unchecked not in notes:
+                        notes.append(unchecked)
                     continue
-                floor = rounding_floor(np.asarray(got[name], np.float64), value, honest_dtype)
+                floor = rounding_floor(np.asarray(got[name], np.float64), value, "float16" if precision == "fp16" else "float32")
                 chunk.floors[name] = floor if floor is not None else float(np.finfo(np.float32).eps)
             ref_states = {i: want[o] for i, o in case.carry.items()}
             honest_states = {i: np.asarray(got[o]) for i, o in case.carry.items()}
+            if not chunk.floors:  # integer outputs alone: the check would compare nothing
+                raise RNNXError(f"bundle: expected a floating output to hold to the reference, found none ({', '.join(f'{n}: {v.dtype}' for n, v in want.items())}); "
+                                "bundle the file before its outputs are turned into indices (export the logits, not their argmax)")
 
 
 def refused_case(name: str, shapes: dict[str, list[int]], exc: Exception) -> str:

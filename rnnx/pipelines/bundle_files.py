@@ -5,6 +5,7 @@ check.sh (every trtexec line through :mod:`rnnx.engines.trtexec`), README.txt an
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.engines import trtexec
+from rnnx.engines import trtexec, trtexec_flags
 from rnnx.fileio import file_sha256
 from rnnx.shapes.roles import LENGTH
 from rnnx.formats.onnx_read import load_model
@@ -22,16 +23,28 @@ from rnnx.tolerance import CALIBRATED_MULTIPLE
 
 
 def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)
+    return "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in text)
+
+
+def file_stems(names: list[str]) -> dict[str, str]:
+    """Each tensor name's file name: the name itself where it is a safe, short file name no other
+    name shares (case-insensitively: a copy through a filesystem that folds case must not merge
+    two), else its slug with a hash of the name (``a.b`` and ``a_b`` get two files)."""
+    slugs = {n: _slug(n)[:64] for n in names}
+    folded: dict[str, int] = {}
+    for slug in slugs.values():
+        folded[slug.lower()] = folded.get(slug.lower(), 0) + 1
+    return {n: slug if slug == n and folded[slug.lower()] == 1 else f"{slug}-{hashlib.sha256(n.encode()).hexdigest()[:10]}"
+            for n, slug in slugs.items()}
 
 
 def _export_path(case: Case, k: int) -> str:
     return f"out/{_slug(case.name)}/{k}.json"
 
 
-def _input_path(case: Case, k: int, name: str) -> str:
+def _input_path(case: Case, k: int, name: str, stems: dict[str, str]) -> str:
     carried = k > 0 and name in case.carry
-    return f"{'out' if carried else 'cases'}/{_slug(case.name)}/{k}/{_slug(name)}.bin"
+    return f"{'out' if carried else 'cases'}/{_slug(case.name)}/{k}/{stems[name]}.bin"
 
 
 def write_cases(staging: Path, cases: list[Case], specs: list[Any], proto: Any, roles: dict[str, str]) -> None:
@@ -39,19 +52,20 @@ def write_cases(staging: Path, cases: list[Case], specs: list[Any], proto: Any, 
     cases.json, which check.py reads (``roles``: each label's, which says an output's time axis)."""
     dtypes = {s.name: np.dtype(s.dtype) for s in specs}
     time_axes = _output_time_axes(proto, roles)
+    inputs_stems, outputs_stems = file_stems([s.name for s in specs]), file_stems([o.name for o in proto.graph.output])
     manifest_cases = []
     for case in cases:
         chunks = []
         for k, chunk in enumerate(case.chunks):
             inputs = {}
             for name, value in chunk.feed.items():
-                path = _input_path(case, k, name)
+                path = _input_path(case, k, name, inputs_stems)
                 inputs[name] = {"file": path, "dtype": dtypes[name].name, "shape": list(value.shape)}
                 if not path.startswith("out/"):
                     _raw(staging / path, value.astype(dtypes[name]))
             outputs = {}
             for name, floor in chunk.floors.items():
-                path = f"golden/{_slug(case.name)}/{k}/{_slug(name)}.f64"
+                path = f"golden/{_slug(case.name)}/{k}/{outputs_stems[name]}.f64"
                 _raw(staging / path, chunk.golden[name].astype(np.float64))
                 outputs[name] = {"golden": path, "shape": list(chunk.golden[name].shape), "floor": floor, "time_axis": time_axes.get(name)}
             chunks.append({"shapes": chunk.shapes, "inputs": inputs, "outputs": outputs, "export": _export_path(case, k)})
@@ -135,6 +149,7 @@ echo "built model.engine (TensorRT ${{found:-?}}); next: bash check.sh"
 
 
 def check_script(target: trtexec.Target, cases: list[Case], specs: list[Any]) -> str:
+    stems = file_stems([s.name for s in specs])
     lines = [
         "#!/usr/bin/env bash",
         "# Runs model.engine on every golden case with trtexec (a stream's chunks in order, each fed the engine's own",
@@ -149,6 +164,8 @@ def check_script(target: trtexec.Target, cases: list[Case], specs: list[Any]) ->
         '  else echo "check.sh: expected trtexec on PATH or at /usr/src/tensorrt/bin/trtexec, found neither; set TRTEXEC" >&2; exit 2; fi',
         "fi",
         '[ -f model.engine ] || { echo "check.sh: expected model.engine, found none; run bash build.sh first" >&2; exit 2; }',
+        "# the folder as rnnx wrote it (every file's size and SHA-256, cases.json's values) before any trtexec run",
+        '"$PYTHON" check.py --folder || exit $?',
         "rm -rf out",
         "run() {",
         '  log="$1"; shift',
@@ -160,11 +177,21 @@ def check_script(target: trtexec.Target, cases: list[Case], specs: list[Any]) ->
         for k, chunk in enumerate(case.chunks):
             if k > 0:
                 lines.append(f'"$PYTHON" check.py --carry {trtexec.quote(case.name)} {k} || exit $?')
-            files = {name: _input_path(case, k, name) for name in chunk.feed}
+            files = {name: _input_path(case, k, name, stems) for name in chunk.feed}
             argv = trtexec.run_argv(target, chunk.shapes, files, _export_path(case, k))
             lines.append(f"run {trtexec.quote(_export_path(case, k)[:-5] + '.log')} " + " ".join(trtexec.quote(a) for a in argv))
     lines.append('exec "$PYTHON" check.py')
     return "\n".join(lines) + "\n"
+
+
+# What each precision means on the device, for README.txt.
+PRECISION_TEXT = {
+    "fp32": "fp32, with TF32 off (build.sh passes --noTF32: trtexec enables TF32 otherwise, and on Ampere and later GPUs, every "
+            "Jetson Orin included, it would round the inputs of matrix products and convolutions to a 10-bit mantissa).",
+    "tf32": "TF32 (trtexec's default): on Ampere and later GPUs, matrix products and convolutions take inputs rounded to a 10-bit "
+            "mantissa; the floor is measured by the file computing so. On older GPUs the engine computes in fp32, within it too.",
+    "fp16": "fp16 (--fp16): layers may run in float16; the floor is measured by the file computing in float16.",
+}
 
 
 def write_manifests(staging: Path, report: Any, target: trtexec.Target, precision: str, build_argv: list[str],
@@ -172,9 +199,10 @@ def write_manifests(staging: Path, report: Any, target: trtexec.Target, precisio
     atol = polygraphy_atol(cases)
     polygraphy = (["polygraphy", "run", "model.onnx", "--trt", "--load-inputs", "inputs.json", "--load-outputs", "golden.json",
                    "--check-error-stat", "max", "--rtol", "0", "--atol", *[f"{n}:{v:.3g}" for n, v in atol.items()]]
-                  + (["--fp16"] if precision == "fp16" else []) + trtexec.polygraphy_profile(report.profile["shapes"]))
+                  + list(trtexec.POLYGRAPHY_PRECISION_FLAGS[precision]) + trtexec.polygraphy_profile(report.profile["shapes"]))
     manifest = json.loads((staging / "cases.json").read_text())
     manifest.update({"engine": "model.engine", "target": f"TensorRT {target.tensorrt}", "precision": precision,
+                     "printed_digits": trtexec_flags.EXPORT_OUTPUT["significant_digits"],
                      "rule": {"multiple": CALIBRATED_MULTIPLE, "what": "max abs error within multiple x the rounding floor, the floor "
                               f"measured per case and output by an honest run at {precision}"}})
     (staging / "cases.json").write_text(json.dumps(manifest, indent=1))
@@ -193,6 +221,8 @@ The rule: the engine's max abs error against the float64 reference within {CALIB
 rounding floor, measured per case and output by an honest run at {precision} (and half a unit of
 the last digit trtexec prints).
 
+Precision: {PRECISION_TEXT[precision]}
+
 Profile: {report.profile['summary'] or 'static shapes'}.
 
 With Polygraphy installed, the same check without trtexec:
@@ -209,11 +239,11 @@ BUNDLE.json holds the target, the profile, the rule and every file's SHA-256.
 """
     (staging / "README.txt").write_text(readme)
     files = sorted(p for p in staging.rglob("*") if p.is_file())
-    bundle = {"format": 1, "target": target.to_json(), "precision": precision, "opset": model_opset(load_model(staging / "model.onnx")),
+    bundle = {"format": 2, "target": target.to_json(), "precision": precision, "tf32": "--noTF32" not in build_argv, "opset": model_opset(load_model(staging / "model.onnx")),
               "profile": report.profile, "rule": manifest["rule"],
               "commands": {"build": "bash build.sh", "check": "bash check.sh", "trtexec build": build_argv, "polygraphy": polygraphy},
               "checked_here": {"onnxruntime": report.cases, "parser_rules": f"onnx-tensorrt {target.parser}", "lowered": report.lowered},
               "trtexec_flags": trtexec.citations(target, build_argv),
               "notes": report.notes,
-              "files": {str(p.relative_to(staging)): file_sha256(p) for p in files}}
+              "files": {p.relative_to(staging).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files}}
     (staging / "BUNDLE.json").write_text(json.dumps(bundle, indent=1, default=str))

@@ -223,7 +223,7 @@ def test_the_trtexec_table_cites_a_source_line_for_every_cell() -> None:
 def test_bundle_refusals_are_one_line_and_write_nothing(exported, tmp_path: Path) -> None:
     for flags, expected in ((("--tensorrt", "11.0"), "rnnx has read"), (("--jetpack", "3.3"), "expected one of"),
                             (("--tensorrt", "7.x"), "expected a TensorRT version like"),
-                            (("--precision", "int8"), "expected one of fp32, fp16"),
+                            (("--precision", "int8"), "invalid choice: 'int8' (choose from 'fp32', 'tf32', 'fp16')"),
                             (("--jetpack", "4.6"), "--jetpack: JetPack 4.6 ships TensorRT 8.0.1, which rnnx cannot target")):
         done = _bundle(exported["tagger"], tmp_path / "b", *flags)
         assert done.returncode == 2 and expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
