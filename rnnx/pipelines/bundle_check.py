@@ -190,7 +190,10 @@ def _claim(paths, relative, where, under):
     """A path under ``under``, inside the folder, used by one tensor only (case-insensitively: a
     copy through a filesystem that folds case would merge two)."""
     _need(isinstance(relative, str) and relative.startswith(under), where, "a path under " + under, relative)
-    _path(relative)
+    try:
+        _path(relative)
+    except Refused as exc:
+        raise Refused("cases.json: {}: {}".format(where, exc))
     if relative.lower() in paths:
         raise Refused("cases.json: {} and {} name one file, {}".format(paths[relative.lower()], where, relative))
     paths[relative.lower()] = where
@@ -446,15 +449,16 @@ def _built_by():
 
 def main(argv):
     try:
-        manifest = load_manifest()
-        if argv[:1] == ["--carry"]:
+        if argv[:1] == ["--carry"]:  # between two trtexec runs: cases.json's values and paths (check.sh checked the hashes first)
             if len(argv) != 3 or not argv[2].isdigit():
                 raise Refused("usage: check.py --carry CASE K")
-            carry(manifest, argv[1], int(argv[2]))
+            carry(load_manifest(), argv[1], int(argv[2]))
             return 0
         if argv not in ([], ["--folder"]):
             raise Refused("usage: check.py [--folder | --carry CASE K]; got {}".format(" ".join(argv)))
-        check_folder(manifest, check_files())
+        files = check_files()  # the files as rnnx wrote them, then what cases.json says of them
+        manifest = load_manifest()
+        check_folder(manifest, files)
         if argv == ["--folder"]:
             print("check.py: the folder is as rnnx bundle wrote it ({} cases)".format(len(manifest["cases"])))
             return 0
