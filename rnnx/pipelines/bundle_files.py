@@ -154,7 +154,7 @@ def check_script(target: trtexec.Target, cases: list[Case], specs: list[Any]) ->
         "#!/usr/bin/env bash",
         "# Runs model.engine on every golden case with trtexec (a stream's chunks in order, each fed the engine's own",
         "# state outputs of the chunk before), then holds the outputs to the float64 reference with check.py.",
-        "# Exit 0: every output holds; 1: one does not; 2: the engine or trtexec is missing.",
+        "# Exit 0: every output holds; 1: one does not; 2: the engine or trtexec is missing, or the folder is not as rnnx wrote it.",
         "set -u",
         'cd "$(dirname "$0")"',
         'TRTEXEC="${TRTEXEC:-trtexec}"',
@@ -213,13 +213,15 @@ On the device (nothing else to install; check.py needs only python3, 3.6 or late
     bash build.sh      # trtexec builds model.engine from model.onnx ({precision}, the profile below)
     bash check.sh      # trtexec runs the engine on every case; check.py holds it to the float64 reference
 
-check.sh prints one line per case and output and PASS or FAIL, and exits 0 when every output
-holds, 1 when one does not, 2 when the engine or trtexec is missing. TRTEXEC=/path/to/trtexec
-picks another trtexec; PYTHON=python3.8 another Python.
+check.sh first holds the folder to what rnnx wrote (every file's size and SHA-256), then prints
+one line per case and output and PASS or FAIL. It exits 0 when every output holds, 1 when one
+does not, 2 when the engine or trtexec is missing or the folder is not as rnnx wrote it (copy it
+again), 3 on a bug in check.py. TRTEXEC=/path/to/trtexec picks another trtexec; PYTHON=python3.8
+another Python.
 
 The rule: the engine's max abs error against the float64 reference within {CALIBRATED_MULTIPLE:g} times the
 rounding floor, measured per case and output by an honest run at {precision} (and half a unit of
-the last digit trtexec prints).
+the sixth significant digit trtexec prints; a printed zero is exact).
 
 Precision: {PRECISION_TEXT[precision]}
 
