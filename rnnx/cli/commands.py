@@ -268,7 +268,8 @@ def verify(args: argparse.Namespace) -> int:
     if args.against.suffix.lower() == ".py":
         raise RNNXError(f"--against {args.against}: model code is named file.py:NAME, NAME being the module-level model, class or factory "
                         f"(e.g. --against {args.against}:model)")
-    for flag, given in (("--checkpoint", args.checkpoint), ("--dim", args.dim), ("--chunks", args.chunks), ("--state", args.state)):
+    for flag, given in (("--checkpoint", args.checkpoint), ("--dim", args.dim), ("--static", args.static), ("--chunks", args.chunks),
+                        ("--state", args.state)):
         if given:
             raise RNNXError(f"{flag} applies when --against names model code (file.py:NAME or a TorchScript file), found the weights file {args.against}")
     model_files = [args.model, *data_files(args.model)] if args.model and args.model.suffix.lower() == ".onnx" else [args.model]
@@ -316,11 +317,13 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
     if getattr(args, "chunks", None) is not None or getattr(args, "state", None) or (args.against is not None and _is_streaming(args.model)):
         return _verify_chunks(args, tolerances, dims)  # a streaming file against its model: chunk by chunk (the default chunks unless given)
     if args.against is None:
-        if args.checkpoint:
-            raise RNNXError("--checkpoint needs --against file.py:NAME (the model code to load it into)")
+        for flag, given in (("--checkpoint", args.checkpoint), ("--static", args.static)):
+            if given:
+                raise RNNXError(f"{flag} needs --against file.py:NAME (the model code {'to load it into' if flag == '--checkpoint' else 'asked which sizes it takes'})")
         report = verify_file(args.model, args.seq_lens, args.batch, dims, args.seed, tolerances, progress)
     else:
-        report = verify_model(args.model, str(args.against), args.checkpoint, args.seq_lens, args.batch, dims, args.seed, tolerances, progress)
+        report = verify_model(args.model, str(args.against), args.checkpoint, args.seq_lens, args.batch, dims, args.seed, tolerances, progress,
+                              static=ShapeArgs.static(args))
     return _whole_report(args, report)
 
 
@@ -344,7 +347,8 @@ def _whole_report(args: argparse.Namespace, report: Any) -> int:
     print(json_report(args, report.to_json()) if args.json else report)
     if not report.passed:
         first = report.first_drift
-        raise ParityError("verification failed" + (f": layer {first.name} is the first out of tolerance" if first is not None else ""))
+        raise ParityError("verification failed" + (f": layer {first.name} is the first out of tolerance" if first is not None
+                                                   else f": {report.refused}" if report.refused else ""))
     return 0
 
 
@@ -359,6 +363,8 @@ def _verify_chunks(args: argparse.Namespace, tolerances: Any, dims: dict[str, in
 
     if args.against is None:
         raise RNNXError("--chunks: expected --against file.py:NAME, the model run on the whole sequence, found none")
+    if args.static:
+        raise RNNXError("--static: a streaming file is checked chunk by chunk at the sizes --seq-lens, --batch and --dim give; drop --static")
     states = [parse_state(s) for s in args.state or []]
     report = verify_chunked(args.model, str(args.against), list(args.chunks) if args.chunks else None, args.checkpoint, states, args.seq_lens,
                             args.batch, dims, args.seed, tolerances)

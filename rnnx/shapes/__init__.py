@@ -19,6 +19,7 @@ and which sizes to try. The answers are here, so that a fix reaches every verb:
 
 The package sits above graphs and formats (it reads files and traces graphs) and below the
 engines, which hand it a probe. The torch side (which dimensions the torch model leaves free,
-asked at export) is :mod:`rnnx.exporters.audit`, with these roles and sizes.
+asked at export, and again by ``verify --against`` model code through :mod:`rnnx.verify.model_dims`)
+is :mod:`rnnx.exporters.audit`, with these roles and sizes.
 tests/test_shapes_agree.py holds that the verbs agree on the same files.
 """

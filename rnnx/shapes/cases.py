@@ -77,15 +77,20 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
         seen.add(key)
         name = ", ".join([f"{k}={v}" for k, v in lens.items()] + ([f"batch={b}"] if b is not None else [])
                          + [f"{k}={v}" for k, v in dims.items()]) or "fixed shapes"
-        case = Case(name, sizes)
-        for spec in specs:
-            shape = [size_of(dim, sizes) for dim in spec.dims]
-            if any(s is None for s in shape):
-                bad = next(dim for dim, s in zip(spec.dims, shape) if s is None)
-                raise RNNXError(f"dimension {bad!r} of input {spec.name!r}: rnnx cannot work out its size; give it with dims=LABEL=SIZE")
-            case.shapes[spec.name] = [int(s) for s in shape]  # type: ignore[arg-type]
-        cases.append(case)
+        cases.append(case_at(specs, name, sizes))
     return cases
+
+
+def case_at(specs: list[InputSpec], name: str, sizes: dict[str, int]) -> Case:
+    """The case ``name`` with every label at ``sizes``: each input's shape worked out."""
+    case = Case(name, dict(sizes))
+    for spec in specs:
+        shape = [size_of(dim, sizes) for dim in spec.dims]
+        if any(s is None for s in shape):
+            bad = next(dim for dim, s in zip(spec.dims, shape) if s is None)
+            raise RNNXError(f"dimension {bad!r} of input {spec.name!r}: rnnx cannot work out its size; give it with dims=LABEL=SIZE")
+        case.shapes[spec.name] = [int(s) for s in shape]  # type: ignore[arg-type]
+    return case
 
 
 def shape_note(roles: dict[str, str]) -> str:

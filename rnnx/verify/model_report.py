@@ -38,6 +38,10 @@ class WholeModelReport:
     notes: list[str] = field(default_factory=list)
     self_check: bool = False  # no torch model: each layer against its own stored weights only
     called: str = ""  # how the torch model was called (the file's call record, the model's example_inputs, flat)
+    # each input dimension: what the file says, what the torch model says, and which decided the sizes checked
+    # (rnnx.verify.model_dims.DimSource as JSON); empty where no torch model was asked
+    dimensions: list[dict[str, Any]] = field(default_factory=list)
+    refused: str = ""  # a failed case at a size only the torch model vouched for, in one line
 
     @property
     def ran(self) -> list[Case]:
@@ -65,7 +69,7 @@ class WholeModelReport:
         return {"model": self.model, "against": self.against, "self_check": self.self_check, "passed": self.passed, "inputs": self.inputs, "roles": self.roles,
                 "cases": [asdict(c) for c in self.cases], "rows": [r.to_json() for r in self.rows],
                 "layers": [la.to_json() for la in self.layers], "first_drift": first.name if first else None, "notes": self.notes,
-                "called": self.called}
+                "called": self.called, "dimensions": self.dimensions, "refused": self.refused or None}
 
     def dump(self, path: Path) -> None:
         with atomic_output(Path(path)) as tmp:
@@ -83,6 +87,9 @@ class WholeModelReport:
                      + ("  dynamic: " + ", ".join(f"{k} ({v})" for k, v in self.roles.items()) if self.roles else ""))
         if self.called:
             lines.append(f"  torch called as {self.called}")
+        if self.dimensions:
+            lines.append("  sizes checked, per input dimension (the torch model asked which it takes, as rnnx export's audit asks):")
+            lines += [f"    {d['line']}" for d in self.dimensions]
         lines += [f"  note: {n}" for n in self.notes]
         judged = self._judged()
         width = max([len(c.name) for c in self.cases] + [4]) + 1
@@ -117,5 +124,7 @@ class WholeModelReport:
             lines += [f"  diagnosis: {d}" for d in first.diagnosis]
         elif self.rows and not self.passed and self.layers and all(la.status != "not checked" for la in self.layers):
             lines.append("every recurrent layer matches on its own inputs: the difference comes from the graph's other operators")
+        if self.refused:
+            lines.append(f"the file fails where the torch model runs: {self.refused}")
         lines.append("PASS" if self.passed else "FAIL")
         return "\n".join(lines)

@@ -3,12 +3,14 @@
 ``rnnx verify model.onnx --against file.py:NAME [--checkpoint ck.pt]`` (or a TorchScript
 file) runs the torch model and the ONNX file in ONNX Runtime on the same seeded inputs:
 
-- shapes come from the ONNX file's dynamic axes: each labelled dimension is a batch, a
+- shapes: the ONNX file's dynamic axes are read (each labelled dimension is a batch, a
   length or something else, as ``rnnx export``'s record says, else as its name says
-  (``batch``, ``N``; ``seq``, ``time``, ``frames``, ...), else as the graph's wiring says
-  (an axis that reaches a recurrence's batch or time axis; tf2onnx's ``unk__NNN``). Batches and lengths are varied
-  (batch 1 always included); any other dynamic size keeps the example's (the module's
-  ``example_inputs``) or ``--dim LABEL=SIZE``;
+  (``batch``, ``N``; ``seq``, ``time``, ``frames``, ...), else as the graph's wiring says:
+  an axis that reaches a recurrence's batch or time axis; tf2onnx's ``unk__NNN``), and then
+  the torch model decides: every dimension it takes at other sizes as a batch or a length is
+  varied, even one the file fixes (:mod:`rnnx.verify.model_dims`, export's dimension audit).
+  Batches and lengths are varied (batch 1 always included); any other dynamic size keeps the
+  example's (the module's ``example_inputs``) or ``--dim LABEL=SIZE``;
 - floats are standard normal; integer inputs that hold sequence lengths get sorted
   lengths whose longest fills the sequence; token ids stay below the vocabulary of the
   embedding table the input indexes (else within the example's range);
@@ -36,10 +38,11 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.tolerance import Tolerances, compare_arrays, compare_calibrated
 from rnnx.verify.calls import plan_call, torch_outputs
-from rnnx.shapes.cases import Case, plan_cases, shape_note
+from rnnx.shapes.cases import Case, case_at, plan_cases, shape_note
 from rnnx.shapes.roles import LENGTH
 from rnnx.shapes.file_dims import read_file_dims
 from rnnx.verify.feeds import make_feed
+from rnnx.verify.model_dims import ModelDims, ask_model
 from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_report import OutputRow, WholeModelReport
 from rnnx.verify.quantized import saturation_note
@@ -164,20 +167,24 @@ def layer_truths(model: Any, layers: list[Layer], recurrences: list[dict[str, An
 
 def verify_model(model_path: Path, against: str, checkpoint: Path | None = None, seq_lens: list[int] | None = None,
                  batches: list[int] | None = None, dims: dict[str, int] | None = None, seed: int = 0,
-                 tolerances: Tolerances | None = None, progress: bool = False) -> WholeModelReport:
+                 tolerances: Tolerances | None = None, progress: bool = False, static: set[tuple[str, int]] | None = None) -> WholeModelReport:
     """The ONNX file at ``model_path`` against the torch model ``against`` (see the module docstring)."""
     torch_model, example = load_torch_model(against, checkpoint)
-    return verify_loaded(Path(model_path), torch_model, example, str(against), seq_lens, batches, dims, seed, tolerances, progress)
+    return verify_loaded(Path(model_path), torch_model, example, str(against), seq_lens, batches, dims, seed, tolerances, progress,
+                         static=static)
 
 
 def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str, seq_lens: list[int] | None = None,
                   batches: list[int] | None = None, dims: dict[str, int] | None = None, seed: int = 0,
                   tolerances: Tolerances | None = None, progress: bool = False, max_cases: int | None = None,
-                  isolated: bool = True, layers_calibrated: bool = False) -> WholeModelReport:
+                  isolated: bool = True, layers_calibrated: bool = False, static: set[tuple[str, int]] | None = None,
+                  ask: bool = True) -> WholeModelReport:
     """:func:`verify_model` with the torch model already loaded (``against`` names it in
     messages); ``max_cases`` keeps the first cases only; ``isolated=False`` runs ONNX Runtime
     in this process (a file rnnx has just written); ``layers_calibrated`` holds the layers to the
-    calibrated rule even where the outputs have tolerances set (they name outputs, not layers)."""
+    calibrated rule even where the outputs have tolerances set (they name outputs, not layers);
+    ``static``: (input, axis) pairs checked at the file's size only (``--static``); ``ask=False``
+    takes the shapes from the file alone (export's layer check: its audit already asked the model)."""
     import torch
 
     proto = load_onnx(model_path, lazy=True)  # its weights read through memory maps: a model of any size
@@ -188,15 +195,25 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
     call = plan_call(proto, torch_model, example, names, str(against))
     example_arrays = call.example_arrays
     shapes = {**read.example, **{k: list(v.shape) for k, v in example_arrays.items()}}
-    cases = plan_cases(specs, roles, shapes, seq_lens, batches, dims or {})[:max_cases]
-    report = WholeModelReport(str(model_path), str(against), {s.name: s.dims for s in specs}, roles, called=call.shown)
+    asked = None
+    if ask:  # the torch model decides which shapes count (rnnx.verify.model_dims), asked from the example's shapes
+        first = plan_cases(specs, roles, shapes, None, None, dims or {})[0]
+        asked = ask_model(torch_model, call, read, make_feed(specs, first, example_arrays, seed), static or set(), dims or {})
+        specs, roles = asked.specs, asked.roles
+        cases = _cases_by_model(asked, {**first.shapes, **shapes}, seq_lens, batches, dims or {})
+    else:
+        cases = plan_cases(specs, roles, shapes, seq_lens, batches, dims or {})
+    cases = cases[:max_cases]
+    report = WholeModelReport(str(model_path), str(against), {s.name: s.dims for s in read.specs}, roles, called=call.shown,
+                              dimensions=asked.to_json() if asked is not None else [])
     limits.check_claim("the largest case's inputs", max((sum(int(np.prod(c.shapes[s.name])) * 8 for s in specs) for c in cases), default=0)
                        * limits.WORKING_COPIES, model_path.stat().st_size)
     layers = find_layers(proto)
     runner, known = _layer_runner(proto, layers, model_path, isolated=isolated)
     graph_outputs = [o.name for o in proto.graph.output]
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
-    report.notes += [n for n in [read.wiring_note(), shape_note(roles)] if n] + call.notes
+    one_shape = shape_note(roles) if asked is None or len(cases) == 1 else ""  # the model's sizes may vary what the file's labels do not
+    report.notes += [n for n in [read.wiring_note(), one_shape] if n] + call.notes + (asked.notes if asked is not None else [])
     model64 = float64_copy(torch_model, report.notes, "outputs compared with torch in float32 only")
     tolerances = tolerances or Tolerances()
     honest_model = torch_model
@@ -223,7 +240,8 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
         try:
             got = runner(feed)
         except RNNXError as exc:
-            case.error = f"ONNX Runtime failed where torch ran: {exc}"
+            said = asked.refusal(case, refused=True) if asked is not None else ""
+            case.error = f"{said}; ONNX Runtime: {exc}" if said else f"ONNX Runtime failed where torch ran: {exc}"
             continue
         if len(want32) != len(graph_outputs):
             raise RNNXError(f"the ONNX file has {len(graph_outputs)} outputs ({', '.join(graph_outputs)}), the torch model returned "
@@ -238,11 +256,37 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
             report.rows.append(OutputRow(case.name, out, "torch float32", compare_arrays(got[out], want32[i], tol)))
         runs.append((case.name, {**known, **feed, **got}))
     report.cases = cases
+    if asked is not None:
+        report.refused = _first_refusal(asked, report)
     if not report.ran:
         raise RNNXError(f"the torch model raised at every shape tried ({cases[0].skipped if cases else 'no cases'}); is it the model the file was exported from? If it is, give shapes it takes with seq_lens=, batches= or dims=")
     report.layers = check_layers(layers, truths, runs, tolerances.get("", "float32"), calibrate=layers_calibrated or tolerances.calibrates())
     report.notes += [n for n in [saturation_note([la.quantization for la in layers if la.quantization is not None])] if n]
     return report
+
+
+def _cases_by_model(asked: ModelDims, shapes: dict[str, list[int]], seq_lens: list[int] | None, batches: list[int] | None,
+                    dims: dict[str, int]) -> list[Case]:
+    """verify's cases with the inputs as the torch model sizes them, then one case per size the
+    model ran an untraced dimension at (the others as in the first case)."""
+    cases = plan_cases(asked.specs, asked.roles, shapes, seq_lens, batches, {**dims, **asked.fixed})
+    for label, sizes in asked.extra.items():
+        for size in sizes:
+            name = f"{label}={size}" if cases[0].name == "fixed shapes" else f"{cases[0].name}, {label}={size}"
+            cases.append(case_at(asked.specs, name, {**cases[0].sizes, label: size}))
+    return cases
+
+
+def _first_refusal(asked: ModelDims, report: WholeModelReport) -> str:
+    """The first failed case's line naming a size only the torch model vouched for, or ""."""
+    judged = [r for r in report.rows if r.against == "torch float64"] or report.rows  # as the verdict reads them
+    failed = {r.case for r in judged if not r.stats.passed}
+    for case in report.cases:
+        if case.error or case.name in failed:
+            said = asked.refusal(case, refused=bool(case.error))
+            if said:
+                return said
+    return ""
 
 
 def _refuse_non_finite(want: list[Any], names: list[str], case: Any, specs: list[Any], feed: dict[str, np.ndarray]) -> None:
@@ -414,7 +458,7 @@ def export_layer_check(torch_model: Any, seed: int = 0, tolerances: Tolerances |
 
     def check(path: Path) -> tuple[str, list[dict[str, Any]], list[str]]:
         report = verify_loaded(Path(path), torch_model, None, "the model being exported", seed=seed, tolerances=tolerances,
-                               max_cases=EXPORT_LAYER_CASES, isolated=False, layers_calibrated=True)
+                               max_cases=EXPORT_LAYER_CASES, isolated=False, layers_calibrated=True, ask=False)
         first = report.first_drift
         line = ""
         if first is not None:
