@@ -11,13 +11,15 @@ from typing import Any
 
 from rnnx.errors import ExportCheckFailed, RNNXError
 from rnnx.exporters import shapes
+from rnnx.exporters.model_exit import exit_refused
 from rnnx.exporters.precision import at_precision
 from rnnx.formats.files import from_format, groups, load, save, to_format
 
 __all__ = ["export", "from_format", "groups", "load", "save", "to_format"]
 
 # rnnx's own options, passed to rnnx.exporters.torch_export.export as they are.
-_OWN = ("opset", "dynamic_shapes", "dynamic", "static", "input_names", "output_names", "check", "seed", "tolerances", "precision", "keep_io_types")
+_OWN = ("opset", "dynamic_shapes", "dynamic", "static", "input_names", "output_names", "check", "seed", "tolerances", "nondeterministic_atol",
+        "precision", "keep_io_types")
 
 # torch.onnx.export's keywords that change nothing rnnx does, whatever their value: rnnx
 # always folds constants, optimizes, inlines, picks its own translation route (and falls back
@@ -52,7 +54,10 @@ def export(model: Any, example_inputs: Any = _MISSING, path: str | Path | None =
     :func:`rnnx.exporters.torch_export.export`: ``opset``, ``dynamic_shapes`` (torch.export's
     format), ``dynamic`` / ``static`` (``{"x": {1: "frames"}}``, ``{"x": [2]}``; a label may be
     ``("frames", min, max)`` or a ``torch.export.Dim``), ``input_names``, ``output_names``,
-    ``check``, ``seed`` and ``tolerances`` (``rnnx.tolerance.Tolerances.parse(["1e-3"])``).
+    ``check``, ``seed``, ``tolerances`` (``rnnx.tolerance.Tolerances.parse(["1e-3"])``) and
+    ``nondeterministic_atol`` (the max abs error for outputs the model itself moves between two
+    runs on the same inputs; without it such a model is refused). A model whose code calls
+    ``exit()`` while rnnx runs it is refused too.
     ``streaming=True`` makes every nn.LSTM/GRU/RNN's initial states graph inputs
     (``<module>.h_in``, ``.c_in``; zeros to start) and its final states graph outputs
     (``.h_out``, ``.c_out``), records the pairs in the file (``rnnx.streaming``, read by
@@ -83,6 +88,11 @@ def export(model: Any, example_inputs: Any = _MISSING, path: str | Path | None =
     Any other keyword, or a value rnnx cannot honour, is refused by name with an
     :class:`rnnx.RNNXError`.
     """
+    with exit_refused():  # a model whose code calls exit() has failed the export (rnnx.exporters.model_exit)
+        return _export_model(model, example_inputs, path, options)
+
+
+def _export_model(model: Any, example_inputs: Any, path: str | Path | None, options: dict[str, Any]) -> Any:
     # Deferred so that `import rnnx` stays light: the exporter and its passes load on first use.
     from rnnx.exporters.torch_export import export as _export
 

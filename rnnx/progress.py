@@ -15,6 +15,7 @@ from contextvars import ContextVar
 from typing import Any
 
 _display: ContextVar[Any] = ContextVar("rnnx_progress", default=None)
+_current: ContextVar[str] = ContextVar("rnnx_step", default="")  # the last step said, shown or not
 
 
 @contextlib.contextmanager
@@ -47,12 +48,19 @@ def _tick(bar: Any, stop: threading.Event) -> None:
 
 
 def step(what: str) -> None:
-    """Say what is being done now (a no-op when no display is open)."""
+    """Say what is being done now (shown only when a display is open; :func:`current` reads it)."""
+    _current.set(what)
     current = _display.get()
     if current is not None:
         bar, label = current
         bar.set_description_str(f"{label}: {what}")
         bar.update(1)
+
+
+def current() -> str:
+    """What the last :func:`step` said is being done ("" before any), for a message that names
+    the stage a failure came in."""
+    return _current.get()
 
 
 class Bytes:

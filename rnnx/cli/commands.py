@@ -119,7 +119,8 @@ def export(args: argparse.Namespace) -> int:
     try:
         report = api.export(model, example, args.output, opset=args.opset, dynamic=dynamic or None, static=static or None,
                             input_names=args.input_names, output_names=args.output_names, check=not args.no_check, seed=args.seed,
-                            tolerances=tolerances, precision=args.precision, keep_io_types=args.keep_io_types,
+                            tolerances=tolerances, nondeterministic_atol=args.nondeterministic_atol, precision=args.precision,
+                            keep_io_types=args.keep_io_types,
                             streaming=getattr(args, "streaming", False))
     except ExportCheckFailed as failed:  # the report says which case failed; then exit status 1 with its one line
         _print_export(args, failed.report, loaded)

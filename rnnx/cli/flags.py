@@ -26,6 +26,7 @@ FLAGS = {
     "max_memory": "--max-memory",
     "max_shapes": "--max-shapes",
     "min_shapes": "--min-shapes",
+    "nondeterministic_atol": "--nondeterministic-atol",
     "nonfinite": "--nonfinite",
     "opset": "--opset",
     "opt_shapes": "--opt-shapes",

@@ -124,6 +124,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def tolerance_value(text: str) -> float:
+    """One tolerance for every output: a finite, non-negative number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite, non-negative number like 1e-2, found {text!r}")
+    return value
+
+
 def _opset(text: str) -> int:
     try:
         value = int(text)

@@ -20,6 +20,7 @@ from rnnx.exporters import shapes
 from rnnx.exporters import torchscript_route
 from rnnx.exporters import record
 from rnnx.exporters.audit import DimensionAudit, resize
+from rnnx.exporters.determinism import Variation
 from rnnx.exporters.export_finish import finish_graph
 from rnnx.exporters.export_trace import cause_of, is_structured, module_of_op, recurrent_arguments, runs_program, to_onnx, unflatten
 from rnnx.shapes.roles import BATCH
@@ -36,11 +37,12 @@ class Routes:
 
     def __init__(self, model: Any, work: Any, swapped: list[tuple[str, Any]], leaves: list[Any], structure: Any, path: Path, opset: int,
                  output_names: Sequence[str] | None, bare: bool, check: bool, seed: int, tolerances: Tolerances | None,
-                 asked_static: frozenset[tuple[str, int]] = frozenset()) -> None:
+                 asked_static: frozenset[tuple[str, int]] = frozenset(), varying: Variation | None = None) -> None:
         self.model, self.work, self.swapped, self.leaves, self.structure = model, work, swapped, leaves, structure
         self.path, self.opset, self.output_names, self.bare = path, opset, output_names, bare
         self.check, self.seed, self.tolerances = check, seed, tolerances
         self.asked_static = asked_static
+        self.varying = varying  # what the model itself moves between runs (rnnx.exporters.determinism)
         self.audit = DimensionAudit(model, leaves, structure)
         # (leaf, dim, probe) of each batch or length the model accepts at another size and the
         # last file fixed: a later route is tried on the inputs the model ran with
@@ -76,7 +78,7 @@ class Routes:
         for earlier_report in self.reports:
             report.notes.append(f"{earlier_report.route} made a file first that failed its self-check: {earlier_report.check.failure()}")
         judged = write_checked(proto, self.path, report, self.model, self.leaves, self.structure, naming, self.check, self.seed, self.tolerances,
-                               self.audit, self.asked_static)
+                               self.audit, self.asked_static, self.varying)
         if self.made_static and judged is not None:
             # the dimensions this route traced static that the file still fixes (the audit frees
             # those of inputs nothing reads): say so where the note stands

@@ -20,6 +20,7 @@ from typing import Any
 from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.fileio import check_archive, read_safetensors, require_file
+from rnnx.exporters.model_exit import exit_refused
 from rnnx.formats.torch import weights_only_refusal
 
 _DTYPES = ("float32", "float64", "float16", "int64", "int32", "bool")
@@ -27,7 +28,13 @@ _DTYPES = ("float32", "float64", "float16", "int64", "int32", "bool")
 
 def load_model(target: str) -> tuple[Any, Any]:
     """(module, example_inputs or None) from ``file.py:NAME``, ``package.module:NAME`` or a
-    TorchScript file (whose example inputs come from --input)."""
+    TorchScript file (whose example inputs come from --input). A file that calls exit() while it
+    is imported or built (argparse at module level) is refused in one line."""
+    with exit_refused():
+        return _load_model(target)
+
+
+def _load_model(target: str) -> tuple[Any, Any]:
     progress.step(f"importing torch and loading {target}")  # torch's import alone takes seconds
     try:
         from torch import nn

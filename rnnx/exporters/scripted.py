@@ -26,6 +26,7 @@ from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.exporters import call_record, record
 from rnnx.exporters.example_values import value_summary
 from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
+from rnnx.exporters.determinism import check_determinism
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
 
@@ -106,7 +107,8 @@ def _axes(example: Sequence[Any], modules: Sequence[Any]) -> list[dict[int, str]
 
 
 def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int, input_names: Sequence[str] | None,
-                    output_names: Sequence[str] | None, check: bool, seed: int, tolerances: Any = None) -> Any:
+                    output_names: Sequence[str] | None, check: bool, seed: int, tolerances: Any = None,
+                    nondeterministic_atol: float | None = None) -> Any:
     import onnx
     import torch
     from torch.utils._pytree import tree_flatten
@@ -153,6 +155,7 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     report.notes.append("a TorchScript file is exported by torch.onnx's TorchScript exporter: rnnx cannot swap its modules")
     if cells:
         report.notes.append(f"{len(cells.rewritten)} decomposed cell(s) made native, {len(chains.rewritten)} chain(s) fused")
-    write_checked(proto, path, report, model, leaves, structure, naming, check, seed, tolerances)
+    varying = check_determinism(model, leaves, structure, nondeterministic_atol, output_names) if check else None
+    write_checked(proto, path, report, model, leaves, structure, naming, check, seed, tolerances, varying=varying)
     return report
 

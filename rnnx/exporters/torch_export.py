@@ -30,6 +30,7 @@ from rnnx.formats.onnx_build import check_opset
 from rnnx.tolerance import Tolerances
 from rnnx.exporters import ops, shapes
 from rnnx.exporters.scripted import export_scripted
+from rnnx.exporters.determinism import check_determinism
 from rnnx.exporters.export_routes import DYNAMO, DYNAMO_GROWN, DYNAMO_STATIC, Routes, static_note
 from rnnx.exporters.export_trace import (asked_static, in_recurrence, leaf_specs, runs_on_example, trace_export, unflatten, unneeded_dimensions,
                                         without_static)
@@ -50,6 +51,7 @@ def export(
     check: bool = True,
     seed: int = 0,
     tolerances: Tolerances | None = None,
+    nondeterministic_atol: float | None = None,
 ) -> ExportReport:
     """Export ``model`` to ``path`` with native LSTM/GRU/RNN nodes and check it.
 
@@ -61,6 +63,9 @@ def export(
     passes (``report.written``); ``report.passed`` says whether it did. The self-check holds
     each output to ``tolerances`` by graph output name (:class:`rnnx.tolerance.Tolerances`;
     default: the tolerance of the dtype torch returns it in, :data:`rnnx.tolerance.BY_DTYPE`).
+    Before anything is traced the model runs twice on the example: outputs that move between the
+    runs refuse the export, or, with ``nondeterministic_atol``, are held to that max abs error
+    (:mod:`rnnx.exporters.determinism`).
     """
     try:
         import onnxscript  # noqa: F401  torch.onnx's exporter and rnnx's translations are written in it
@@ -78,7 +83,7 @@ def export(
             raise RNNXError("a TorchScript model takes no dynamic shapes: rnnx finds its sequence and batch axes from its recurrent modules")
 
         return export_scripted(model, args, path, opset=opset, input_names=input_names, output_names=output_names, check=check, seed=seed,
-                               tolerances=tolerances)
+                               tolerances=tolerances, nondeterministic_atol=nondeterministic_atol)
     if not isinstance(model, torch.nn.Module):
         raise RNNXError(f"model: expected a torch.nn.Module, found a {type(model).__name__}")
     if path.is_dir():
@@ -105,10 +110,11 @@ def export(
     shapes.rename_leaves(leaves, input_names)
     asked = asked_static(leaves, specs)
     runs_on_example(model, leaves, structure)
+    varying = check_determinism(model, leaves, structure, nondeterministic_atol, output_names) if check else None
 
     work = copy.deepcopy(model).eval()
     swapped = swap_recurrent_modules(work)
-    routes = Routes(model, work, swapped, leaves, structure, path, opset, output_names, swappable(model), check, seed, tolerances, asked)
+    routes = Routes(model, work, swapped, leaves, structure, path, opset, output_names, swappable(model), check, seed, tolerances, asked, varying)
     progress.step("tracing with torch.export")
     try:
         program, tracing = trace_export(model, work, leaves, structure, specs, offered, user_shapes=dynamic_shapes is not None)

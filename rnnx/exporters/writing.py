@@ -19,6 +19,7 @@ from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.exporters import record
 from rnnx.exporters.audit import AuditResult, DimensionAudit, judge
+from rnnx.exporters.determinism import Variation
 from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, refused_dimensions, run_self_check, ties
 from rnnx.exporters.stream_plan import STREAMING
 from rnnx.fileio import atomic_output
@@ -240,11 +241,13 @@ def run_layer_check(check: SelfCheck, path: Path) -> None:
 
 def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leaves: list[Any], structure: Any, naming: Any, check: bool, seed: int,
                    tolerances: Tolerances | None = None, audit: DimensionAudit | None = None,
-                   user_static: frozenset[tuple[str, int]] = frozenset()) -> AuditResult | None:
+                   user_static: frozenset[tuple[str, int]] = frozenset(), varying: Variation | None = None) -> AuditResult | None:
     """Check ``proto`` (the dimension audit, then the self-check, then the layer check) and
-    write it to ``path`` if it passed; returns the audit's result where it ran."""
+    write it to ``path`` if it passed; returns the audit's result where it ran. ``varying``: the
+    outputs the model itself moves between runs, and the tolerance the caller gave them."""
     judged = None
     if check:
+        progress.step("asking the torch model which sizes it accepts")
         refused = refused_dimensions(model, leaves, structure, naming, seed)
         tied = ties(model, leaves, structure, naming, refused, seed) if refused else {}
         if tied:
@@ -257,7 +260,6 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
             report.axes = naming.axes()
             for label, why in refused.items():
                 report.notes.append(f"{label} is static at {fixed[label]}: torch kept it dynamic, but the model itself raised at another size ({why})")
-        progress.step("asking the torch model which sizes it accepts")
         judged = judge(audit or DimensionAudit(model, leaves, structure), proto, naming, set(user_static))
         report.axes = naming.axes()
         report.notes += judged.notes
@@ -273,7 +275,11 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
         with atomic_output(path) as tmp:
             report.external_data = write_model(proto, tmp, path.name)
             if check:
-                report.check = run_self_check(model, leaves, structure, naming, tmp, seed=seed, tolerances=tolerances)
+                report.check = run_self_check(model, leaves, structure, naming, tmp, seed=seed, tolerances=tolerances,
+                                              given=varying.given() if varying is not None else None)
+                if varying is not None:
+                    report.check.notes.append(varying.note())
+                    report.check.nondeterministic = varying.to_json([o.name for o in proto.graph.output])
                 report.check.dims = judged.to_json() if judged is not None else []
                 if report.check and stream is not None:
                     stream.check(report.check, tmp, model, leaves, structure, naming, seed)
