@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import secrets
+import shutil
 import stat
 import struct
 import zipfile
@@ -61,10 +62,40 @@ def _temporary_beside(path: Path) -> str:
 
 
 def remove_partial_outputs() -> None:
-    """Delete every temporary output still being written (from a SIGTERM/SIGHUP handler)."""
+    """Delete every temporary output still being written, files and staging folders (from a
+    SIGTERM/SIGHUP handler)."""
     for tmp in list(_in_flight):
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if os.path.isdir(tmp) and not os.path.islink(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def staging_folder(parent: Path, kind: str) -> Iterator[Path]:
+    """A new hidden folder in ``parent`` for an output folder being written, registered for removal
+    before it exists (a signal between the two leaves nothing), removed on any failure or signal.
+    Its name is short (``.rnnx-KIND-XXXXXXXX``), so that any name the final folder may have fits.
+    The caller renames it into place; what is left of it here is removed."""
+    for _ in range(100):
+        path = os.path.join(str(parent), f".rnnx-{kind}-{secrets.token_hex(4)}")
+        _in_flight.add(path)
+        try:
+            os.mkdir(path, 0o777)  # the umask applies, as to a folder the user makes
+            break
+        except FileExistsError:
+            _in_flight.discard(path)
+        except BaseException:
+            _in_flight.discard(path)
+            raise
+    else:
+        raise FileExistsError(errno.EEXIST, "no free staging name", str(parent))
+    try:
+        yield Path(path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        _in_flight.discard(path)
 
 
 WRITTEN_LOG = "RNNX_WRITTEN_LOG"  # environment: a file to which each ONNX file rnnx writes is appended
@@ -263,6 +294,22 @@ def check_archive(path: Path) -> None:
     limits.check_claim(f"{path}: inflating its {len(infos)} archive member(s)", 2 * total, size)
 
 
+def kind_of(path: Path) -> str:
+    """What is at ``path``, in words, for a message that refuses it (links followed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if os.path.islink(path) else "nothing"
+    except OSError as exc:
+        return f"a path that cannot be opened ({exc.strerror})"
+    for test, words in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO), which rnnx does not read: it could block for ever"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                        (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return words
+    return "something that is not a regular file"
+
+
 def require_file(path: Path) -> Path:
     path = Path(path)
     try:
@@ -270,7 +317,7 @@ def require_file(path: Path) -> Path:
     except (OSError, ValueError) as exc:  # a name too long, a NUL byte
         raise RNNXError(f"{str(path)[:60]}: expected an existing file, found a path that cannot be opened ({getattr(exc, 'strerror', None) or exc})") from None
     if not found:
-        raise RNNXError(f"{path}: expected an existing file, found {'a folder' if path.is_dir() else 'nothing'}")
+        raise RNNXError(f"{path}: expected an existing file, found {kind_of(path)}")
     try:  # a file this user may not read is refused here, not as whatever its format's reader makes of the error
         os.close(os.open(path, os.O_RDONLY))
     except PermissionError:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,26 @@ def _check_external_data(model: Any, path: Path, token: str = "") -> None:
             raise RNNXError(f"{path}: tensor {tensor.name!r} has a non-numeric external-data offset or length") from None
         if offset < 0 or length < 0 or offset + length > status.st_size:  # type: ignore[union-attr]
             raise RNNXError(f"{path}: tensor {tensor.name!r} claims bytes {offset}..{offset + length} of {location!r}, which has {status.st_size}")  # type: ignore[union-attr]
+        expected = _stored_bytes(tensor)
+        if expected is not None and length != expected:  # a 192-byte tensor claiming 8 GiB of a sparse file is read before anything else
+            raise RNNXError(f"{path}: tensor {tensor.name!r}: its {length} stored bytes in {location[:80]!r} do not fit its shape "
+                            f"{list(tensor.dims)} ({expected} bytes); the file is damaged")
+
+
+# bits per element of the ONNX types whose size is fixed (TensorProto.DataType); strings have none
+_ELEMENT_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32, 13: 64, 14: 64, 15: 128, 16: 16,
+                 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4, 23: 4}
+
+
+def _stored_bytes(tensor: Any) -> int | None:
+    """The bytes a tensor's shape and type take (4-bit types packed two to a byte); None where unknown."""
+    bits = _ELEMENT_BITS.get(tensor.data_type)
+    if bits is None or any(d < 0 for d in tensor.dims):
+        return None
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    return (count * bits + 7) // 8
 
 
 def _check_opsets(model: Any, path: Path) -> None:
@@ -89,6 +110,8 @@ def data_files(path: Path) -> list[Path]:
     import onnx
     from onnx import TensorProto
 
+    if os.path.exists(path) and not os.path.isfile(path):
+        require_file(Path(path))  # a FIFO or a device: refused in one line, before a read that could block for ever
     try:  # the structure only: a large file's inline weights are not read for this
         skeleton = read_skeleton(path) if supported() else None
         model = skeleton[0] if skeleton is not None else onnx.load(str(path), load_external_data=False)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,12 +37,12 @@ from rnnx.engines import trtexec
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.engines.shape_probe import shape_probe
 from rnnx.errors import ParityError, RNNXError
-from rnnx.fileio import refuse_overwriting
+from rnnx.fileio import refuse_overwriting, require_file, staging_folder
 from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.graphs.legalize import convert_down, model_opset
-from rnnx.pipelines import bundle_check
+from rnnx.pipelines import bundle_check, bundle_folder
 from rnnx.pipelines.bundle_cases import check_here, golden, plan_cases, shapes_text
 from rnnx.pipelines.bundle_files import build_script, check_script, write_cases, write_manifests, write_polygraphy
 from rnnx.pipelines.lower import lower_file
@@ -96,48 +95,26 @@ def make_bundle(source: Path, folder: Path, tensorrt: str | None = None, jetpack
                 seed: int = 0) -> BundleReport:
     """Write the bundle for ``source`` into ``folder`` (a new folder, or one an earlier bundle
     wrote, which is replaced whole); see the module docstring."""
-    source, folder = Path(source), Path(folder)
+    source, folder = require_file(Path(source)), Path(os.path.abspath(folder))  # absolute: "-o ." names the folder, not the working one
     target = trtexec.resolve_target(tensorrt, jetpack)
     if precision not in trtexec.PRECISIONS:
         raise RNNXError(f"--precision: expected one of {', '.join(trtexec.PRECISIONS)}, found {precision!r}")
-    replacing = _earlier_bundle(folder)
-    if (folder.exists() or folder.is_symlink()) and not replacing:
-        raise RNNXError(f"-o {folder}: expected a new folder or one rnnx bundle wrote (with its BUNDLE.json), found "
-                        f"{'a folder it did not write' if folder.is_dir() else 'a file'} there; remove it or choose another name")
+    if not folder.parent.is_dir():
+        raise RNNXError(f"-o {folder}: the folder {folder.parent} does not exist; create it first")
+    replacing = bundle_folder.earlier_bundle(folder)
     if replacing and any(folder.resolve() in p.resolve().parents for p in (source, *data_files(source))):
         raise RNNXError(f"-o {folder}: the input {source} lies inside the bundle folder it would replace; bundle into another folder")
     if not replacing:  # (an earlier bundle's folder is replaced whole; the input was held outside it above)
         refuse_overwriting([source, *data_files(source)], {"-o": folder})
-    if not folder.absolute().parent.is_dir():
-        raise RNNXError(f"-o {folder}: the folder {folder.absolute().parent} does not exist; create it first")
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.absolute().parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    staging.chmod(0o777 & ~umask)  # mkdtemp makes it 0700; the bundle is a folder like any the user makes
-    try:
+    with staging_folder(folder.parent, "bundle") as staging:
         report = _write(source, staging, folder, target, precision, profiles, min_shapes, opt_shapes, max_shapes, seed)
         if not report.passed:
             failed = next(f"{c['name']} chunk {k}, output {o['output']}" for c in report.cases for k, ch in enumerate(c["chunks"])
                           for o in ch["outputs"].values() if not o["passed"])
             raise ParityError(f"bundle: ONNX Runtime on the bundle's model.onnx differs from the float64 reference beyond "
                               f"{CALIBRATED_MULTIPLE:g} x the rounding floor at {failed}; nothing was written to {folder}")
-        if replacing:  # the earlier bundle goes aside, the new one in, then the earlier one away
-            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.absolute().parent))
-            os.replace(folder, old / "bundle")
-            os.replace(staging, folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, folder)
-        return report
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-
-
-def _earlier_bundle(folder: Path) -> bool:
-    """Whether ``-o`` names a folder an earlier ``rnnx bundle`` wrote (it is replaced whole, as
-    a file is by the other verbs); any other folder or file there is refused."""
-    return folder.is_dir() and not folder.is_symlink() and (folder / "BUNDLE.json").is_file() and (folder / "check.py").is_file()
+        bundle_folder.move_into_place(staging, folder, replacing)
+    return report
 
 
 def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, precision: str, profiles: Any, min_shapes: Any,

@@ -13,12 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from rnnx._version import __version__
 from rnnx.engines import trtexec, trtexec_flags
 from rnnx.fileio import file_sha256
 from rnnx.shapes.roles import LENGTH
 from rnnx.formats.onnx_read import load_model
 from rnnx.graphs.legalize import model_opset
 from rnnx.pipelines.bundle_cases import Case
+from rnnx.pipelines.bundle_folder import WRITTEN_BY
 from rnnx.tolerance import CALIBRATED_MULTIPLE
 
 
@@ -241,7 +243,7 @@ BUNDLE.json holds the target, the profile, the rule and every file's SHA-256.
 """
     (staging / "README.txt").write_text(readme)
     files = sorted(p for p in staging.rglob("*") if p.is_file())
-    bundle = {"format": 2, "target": target.to_json(), "precision": precision, "tf32": "--noTF32" not in build_argv, "opset": model_opset(load_model(staging / "model.onnx")),
+    bundle = {"format": 2, "written_by": f"{WRITTEN_BY} {__version__}", "target": target.to_json(), "precision": precision, "tf32": "--noTF32" not in build_argv, "opset": model_opset(load_model(staging / "model.onnx")),
               "profile": report.profile, "rule": manifest["rule"],
               "commands": {"build": "bash build.sh", "check": "bash check.sh", "trtexec build": build_argv, "polygraphy": polygraphy},
               "checked_here": {"onnxruntime": report.cases, "parser_rules": f"onnx-tensorrt {target.parser}", "lowered": report.lowered},
