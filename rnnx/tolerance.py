@@ -141,10 +141,12 @@ CALIBRATED_DTYPES = ("float32", "float16", "bfloat16")
 _EPSILONS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 
-def rounding_floor(honest: Any, want: Any, dtype: str) -> float | None:
+def rounding_floor(honest: Any, want: Any, dtype: str, least_scale: float = 1.0) -> float | None:
     """The honest run's max abs distance from the float64 reference, never below one epsilon of
-    ``dtype`` at the output's largest magnitude (or at 1, if larger); None where it says nothing (a shape that
-    differs, a non-finite value, a dtype not calibrated)."""
+    ``dtype`` at the output's largest magnitude (or at ``least_scale``, if larger); None where it says
+    nothing (a shape that differs, a non-finite value, a dtype not calibrated). ``least_scale=0``
+    holds an output to its own scale, however small (the device check: an fp16 output of 0.01 must
+    not let an engine of zeros pass); never 0, so that a floor always divides."""
     if dtype not in _EPSILONS:
         return None
     h, w = np.asarray(honest, np.float64), np.asarray(want, np.float64)
@@ -152,8 +154,8 @@ def rounding_floor(honest: Any, want: Any, dtype: str) -> float | None:
         return None
     if not w.size:
         return _EPSILONS[dtype]
-    scale = max(float(np.abs(w).max()), 1.0)
-    return max(float(np.abs(h - w).max()), _EPSILONS[dtype] * scale)
+    scale = max(float(np.abs(w).max()), least_scale)
+    return max(float(np.abs(h - w).max()), _EPSILONS[dtype] * scale, float(np.finfo(np.float32).tiny))
 
 
 def calibrated(floor: float, multiple: float = CALIBRATED_MULTIPLE) -> Tolerance:

@@ -25,6 +25,9 @@ zero is exact.
 
 Exit status: 0 every output holds, 1 one fails, 2 the folder or trtexec's files are not as
 expected, 3 a bug in this file.
+
+One module, though long: it is copied alone into every bundle and runs on the device with the
+standard library only, so what it needs cannot live in another module.
 """
 
 import hashlib
@@ -44,6 +47,21 @@ _MAX_VALUES = 1 << 31  # no tensor rnnx writes comes near this: a shape past it 
 
 class Refused(Exception):
     """The folder or trtexec's output is not what this check reads (exit 2)."""
+
+
+class Failed(Exception):
+    """The engine gave something it must not (a state output of the wrong size): exit 1."""
+
+
+def _say(text, stream=None):
+    """Print, whatever the terminal's encoding (Python 3.6 under LANG=C writes ASCII) and whether
+    or not the reader is still there (``check.sh | head``): the exit status must stay the verdict's."""
+    stream = stream or sys.stdout
+    try:
+        stream.write(text.encode(stream.encoding or "ascii", "backslashreplace").decode(stream.encoding or "ascii") + "\n")
+        stream.flush()
+    except (BrokenPipeError, OSError):
+        pass
 
 
 # --- the folder -----------------------------------------------------------------------------------
@@ -168,6 +186,8 @@ def _check_chunk(chunk, where, carry, paths):
     inputs, outputs = chunk.get("inputs"), chunk.get("outputs")
     _need(isinstance(inputs, dict), where + ".inputs", "input name -> file", inputs)
     _need(isinstance(outputs, dict) and outputs, where + ".outputs", "at least one output to compare", outputs)
+    _need(any(isinstance(o, dict) and isinstance(o.get("shape"), list) and _size(o["shape"]) for o in outputs.values()),
+          where + ".outputs", "at least one output with values (empty ones compare nothing)", [o.get("shape") for o in outputs.values()])
     _claim(paths, chunk.get("export"), where + ".export", "out/")
     for name, spec in inputs.items():
         at = "{}.inputs[{!r}]".format(where, name)
@@ -241,7 +261,10 @@ def write_raw(relative, values, dtype):
     if not os.path.isdir(os.path.dirname(path)):
         os.makedirs(os.path.dirname(path))
     code = _CODES[dtype]
-    with open(path + ".tmp", "wb") as f:
+    if os.path.lexists(path + ".tmp"):  # a stale one, or a link planted to make this write land elsewhere
+        os.unlink(path + ".tmp")
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "wb") as f:
         f.write(struct.pack("<{}{}".format(len(values), code), *values))
     os.replace(path + ".tmp", path)
 
@@ -264,6 +287,17 @@ def _quantum(text, digits):
     return 0.5 * 10.0 ** (-position)
 
 
+_VALUES = re.compile(r'("values" : \[)([^\]"]*)(\])')  # names hold no '"' (the bundle refuses them), so this finds values only
+_NON_FINITE = re.compile(r"(?<![\w.])(-?(?:inf|nan))(?![\w.])")
+
+
+def _exported_after_engine(relative):
+    """An export older than model.engine is a stale run's, not this engine's."""
+    engine = os.path.join(HERE, "model.engine")
+    if os.path.isfile(engine) and os.path.getmtime(_path(relative)) < os.path.getmtime(engine):
+        raise Refused("{}: expected trtexec's output of this model.engine, found one written before it was built; run bash check.sh".format(relative))
+
+
 def read_export(relative, digits):
     """trtexec's --exportOutput file: {name: (dimensions, [values], [quanta])}, each output's
     values exactly as many as its dimensions. trtexec prints non-finite values as inf / -inf /
@@ -273,8 +307,7 @@ def read_export(relative, digits):
             text = f.read()
     except (OSError, ValueError) as exc:
         raise Refused("expected trtexec's output {}, found: {}; did check.sh run trtexec on this case?".format(relative, exc))
-    for word in ("-inf", "inf", "-nan", "nan"):
-        text = text.replace(" " + word + ",", ' "' + word + '",').replace(" " + word + " ]", ' "' + word + '" ]')
+    text = _VALUES.sub(lambda m: m.group(1) + _NON_FINITE.sub(r'"\1"', m.group(2)) + m.group(3), text)  # in values only, not in names
     try:
         items = json.loads(text, parse_float=lambda s: (float(s), _quantum(s, digits)), parse_int=lambda s: (float(s), _quantum(s, digits)))
     except ValueError as exc:
@@ -311,8 +344,8 @@ def carry(manifest, case_name, k):
             raise Refused("--carry {} {}: expected output {!r} in {}, found none".format(case_name, k, state_out, case["chunks"][k - 1]["export"]))
         values = before[state_out][1]
         if len(values) != _size(spec["shape"]):
-            raise Refused("--carry {} {}: expected {} values for {!r}, found {} in {!r}".format(
-                case_name, k, _size(spec["shape"]), state_in, len(values), state_out))
+            raise Failed("{} chunk {}: the engine's state output {!r} has {} values where its input {!r} takes {}: the engine's "
+                         "outputs are not the model's".format(case_name, k - 1, state_out, len(values), state_in, _size(spec["shape"])))
         if spec["dtype"] in ("float32", "float16", "float64"):
             write_raw(spec["file"], values, spec["dtype"])
         else:
@@ -328,16 +361,17 @@ def compare(manifest):
     multiple, digits = manifest["rule"]["multiple"], manifest["printed_digits"]
     for case in manifest["cases"]:
         for k, chunk in enumerate(case["chunks"]):
+            _exported_after_engine(chunk["export"])
             got = read_export(chunk["export"], digits)
             label = case["name"] + ("" if len(case["chunks"]) == 1 else " chunk {}".format(k))
             for name, want in chunk["outputs"].items():
                 line, passed = _compare_one(label, name, got.get(name), want, multiple)
                 ok = ok and passed
-                print(line)
+                _say(line)
                 if not passed:
                     cause = _cause(case, k, name, got.get(name), want, manifest)
                     if cause:
-                        print("    likely cause: " + cause)
+                        _say("    likely cause: " + cause)
     return ok
 
 
@@ -389,11 +423,15 @@ def _cause(case, k, name, found, want, manifest):
     if found is None or found[0] != want["shape"]:
         return ""
     multiple = manifest["rule"]["multiple"]
+    values = found[1]
+    if values and all(v == values[0] for v in values):
+        return ("every value the engine gave for this output is {!r}: it did not compute it (an engine that ran on nothing, or an "
+                "output left unset)".format(values[0]))
     if k > 0:
         first = case["chunks"][0]
         exported = read_export(first["export"], manifest["printed_digits"])
         held = all(_compare_one("", n, exported.get(n), w, multiple)[1] for n, w in first["outputs"].items())
-        if held:
+        if held and _exercises_recurrence(first):  # a one-frame chunk from zero states never uses the recurrent weights
             return ("the first chunk holds and chunk {} does not: the states carried between chunks (is each state output fed to its "
                     "input, in this order: {})".format(k, ", ".join("{} -> {}".format(o, i) for i, o in case["carry"].items())))
     errors = _errors(found, want)
@@ -419,6 +457,12 @@ def _cause(case, k, name, found, want, manifest):
     if per_frame[0] > allowed:
         return "frame 0 is already off: the path into the recurrence (its input weights or biases, or the layers before it) differs"
     return ""
+
+
+def _exercises_recurrence(chunk):
+    """Whether a chunk runs its recurrence over two frames or more (else it says nothing of the
+    recurrent weights, and a later chunk failing need not be the carry's fault)."""
+    return any(o.get("time_axis") is not None and o["shape"][o["time_axis"]] >= 2 for o in chunk["outputs"].values())
 
 
 def _per_frame(errors, want):
@@ -460,19 +504,22 @@ def main(argv):
         manifest = load_manifest()
         check_folder(manifest, files)
         if argv == ["--folder"]:
-            print("check.py: the folder is as rnnx bundle wrote it ({} cases)".format(len(manifest["cases"])))
+            _say("check.py: the folder is as rnnx bundle wrote it ({} cases)".format(len(manifest["cases"])))
             return 0
-        print("engine {} (bundled for {}{}), against the float64 reference: max abs error within {:g} x the rounding floor at {}".format(
+        _say("engine {} (bundled for {}{}), against the float64 reference: max abs error within {:g} x the rounding floor at {}".format(
             manifest["engine"], manifest["target"], _built_by(), manifest["rule"]["multiple"], manifest["precision"]))
         ok = compare(manifest)
     except Refused as exc:
-        print("check.py: " + str(exc), file=sys.stderr)
+        _say("check.py: " + str(exc), sys.stderr)
         return 2
+    except Failed as exc:
+        _say("check.py: FAIL: " + str(exc), sys.stderr)
+        return 1
     except Exception as exc:  # noqa: BLE001  a bug here must not read as an engine that failed (1)
-        print("check.py: internal error, a bug in rnnx's check.py ({}: {}); please report it with cases.json".format(
-            type(exc).__name__, exc), file=sys.stderr)
+        _say("check.py: internal error, a bug in rnnx's check.py ({}: {}); please report it with cases.json".format(
+            type(exc).__name__, exc), sys.stderr)
         return 3
-    print("PASS" if ok else "FAIL")
+    _say("PASS" if ok else "FAIL")
     return 0 if ok else 1
 
 

@@ -136,6 +136,7 @@ if ! command -v "$TRTEXEC" >/dev/null 2>&1; then
   if [ -x /usr/src/tensorrt/bin/trtexec ]; then TRTEXEC=/usr/src/tensorrt/bin/trtexec
   else echo "build.sh: expected trtexec on PATH or at /usr/src/tensorrt/bin/trtexec, found neither; set TRTEXEC=/path/to/trtexec" >&2; exit 2; fi
 fi
+rm -f model.engine  # a failed build must not leave an earlier engine for check.sh to pass
 set +e
 "$TRTEXEC" {' '.join(trtexec.quote(a) for a in argv)} > build.log 2>&1
 status=$?
@@ -145,7 +146,7 @@ case "$found" in
   ""|{target.tensorrt_major_minor}|{target.tensorrt_major_minor}.*) ;;
   *) echo "build.sh: this bundle's parser rules and trtexec flags are TensorRT {target.tensorrt}'s, and trtexec reports $found; make the bundle with --tensorrt $found where rnnx has read that version" >&2 ;;
 esac
-if [ $status -ne 0 ]; then echo "build.sh: trtexec failed (exit $status); see build.log" >&2; exit 1; fi
+if [ $status -ne 0 ]; then rm -f model.engine; echo "build.sh: trtexec failed (exit $status); see build.log" >&2; exit 1; fi
 echo "built model.engine (TensorRT ${{found:-?}}); next: bash check.sh"
 """
 
@@ -166,9 +167,12 @@ def check_script(target: trtexec.Target, cases: list[Case], specs: list[Any]) ->
         '  else echo "check.sh: expected trtexec on PATH or at /usr/src/tensorrt/bin/trtexec, found neither; set TRTEXEC" >&2; exit 2; fi',
         "fi",
         '[ -f model.engine ] || { echo "check.sh: expected model.engine, found none; run bash build.sh first" >&2; exit 2; }',
+        '"$PYTHON" -c "import sys; sys.exit(sys.version_info < (3, 6))" 2>/dev/null || '
+        '{ echo "check.sh: expected Python 3.6 or later as $PYTHON, found none or an older one; set PYTHON=/path/to/python3" >&2; exit 2; }',
         "# the folder as rnnx wrote it (every file's size and SHA-256, cases.json's values) before any trtexec run",
         '"$PYTHON" check.py --folder || exit $?',
-        "rm -rf out",
+        'rm -rf out 2>/dev/null && mkdir out 2>/dev/null || '
+        '{ echo "check.sh: expected to write out/ in $(pwd), found it cannot (is the folder read-only, or out/ another user\'s?)" >&2; exit 2; }',
         "run() {",
         '  log="$1"; shift',
         '  mkdir -p "$(dirname "$log")"',

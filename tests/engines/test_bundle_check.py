@@ -353,3 +353,78 @@ def test_a_tf32_or_fp16_bundle_holds_an_engine_computing_so_to_that_precisions_f
     assert done.returncode == 0 and done.stdout.strip().endswith("PASS"), done.stdout[-2000:] + done.stderr[-1000:]
     floors = [o["floor"] for c in json.loads((folder / "cases.json").read_text())["cases"] for ch in c["chunks"] for o in ch["outputs"].values()]
     assert min(floors) > 2 ** -23 * 16  # measured at that precision, far above float32's
+
+
+# --- a second campaign: what a hostile tester found after the first ----------------------------------
+
+
+def test_an_fp16_bundle_of_small_outputs_holds_them_to_their_own_scale(checked, tmp_path: Path) -> None:
+    """The floor was never below fp16's epsilon at 1 (16 x that is 0.016): an engine of zeros, or one off by
+    0.01, passed an output of 0.05. Each output's floor is now at its own scale."""
+    folder = _precision_case(checked, tmp_path, "fp16")
+    assert _device(folder, "build.sh", VERSION).returncode == 0
+    assert _device(folder, "check.sh", VERSION).returncode == 0
+    for env in ({"STAND_IN_ZEROS": "1"}, {"STAND_IN_PERTURB": "0.003"}):
+        done = _device(folder, "check.sh", VERSION, **env)
+        assert done.returncode == 1 and done.stdout.strip().endswith("FAIL"), (env, done.stdout[-1500:])
+    assert "did not compute it" in _device(folder, "check.sh", VERSION, STAND_IN_ZEROS="1").stdout
+
+
+def test_carry_does_not_write_through_a_planted_link(checked, tmp_path: Path) -> None:
+    folder = _copy(checked["stream"], tmp_path)
+    manifest = json.loads((folder / "cases.json").read_text())
+    case = next(c for c in manifest["cases"] if c["carry"])
+    target = folder / case["chunks"][1]["inputs"][next(iter(case["carry"]))]["file"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    Path(str(target) + ".tmp").symlink_to(victim)
+    done = _check(folder, "--carry", case["name"], "1")
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "precious" and not target.is_symlink() and target.stat().st_size > 0
+
+
+def test_a_stale_export_or_engine_does_not_pass(checked, tmp_path: Path) -> None:
+    folder = _copy(checked["tagger"], tmp_path)
+    (folder / "model.engine").touch()  # an engine built after the exports in out/ were written
+    os.utime(folder / "model.engine", (time_now := __import__("time").time(), time_now + 10))
+    _refused(_check(folder), "written before it was built")
+    failing = tmp_path / "fail-trtexec"
+    failing.write_text("#!/bin/sh\necho '[I] TensorRT version: 8.6.1'\nexit 1\n")
+    failing.chmod(0o755)
+    built = _device(folder, "build.sh", VERSION, TRTEXEC=str(failing))
+    assert built.returncode == 1 and not (folder / "model.engine").exists()  # no earlier engine left for check.sh
+    assert _device(folder, "check.sh", VERSION).returncode == 2
+
+
+def test_names_beyond_ascii_print_under_an_ascii_terminal_and_nan_in_a_name_is_a_name(tmp_path: Path) -> None:
+    _many_names(tmp_path / "n.onnx", ["größe"], ["y nan ]", "h inf ]"])
+    folder = tmp_path / "b"
+    assert _bundle(tmp_path / "n.onnx", folder, "--tensorrt", VERSION).returncode == 0
+    assert _device(folder, "build.sh", VERSION).returncode == 0
+    done = _device(folder, "check.sh", VERSION, PYTHONIOENCODING="ascii", LANG="C", LC_ALL="C")
+    assert done.returncode == 0 and done.stdout.strip().endswith("PASS"), done.stdout[-1500:] + done.stderr[-800:]
+    piped = subprocess.run(f"{sys.executable} check.py | head -n 1", shell=True, cwd=folder, capture_output=True, text=True, timeout=120)
+    assert "internal error" not in piped.stderr and "Traceback" not in piped.stderr, piped.stderr
+
+
+def test_a_failing_later_chunk_is_not_blamed_on_the_carry_when_the_first_chunk_is_one_frame(checked, tmp_path: Path) -> None:
+    """A one-frame first chunk from zero states never uses the recurrent weights, so its holding says nothing of them."""
+    folder = _copy(checked["stream"], tmp_path)
+    engine = onnx.load(folder / "model.engine")
+    lstm = next(n for n in engine.graph.node if n.op_type == "LSTM")
+    weights = {t.name: t for t in engine.graph.initializer}
+    r = onnx.numpy_helper.to_array(weights[lstm.input[2]]).copy()
+    h = r.shape[1] // 4
+    r[0, 2 * h:3 * h], r[0, 3 * h:] = r[0, 3 * h:].copy(), r[0, 2 * h:3 * h].copy()  # f and c swapped in R only
+    weights[lstm.input[2]].CopyFrom(onnx.numpy_helper.from_array(r, lstm.input[2]))
+    onnx.save(engine, folder / "model.engine")
+    done = _device(folder, "check.sh", VERSION)
+    assert done.returncode == 1, done.stdout[-1500:]
+    assert "states carried between chunks" not in done.stdout, done.stdout[-2500:]
+
+
+def test_check_sh_needs_a_python_3_and_says_so(checked, tmp_path: Path) -> None:
+    folder = _copy(checked["tagger"], tmp_path)
+    done = _device(folder, "check.sh", VERSION, PYTHON=str(tmp_path / "no-python"))
+    assert done.returncode == 2 and "expected Python 3.6 or later" in done.stderr, done.stderr
