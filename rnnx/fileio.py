@@ -12,15 +12,15 @@ import secrets
 import shutil
 import stat
 import struct
-import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-from rnnx import limits, progress
+from rnnx import progress
 from rnnx.errors import RNNXError
+from rnnx.input_gate import check_archive, kind_of, require_file  # noqa: F401  (the readers import them from here)
 from rnnx.tensor_pieces import CHUNK_BYTES, Pieces, as_pieces
 
 # safetensors' own limit on the JSON header; anything larger is not a safetensors file.
@@ -269,60 +269,6 @@ def refuse_overwriting(inputs: Iterable[Path | str | None], outputs: dict[str, P
         for other_flag, other in given[:k]:
             if _same(out, other):
                 raise RNNXError(f"{flag} {out}: is also the {other_flag} output; give each output its own path")
-
-
-def check_archive(path: Path) -> None:
-    """Refuse a zip archive (.pt, .npz, .keras) whose members claim more than the memory budget
-    once inflated, before any member is read: a 2 MB zip bomb can claim gigabytes.
-
-    The claims are the central directory's sizes, which zipfile and torch's reader both hold
-    a member to; a stored (uncompressed) member must be as large as it claims.
-    """
-    size = path.stat().st_size
-    try:
-        with zipfile.ZipFile(path) as archive:
-            infos = archive.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError):
-        return  # not a zip (or not one zipfile reads): the format's own reader refuses it
-    total = 0
-    for info in infos:
-        if info.compress_size > size or (info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size):
-            raise RNNXError(f"{path}: archive member {info.filename[:80]!r} claims {info.file_size} bytes stored in {info.compress_size}, "
-                            f"in a {size}-byte file; the archive is damaged")
-        total += info.file_size
-    # The inflated bytes are held while the arrays are built from them: two copies at the peak.
-    limits.check_claim(f"{path}: inflating its {len(infos)} archive member(s)", 2 * total, size)
-
-
-def kind_of(path: Path) -> str:
-    """What is at ``path``, in words, for a message that refuses it (links followed)."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return "a broken symbolic link" if os.path.islink(path) else "nothing"
-    except OSError as exc:
-        return f"a path that cannot be opened ({exc.strerror})"
-    for test, words in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO), which rnnx does not read: it could block for ever"),
-                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                        (stat.S_ISREG, "a regular file")):
-        if test(mode):
-            return words
-    return "something that is not a regular file"
-
-
-def require_file(path: Path) -> Path:
-    path = Path(path)
-    try:
-        found = path.is_file()
-    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
-        raise RNNXError(f"{str(path)[:60]}: expected an existing file, found a path that cannot be opened ({getattr(exc, 'strerror', None) or exc})") from None
-    if not found:
-        raise RNNXError(f"{path}: expected an existing file, found {kind_of(path)}")
-    try:  # a file this user may not read is refused here, not as whatever its format's reader makes of the error
-        os.close(os.open(path, os.O_RDONLY))
-    except PermissionError:
-        raise RNNXError(f"{path}: expected a file you can read, found one you may not (permission denied); change its permissions or run as a user who can") from None
-    return path
 
 
 # safetensors' dtype codes that numpy holds as they are; BF16 is widened to float32 exactly.
