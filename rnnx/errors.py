@@ -24,6 +24,11 @@ class RNNXError(Exception):
         super().__init__(*(_ANSI.sub("", a) if isinstance(a, str) else a for a in args))
 
 
+class BudgetExceeded(RNNXError):
+    """A run of a graph rnnx did not build passed ``--time-limit`` or ``--max-memory`` and was
+    stopped (CLI exit status 2): a probe that meets it stops the verb, it does not move a profile."""
+
+
 class ParityError(RNNXError):
     """Outputs of two backends disagree beyond tolerance (CLI exit status 1)."""
 

@@ -1,4 +1,5 @@
-"""ONNX Runtime on a graph rnnx did not build, in a child process with a time and memory limit.
+"""ONNX Runtime (or ONNX's reference evaluator) on a graph rnnx did not build, in a child process
+with a time and memory limit.
 
 A graph is a program: a Loop with a trip count of 1e15 runs until killed, a ConstantOfShape
 can ask for terabytes, and a bug in a kernel can take the process down. So the session lives
@@ -6,6 +7,11 @@ in a child process whose address space is capped at :func:`rnnx.limits.memory_bu
 whose runs, together, must finish within :func:`rnnx.limits.time_limit`; past either, the
 child is killed and the user gets one line. Only numpy arrays and JSON cross the pipe, never
 pickles, so even a child subverted by its graph cannot run code in rnnx.
+
+``backend="reference:float64"`` (or ``float32``, ``float16``, ``tf32``) runs the file through
+:class:`~rnnx.engines.onnx_reference.ReferenceRun` in the child instead: the float64 reference
+and the honest runs of a bundle are numpy computations a hostile graph can blow up as well.
+While the parent waits for the child it sits in ``select``, so SIGTERM acts at once.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy as np
 # at every session's start (rnnx.engines.onnxruntime pulls in the graph inspector).
 from rnnx import limits
 from rnnx.blas_threads import ort_threads
-from rnnx.errors import RNNXError
+from rnnx.errors import BudgetExceeded, RNNXError
 
 _LENGTH = struct.Struct("<Q")
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the rnnx package
@@ -53,11 +59,13 @@ class IsolatedOnnxRuntime:
     device = "cpu"
 
     def __init__(self, model_bytes: bytes, label: str = "the model", time_budget: TimeBudget | None = None,
-                 data_folder: str | Path | None = None, data_bytes: int = 0) -> None:
+                 data_folder: str | Path | None = None, data_bytes: int = 0, backend: str = "onnxruntime") -> None:
         """``time_budget`` lets several sessions share one limit (default: :func:`rnnx.limits.time_limit`).
         ``data_folder`` is where the model's external data lies, and ``data_bytes`` its size:
-        the model and its data together set the budgets."""
+        the model and its data together set the budgets. ``backend``: ``onnxruntime`` or
+        ``reference:DTYPE`` (a self-contained model: its data inline)."""
         self.label = label
+        self.engine = "ONNX Runtime" if backend == "onnxruntime" else "ONNX's reference evaluator"
         try:
             ort_threads()  # a bad RNNX_ORT_THREADS is refused here, in one line, not in the child
         except ValueError as exc:
@@ -74,7 +82,7 @@ class IsolatedOnnxRuntime:
         )
         try:
             try:
-                _send(self._child.stdin, {"model": len(model_bytes), "config": _session_config(data_folder)},  # type: ignore[arg-type]
+                _send(self._child.stdin, {"model": len(model_bytes), "config": _session_config(data_folder), "backend": backend},  # type: ignore[arg-type]
                       [np.frombuffer(model_bytes, np.uint8)])
             except BrokenPipeError:
                 self._died()
@@ -84,7 +92,7 @@ class IsolatedOnnxRuntime:
             raise
         if "error" in answer:
             self.close()
-            raise RNNXError(f"ONNX Runtime refused {label}: {answer['error']}")
+            raise (BudgetExceeded if answer.get("budget") else RNNXError)(f"{self.engine} refused {label}: {answer['error']}")
         self.input_names: list[str] = answer["inputs"]
         self.output_names: list[str] = answer["outputs"]
 
@@ -94,14 +102,14 @@ class IsolatedOnnxRuntime:
         if missing:
             raise RNNXError(f"ONNX model: expected inputs {self.input_names}, missing {missing}")
         if self._child.poll() is not None:
-            raise RNNXError(f"ONNX Runtime's process for {self.label} is gone")
+            raise RNNXError(f"{self.engine}'s process for {self.label} is gone")
         try:
             _send(self._child.stdin, {"feed": list(feed)}, list(feed.values()))  # type: ignore[arg-type]
         except BrokenPipeError:
             self._died()
         answer, arrays = self._receive()
         if "error" in answer:
-            raise RNNXError(f"ONNX Runtime could not run {self.label}: {answer['error']}")
+            raise (BudgetExceeded if answer.get("budget") else RNNXError)(f"{self.engine} could not run {self.label}: {answer['error']}")
         return dict(zip(self.output_names, arrays))
 
     def close(self) -> None:
@@ -122,7 +130,7 @@ class IsolatedOnnxRuntime:
             return _recv(self._child.stdout, self.time.deadline())  # type: ignore[arg-type]
         except TimeoutError:
             self.close()
-            raise RNNXError(f"ONNX Runtime ran {self.label} past the time limit of {self.time.seconds:.0f} s without finishing (a Loop that never ends?); "
+            raise BudgetExceeded(f"{self.engine} ran {self.label} past the time limit of {self.time.seconds:.0f} s without finishing (a Loop that never ends?); "
                             "if the model is trusted and large, raise the limit with --time-limit SECONDS") from None
         except EOFError:
             self._died()
@@ -134,7 +142,7 @@ class IsolatedOnnxRuntime:
         code = self._child.wait()
         self.close()
         why = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-        raise RNNXError(f"ONNX Runtime's process stopped while running {self.label} ({why}); it may have passed the memory budget of "
+        raise BudgetExceeded(f"{self.engine}'s process stopped while running {self.label} ({why}); it may have passed the memory budget of "
                         f"{self.budget >> 20} MiB: if the model is trusted, raise it with --max-memory")
 
 
@@ -209,6 +217,13 @@ def serve() -> None:
     sys.stdout = sys.stderr  # nothing but frames may reach the parent
     try:
         header, (model,) = _recv(stdin)
+        backend = str(header.get("backend", "onnxruntime"))
+        if backend.startswith("reference:"):
+            run, inputs, names = _reference(model.tobytes(), backend.partition(":")[2])
+            del model
+            _send(stdout, {"inputs": inputs, "outputs": names}, [])
+            _serve_runs(stdin, stdout, run)
+            return
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -228,22 +243,44 @@ def serve() -> None:
     except (EOFError, BrokenPipeError):
         return
     except Exception as exc:  # noqa: BLE001  onnxruntime's own Fail/InvalidGraph classes, MemoryError
-        _send(stdout, {"error": _one_line(exc)}, [])
+        _send(stdout, {"error": _one_line(exc), "budget": _over_budget(exc)}, [])
         return
+    _serve_runs(stdin, stdout, lambda feed: session.run(names, feed))
+
+
+def _reference(model: bytes, dtype: str) -> tuple[Any, list[str], list[str]]:
+    """ONNX's reference evaluator on ``model`` in ``dtype``: (run, input names, output names)."""
+    import onnx
+
+    from rnnx.engines.onnx_reference import ReferenceRun
+
+    proto = onnx.load_from_string(model)
+    runner = ReferenceRun(proto, dtype)
+    initializers = {t.name for t in proto.graph.initializer}
+    inputs = [i.name for i in proto.graph.input if i.name not in initializers]
+    return (lambda feed: [runner(feed)[n] for n in runner.output_names]), inputs, list(runner.output_names)
+
+
+def _serve_runs(stdin: BinaryIO, stdout: BinaryIO, run: Any) -> None:
+    """Run each feed the parent sends until it closes the pipe; an error is sent back as one line."""
     while True:
         try:
             request, arrays = _recv(stdin)
         except EOFError:
             return
         try:
-            outputs = session.run(names, dict(zip(request["feed"], arrays)))
+            outputs = run(dict(zip(request["feed"], arrays)))
             if any(np.asarray(o).dtype.hasobject for o in outputs):
                 raise TypeError("the model returns strings or sequences, not tensors")
             _send(stdout, {}, [np.asarray(o) for o in outputs])
         except BrokenPipeError:
             return
         except Exception as exc:  # noqa: BLE001
-            _send(stdout, {"error": _one_line(exc)}, [])
+            _send(stdout, {"error": _one_line(exc), "budget": _over_budget(exc)}, [])
+
+
+def _over_budget(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or "Failed to allocate memory" in str(exc) or "bad_alloc" in str(exc)
 
 
 def _die_with_parent() -> None:
@@ -261,7 +298,7 @@ def _die_with_parent() -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, MemoryError) or "Failed to allocate memory" in str(exc) or "bad_alloc" in str(exc):
+    if _over_budget(exc):
         return (f"it needs more memory than the budget of {int(sys.argv[1]) >> 20} MiB (or this machine) allows; "
                 "if the model is trusted, raise the budget with --max-memory")
     if "failed to map segment" in str(exc):

@@ -5,6 +5,11 @@ follows the operators' definitions where ONNX Runtime is lenient (its MaxPool re
 from fewer frames than the kernel; the definition, and torch, give none). A run whose output
 is empty (a pool or a stride left no frame) does not count as running. A runtime that cannot
 load the file at all is left out of the asking, with the other's word taken alone.
+
+Both run in child processes held to ``--max-memory`` and ``--time-limit``
+(:mod:`rnnx.engines.isolated`): the file is untrusted, and a length can make its graph claim
+gigabytes or loop for ever. A probe that passes a budget stops the asking (one line naming the
+flag), rather than counting as a shape the file does not run at.
 """
 
 from __future__ import annotations
@@ -17,27 +22,34 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.engines.onnx_reference import ReferenceRun
-from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.errors import RNNXError
+from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
+from rnnx.errors import BudgetExceeded, RNNXError
+from rnnx.formats.onnx_lazy import for_runtime
+from rnnx import limits
 from rnnx.shapes.file_dims import InputSpec, probe_feed
 from rnnx.shapes.profiles import Probe
 
-_ORT_PREFIX = re.compile(r"^ONNX Runtime could not run the model: (\[ONNXRuntimeError\] : \d+ : \w+ : )?")
+_ORT_PREFIX = re.compile(r"^(ONNX Runtime|ONNX's reference evaluator) could not run the model: (\[ONNXRuntimeError\] : \d+ : \w+ : )?")
 
 
-def shape_probe(model: Any, specs: list[InputSpec], data_folder: str | Path | None = None, session: OnnxRuntimeRunner | None = None) -> Probe:
+def shape_probe(model: Any, specs: list[InputSpec], data_folder: str | Path | None = None, session: Any = None) -> Probe:
     """``runs(shapes)``: None where ``model`` runs at those input shapes in both runtimes, else
     the first words of why not. The runtimes are loaded at the first question; ``session``: an
-    ONNX Runtime session of ``model`` the caller holds already (loading the model once)."""
+    ONNX Runtime runner of ``model`` the caller holds already (loading the model once)."""
     runners: list[Callable[[dict[str, Any]], Any]] = []
 
     def load() -> None:
-        for make in (lambda: session or OnnxRuntimeRunner(model, threads=1, data_folder=data_folder),
-                     lambda: ReferenceRun(model, _own_dtype(model))):
+        folder = Path(data_folder or ".")
+        data = sum(t.ByteSize() for t in model.graph.initializer)
+        budget = TimeBudget(limits.time_limit(model.ByteSize()))  # the asking, all runs together
+        for make in (lambda: session or IsolatedOnnxRuntime(for_runtime(model, folder).SerializeToString(), "the model", budget,
+                                                            data_folder=data_folder, data_bytes=data),
+                     lambda: IsolatedOnnxRuntime(model.SerializeToString(), "the model", budget, backend=f"reference:{_own_dtype(model)}")):
             try:
                 runners.append(make())
-            except RNNXError:
+            except BudgetExceeded:
+                raise
+            except (RNNXError, ValueError):  # ValueError: a model over protobuf's 2 GB cannot be handed over whole
                 continue  # a runtime that cannot load the file says nothing about shapes
 
     def runs(shapes: dict[str, tuple[int, ...]]) -> str | None:
@@ -51,6 +63,8 @@ def shape_probe(model: Any, specs: list[InputSpec], data_folder: str | Path | No
                 with warnings.catch_warnings(), np.errstate(all="ignore"):  # a run at a length the model refuses warns on its way to failing
                     warnings.simplefilter("ignore")
                     outputs = run(feed)
+            except BudgetExceeded as exc:
+                raise BudgetExceeded(f"asking the file whether it runs at {_shapes_text(shapes)}: {exc}") from None
             except RNNXError as exc:
                 return _ORT_PREFIX.sub("", " ".join(str(exc).split()))[:160]
             empty = next((name for name, value in outputs.items() if getattr(value, "size", 1) == 0), None)
@@ -59,6 +73,10 @@ def shape_probe(model: Any, specs: list[InputSpec], data_folder: str | Path | No
         return None
 
     return runs
+
+
+def _shapes_text(shapes: dict[str, tuple[int, ...]]) -> str:
+    return ", ".join(f"{n}: {'x'.join(map(str, s))}" for n, s in shapes.items())
 
 
 def _own_dtype(model: Any) -> str:

@@ -34,7 +34,6 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.engines import trtexec
-from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.engines.shape_probe import shape_probe
 from rnnx.errors import ParityError, RNNXError
 from rnnx.fileio import refuse_overwriting, require_file, staging_folder
@@ -43,7 +42,7 @@ from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.graphs.legalize import convert_down, model_opset
 from rnnx.pipelines import bundle_check, bundle_folder
-from rnnx.pipelines.bundle_cases import check_here, golden, plan_cases, shapes_text
+from rnnx.pipelines.bundle_cases import check_here, golden, isolated, plan_cases, shapes_text
 from rnnx.pipelines.bundle_files import build_script, check_script, write_cases, write_manifests, write_polygraphy
 from rnnx.pipelines.lower import lower_file
 from rnnx.streaming import graph_ranks, read_streaming
@@ -140,7 +139,7 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
     inputs = read_file_dims(proto, export)
     trtexec.check_names([s.name for s in inputs.specs], [o.name for o in proto.graph.output])
     record = read_streaming({p.key: p.value for p in proto.metadata_props}, *graph_ranks(proto))
-    runner = OnnxRuntimeRunner(proto, data_folder=staging)  # one session: the profile's probe, then the check of every case
+    runner = isolated(proto, folder=staging)  # one session, in a child held to the budgets: the profile's probe, then every case's check
     choices = plan_profiles(inputs, profiles, min_shapes, opt_shapes, max_shapes, probe=shape_probe(proto, inputs.specs, session=runner))
     if len(choices) > 1:
         raise RNNXError("bundle: expected one optimization profile (trtexec builds one from --minShapes/--optShapes/--maxShapes), "

@@ -11,13 +11,14 @@ chain's for the golden outputs; the engine's own on the device).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rnnx.engines.onnx_reference import ReferenceRun
-from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.errors import RNNXError
+from rnnx.engines.isolated import IsolatedOnnxRuntime
+from rnnx.errors import BudgetExceeded, RNNXError
+from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.shapes.sizes import BUNDLE_CHUNKS, multiple_of
 from rnnx.tolerance import CALIBRATED_MULTIPLE, rounding_floor
 from rnnx.shapes.cases import Case as InputCase
@@ -131,16 +132,18 @@ def golden(original: Any, cases: list[Case], precision: str, notes: list[str]) -
     """Golden outputs (the float64 reference on the source file, a stream's chunks chained
     through its own states) and each output's rounding floor: an honest run at the engine's
     precision (ONNX Runtime in float32; ONNX's reference evaluator in float16 for fp16)."""
-    reference = ReferenceRun(original, "float64")
+    reference = isolated(original, "reference:float64")
     honest_dtype = HONEST_DTYPES[precision]
     if precision in HONEST_NOTES:
         try:
-            honest: Any = ReferenceRun(original, honest_dtype)
+            honest: Any = isolated(original, f"reference:{honest_dtype}")
+        except BudgetExceeded:
+            raise
         except RNNXError as exc:
             raise RNNXError(f"bundle --precision {precision}: the honest {precision} run that measures the rounding floor failed ({exc})") from None
         notes.append(HONEST_NOTES[precision])
     else:
-        honest = OnnxRuntimeRunner(original)
+        honest = isolated(original)
     for case in cases:
         ref_states: dict[str, np.ndarray] = {}
         honest_states: dict[str, np.ndarray] = {}
@@ -150,6 +153,8 @@ def golden(original: Any, cases: list[Case], precision: str, notes: list[str]) -
             try:
                 want = reference(feed)
                 got = honest({**feed, **honest_states})
+            except BudgetExceeded as exc:
+                raise BudgetExceeded(f"bundle: the golden outputs of the {case.name} case ({shapes_text(chunk.shapes)}): {exc}") from None
             except RNNXError as exc:
                 raise RNNXError(refused_case(case.name, chunk.shapes, exc)) from None
             for name, value in want.items():
@@ -177,7 +182,18 @@ def refused_case(name: str, shapes: dict[str, list[int]], exc: Exception) -> str
             "(or --profile) within the shapes the model takes")
 
 
-def check_here(runner: OnnxRuntimeRunner, case: Case) -> dict[str, Any]:
+def isolated(proto: Any, backend: str = "onnxruntime", folder: Path | None = None) -> IsolatedOnnxRuntime:
+    """``proto`` run in a child process held to --max-memory and --time-limit (a file is a program:
+    a length can make it claim gigabytes or loop for ever); ``folder``: where its external data lies."""
+    try:
+        data = (for_runtime(proto, folder) if folder is not None else proto).SerializeToString()
+    except ValueError:  # protobuf holds 2 GB at most in one message
+        raise RNNXError("bundle: expected a model under 2 GB held whole (with its weights inline), found a larger one; a TensorRT engine "
+                        "for a device of this class is built from a smaller model") from None
+    return IsolatedOnnxRuntime(data, "the model", data_folder=folder, backend=backend)
+
+
+def check_here(runner: Any, case: Case) -> dict[str, Any]:
     """ONNX Runtime on the bundle's model.onnx, each chunk fed the state outputs of its own
     chunk before, held to the rule."""
     chunks = []
@@ -185,6 +201,8 @@ def check_here(runner: OnnxRuntimeRunner, case: Case) -> dict[str, Any]:
     for chunk in case.chunks:
         try:
             got = runner({**chunk.feed, **states})
+        except BudgetExceeded as exc:
+            raise BudgetExceeded(f"bundle: checking the {case.name} case ({shapes_text(chunk.shapes)}): {exc}") from None
         except RNNXError as exc:
             raise RNNXError(refused_case(case.name, chunk.shapes, exc)) from None
         outputs = {}
