@@ -222,6 +222,18 @@ def _names_read_below(graph: Any) -> set[str]:
     return names
 
 
+def _implicit_inputs(node: Any) -> set[str]:
+    """The names the graphs ``node`` holds read (a Loop body reads weights from outside): the
+    node depends on their producers as on its inputs."""
+    if node.op_type not in _CONTROL_FLOW and node.domain in ("", "ai.onnx"):
+        return set()
+    names: set[str] = set()
+    for a in node.attribute:
+        for sub in ([a.g] if a.type == a.GRAPH else []) + list(a.graphs):
+            names |= {i for n in sub.node for i in n.input} | _names_read_below(sub)
+    return names
+
+
 def _live(nodes: list[Any], live: set[str]) -> list[Any]:
     """The nodes that ``live`` names depend on, in their given order: a walk back from those
     names, each node visited once."""
@@ -233,7 +245,7 @@ def _live(nodes: list[Any], live: set[str]) -> list[Any]:
         if keep[k]:
             continue
         keep[k] = True
-        pending.extend(producer[i] for i in nodes[k].input if i in producer)
+        pending.extend(producer[i] for i in [*nodes[k].input, *_implicit_inputs(nodes[k])] if i in producer)
     return [n for n, kept in zip(nodes, keep) if kept]
 
 
@@ -245,7 +257,7 @@ def _ordered(nodes: list[Any]) -> list[Any]:
     waiting = [0] * len(nodes)
     readers: dict[int, list[int]] = defaultdict(list)
     for i, n in enumerate(nodes):
-        for p in {producer[name] for name in n.input if name in producer and producer[name] != i}:
+        for p in {producer[name] for name in [*n.input, *_implicit_inputs(n)] if name in producer and producer[name] != i}:
             waiting[i] += 1
             readers[p].append(i)
     ready = [i for i, w in enumerate(waiting) if w == 0]
@@ -284,6 +296,7 @@ def rewrite(graph: Any, removed: set[int], added: Iterable[Any], initializers: I
     """Drop the nodes whose ids are in ``removed``, add ``added``, then drop what became
     dead and restore topological order."""
     graph.initializer.extend(initializers)
-    live = _live_names(graph)
-    nodes = [n for n in graph.node if id(n) not in removed] + list(added)
+    added = list(added)
+    live = _live_names(graph).union(*(_implicit_inputs(n) for n in added))  # what the added nodes' bodies read lives too
+    nodes = [n for n in graph.node if id(n) not in removed] + added
     _write(graph, _ordered(_live(nodes, live)), live)

@@ -1,0 +1,312 @@
+"""Re-roll a loop over time that a trace unrolled: one ONNX ``Loop`` with one step as its body.
+
+Every exporter runs the model's Python, so ``for t in range(x.size(1))`` becomes the
+example's number of copies of the step, each reading ``x[:, t]``, and the file is fixed at
+that length. Where the copies are one step repeated, they are one ``Loop`` over the length
+the file is given. :mod:`rnnx.graphs.reroll_match` tells the steps apart and matches each
+against step 1; the rules here, for a sequence S sliced at t = 0..T-1 along axis 0 or 1:
+
+- ``reroll.length``: T is at least 3 (step 2 says which values are carried, and the last step
+  is where the epilogue starts), and the steps read all of S where the graph says its length;
+- ``reroll.same_step``: every step is step 1's computation (see reroll_match);
+- ``reroll.used_after``: a step's value is read after the loop only by a stack of every
+  step's value (``Concat`` of the steps' values in order, as ``torch.stack`` and
+  ``torch.cat`` export), or, for the last step, by anything (the final state, a head);
+- ``reroll.types``: shape inference gives each carried and stacked value's type.
+
+The rewrite: ``Loop(Shape(S)[axis], "", initial values)`` whose body is step 1's nodes with
+the slice read as ``Gather(S, iteration, axis)``, step 0's values read as the carried inputs
+and prelude values read from the outer scope; each stack is the body's scan output moved to
+its axis; a last-step value is the final carried value, or the last of its scan output. The
+slices' source becomes dynamic along its time axis where it is a graph input.
+
+Where the body is a cell ONNX has a native node for, :mod:`rnnx.graphs.fuse_steps` fuses the
+chain first and no slice is left here; this pass runs where it declined.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rnnx.graphs.index import GraphIndex, _live, rewrite
+from rnnx.graphs.reroll_match import PRELUDE, Steps, Unrolled, match_steps, partition, prev_reads
+from rnnx.graphs.time_slice import time_slice, time_steps
+from rnnx.pass_result import Declined, PassResult
+
+_MIN_STEPS = 3
+_MAX_LOOPS = 16  # loops re-rolled in one graph (an encoder's, a decoder's): a bound on the passes over it
+
+
+def reroll(model: Any, seq_label: str = "seq") -> PassResult[dict[str, Any]]:
+    """Re-roll every unrolled loop of the main graph in place; a re-rolled sequence that is a
+    graph input gets the dynamic length ``seq_label``. Each rewrite is a record: source, axis,
+    steps, node, carried, stacked, body (op types), and dynamic_seq, seq_label."""
+    result: PassResult[dict[str, Any]] = PassResult()
+    refused: set[tuple[str, int]] = set()
+    for _ in range(_MAX_LOOPS):
+        g = GraphIndex(model.graph)
+        groups = [grp for grp in _groups(g) if not grp[1] & refused]
+        if not groups:
+            break
+        types = _types(model)
+        for T, sources in groups:
+            plan = _plan(g, T, sources, types, f"reroll{len(result.rewritten)}")
+            if isinstance(plan, Declined):
+                result.left_alone.append(plan.at(", ".join(sorted(s for s, _ in sources))))
+                refused |= sources
+                continue
+            nodes, removed, info = plan
+            rewrite(model.graph, removed, nodes)
+            _make_sequence_dynamic(model, info, seq_label)
+            result.rewritten.append(info)
+            break
+        else:
+            break
+    return result
+
+
+def _groups(g: GraphIndex) -> list[tuple[int, set[tuple[str, int]]]]:
+    """Sequences sliced at every t = 0..T-1, T >= 2, grouped by T (one loop may read several)."""
+    seen: dict[tuple[str, int], set[int]] = {}
+    for node in g.nodes:
+        found = time_slice(g, node.output[0]) if node.output else None
+        if found is not None:
+            seen.setdefault((found[0], found[2]), set()).add(found[1])
+    by_length: dict[int, set[tuple[str, int]]] = {}
+    for source, ts in seen.items():
+        if len(ts) >= 2 and ts == set(range(len(ts))):
+            by_length.setdefault(len(ts), set()).add(source)
+    return sorted(by_length.items(), key=lambda item: -item[0])
+
+
+@dataclass
+class _Stack:
+    concat: Any  # the Concat over the steps' values
+    value: str  # the template value it stacks
+    axis: int  # its axis, made non-negative
+
+
+def _plan(g: GraphIndex, T: int, sources: set[tuple[str, int]], types: dict[str, Any], prefix: str) -> Declined | tuple[list[Any], set[int], dict[str, Any]]:
+    if T < _MIN_STEPS:
+        return Declined("reroll.length", f"only {T} steps traced: a loop is re-rolled from {_MIN_STEPS} or more")
+    for S, axis in sorted(sources):
+        held = time_steps(g, S, axis)
+        if held is not None and held != T:
+            return Declined("reroll.length", f"the steps read {T} of the {held} steps of {S!r} along axis {axis}: a loop over part of it")
+    u = partition(g, T, sources)
+    inner = sorted(s for s, _ in sources if g.producer.get(s) is not None and u.step_of[id(g.producer[s])] != PRELUDE)
+    if inner:
+        return Declined("reroll.length", f"{inner[0]!r} is computed by the steps that slice it")
+    steps = match_steps(g, u)
+    if isinstance(steps, Declined):
+        return steps
+    used = _used_after(g, u, steps)
+    if isinstance(used, Declined):
+        return used
+    stacks, lasts = used
+    carried = prev_reads(g, u, steps.template)
+    wanted = [steps.carried[p] for p in carried] + [s.value for s in stacks] + sorted(lasts) + carried
+    untyped = [n for n in wanted if n not in types]
+    if untyped:
+        return Declined("reroll.types", f"shape inference gives no type for {untyped[0]!r}, a value the loop carries or stacks")
+    return _build(g, u, steps, carried, stacks, lasts, types, prefix)
+
+
+def _used_after(g: GraphIndex, u: Unrolled, steps: Steps) -> Declined | tuple[list[_Stack], set[str]]:
+    """The stacks over the steps and the template values read from the last step after the
+    loop; or the value read after the loop from another step."""
+    T = u.T
+    step_nodes = set().union(*steps.matched)
+    inverse = [{v: t for t, v in m.items()} for m in steps.maps]
+    stacks: dict[int, _Stack] = {}
+    lasts: set[str] = set()
+    for k in range(T):
+        for tname, name in steps.maps[k].items():
+            for reader in g.consumers.get(name, []):
+                if id(reader) in step_nodes:
+                    continue  # the step itself, or the next one reading a carried value (matched so)
+                stack = stacks.get(id(reader)) or _stack(g, reader, steps, inverse)
+                if stack is not None:
+                    stacks[id(reader)] = stack
+                elif k == T - 1:
+                    lasts.add(tname)
+                else:
+                    return Declined("reroll.used_after", f"step {k}'s {name!r} is read after the loop by {reader.op_type} "
+                                    f"{reader.name or reader.output[0]!r}, which neither is the next step nor stacks every step's value")
+            if name in g.outputs:
+                if k < T - 1:
+                    return Declined("reroll.used_after", f"step {k}'s {name!r} is a graph output")
+                lasts.add(tname)
+    return list(stacks.values()), lasts
+
+
+def _stack(g: GraphIndex, node: Any, steps: Steps, inverse: list[dict[str, str]]) -> _Stack | None:
+    """The stack ``node`` is, if it concatenates one template value of every step, in order."""
+    T = len(steps.maps)
+    if node.op_type != "Concat" or len(node.input) != T:
+        return None
+    value = inverse[1].get(node.input[1])
+    if value is None or any(steps.maps[k].get(value) != node.input[k] for k in range(T)):
+        return None
+    axis = g.attr(node, "axis")
+    return _Stack(node, value, axis) if axis is not None else None
+
+
+def _types(model: Any) -> dict[str, Any]:
+    """Each value's TypeProto, as shape inference finds it (its static shapes are the
+    example's; only element types and ranks are used)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001  what the graph declares is the fallback
+        inferred = model
+    g = inferred.graph
+    return {vi.name: vi.type for vi in [*g.input, *g.value_info, *g.output]}
+
+
+def _value_info(name: str, type_proto: Any) -> Any:
+    """``name`` with ``type_proto``'s element type and rank, every dimension unknown: the
+    body runs at every batch and length."""
+    from onnx import helper
+
+    rank = len(type_proto.tensor_type.shape.dim)
+    return helper.make_tensor_value_info(name, type_proto.tensor_type.elem_type, [None] * rank)
+
+
+def _rank(types: dict[str, Any], name: str) -> int:
+    return len(types[name].tensor_type.shape.dim)
+
+
+def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks: list[_Stack], lasts: set[str], types: dict[str, Any],
+           prefix: str) -> tuple[list[Any], set[int], dict[str, Any]] | Declined:
+    from onnx import TensorProto, helper
+
+    t_in, cond_in, cond_out = f"{prefix}/t", f"{prefix}/cond_in", f"{prefix}/cond_out"
+    local = {o for n in steps.template for o in n.output if o}
+    inside = {p: f"{prefix}/in{j}" for j, p in enumerate(carried)}
+    renamed = {**{v: f"{prefix}/{v}" for v in local}, **inside}
+    body = []
+    for n in steps.template:
+        found = u.slices.get(id(n))
+        if found is not None:
+            S, _, axis = found
+            body.append(helper.make_node("Gather", [S, t_in], [renamed[n.output[0]]], axis=axis, name=f"{prefix}/slice_{S}"))
+            continue
+        copy = helper.make_node(n.op_type, [renamed.get(i, i) for i in n.input], [renamed.get(o, o) for o in n.output],
+                                name=f"{prefix}/{n.name}", domain=n.domain or None)
+        copy.attribute.extend(n.attribute)
+        body.append(copy)
+    body.append(helper.make_node("Identity", [cond_in], [cond_out]))
+    outs = [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, [])]
+    for j, p in enumerate(carried):
+        body.append(helper.make_node("Identity", [renamed[steps.carried[p]]], [f"{prefix}/out{j}"]))
+        outs.append(_value_info(f"{prefix}/out{j}", types[steps.carried[p]]))
+    # What is stacked: a stack of Unsqueeze(v, axis) stacks v, the rest concatenate whole.
+    scanned: dict[str, str] = {}
+    plans = []
+    for s in stacks:
+        rank = _rank(types, s.value)
+        axis = s.axis + rank if s.axis < 0 else s.axis
+        unsq = g.producer.get(s.value)
+        squeezed = unsq is not None and unsq.op_type == "Unsqueeze" and [a % rank for a in (g.axes(unsq) or [])] == [axis]
+        v = unsq.input[0] if squeezed else s.value
+        scanned.setdefault(v, f"{prefix}/scan{len(scanned)}")
+        plans.append((s, v, axis, squeezed))
+    for v in sorted(lasts - {steps.carried[p] for p in carried}):
+        scanned.setdefault(v, f"{prefix}/scan{len(scanned)}")
+    for v, name in scanned.items():
+        body.append(helper.make_node("Identity", [renamed[v]], [name]))
+        outs.append(_value_info(name, types[v]))
+    ins = [helper.make_tensor_value_info(t_in, TensorProto.INT64, []), helper.make_tensor_value_info(cond_in, TensorProto.BOOL, [])]
+    ins += [_value_info(inside[p], types[p]) for p in carried]
+    body = _live(body, {o.name for o in outs})
+    graph = helper.make_graph(body, f"{prefix}_body", ins, outs)
+
+    last = steps.maps[u.T - 1]
+    S, axis = sorted(u.sources)[0]
+    nodes = [helper.make_node("Constant", [], [f"{prefix}/axis"], value=helper.make_tensor(f"{prefix}/axis", TensorProto.INT64, [], [axis])),
+             helper.make_node("Shape", [S], [f"{prefix}/shape"]),
+             helper.make_node("Gather", [f"{prefix}/shape", f"{prefix}/axis"], [f"{prefix}/steps"], axis=0)]
+    finals, named = [], set()
+    for j, p in enumerate(carried):
+        nxt = steps.carried[p]
+        take = nxt in lasts and nxt not in named
+        named.add(nxt)
+        finals.append(last[nxt] if take else f"{prefix}/final{j}")
+    stacked = [f"{prefix}/stacked{j}" for j in range(len(scanned))]
+    loop = helper.make_node("Loop", [f"{prefix}/steps", "", *[steps.initial[p] for p in carried]], finals + stacked, name=prefix, body=graph)
+    nodes.append(loop)
+    by_value = dict(zip(scanned, stacked))
+    for s, v, axis, squeezed in plans:
+        nodes += _restack(by_value[v], s.concat.output[0], axis, _rank(types, v) + 1, squeezed, f"{prefix}/{s.concat.name or 'stack'}")
+    for v in sorted(lasts - named):
+        idx = f"{prefix}/last_index"
+        if not any(idx in n.output for n in nodes):
+            nodes.append(helper.make_node("Constant", [], [idx], value=helper.make_tensor(idx, TensorProto.INT64, [], [-1])))
+        nodes.append(helper.make_node("Gather", [by_value[v], idx], [last[v]], axis=0))
+    removed = set().union(*steps.matched) | {id(s.concat) for s in stacks}
+    info = {"source": S, "axis": axis, "sources": sorted(u.sources), "steps": u.T, "node": prefix, "carried": len(carried),
+            "stacked": [s.concat.output[0] for s in stacks], "body": [n.op_type for n in steps.template],
+            "steps_outputs": {s.concat.output[0]: s.axis for s in stacks}}
+    return nodes, removed, info
+
+
+def _restack(stacked: str, out: str, axis: int, rank: int, squeezed: bool, prefix: str) -> list[Any]:
+    """The Loop's scan output (steps first, ``rank`` axes) as the stack that ``out`` was: the
+    steps moved to ``axis``; where each step's value was concatenated whole (not unsqueezed),
+    the steps axis merged with the one after it."""
+    from onnx import TensorProto, helper
+
+    perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, rank))
+    if squeezed:
+        return [helper.make_node("Transpose", [stacked], [out], perm=perm)] if axis else [helper.make_node("Identity", [stacked], [out])]
+    moved, shape, head, tail, target = (f"{prefix}_{s}" for s in ("moved", "shape", "head", "tail", "target"))
+    consts = {f"{prefix}_{k}": v for k, v in (("zero", 0), ("a", axis), ("a2", axis + 2), ("end", rank), ("minus1", -1))}
+    nodes = [helper.make_node("Constant", [], [k], value=helper.make_tensor(k, TensorProto.INT64, [1], [v])) for k, v in consts.items()]
+    zero, a, a2, end, minus1 = consts
+    nodes += [
+        helper.make_node("Transpose", [stacked], [moved], perm=perm),
+        helper.make_node("Shape", [moved], [shape]),
+        helper.make_node("Slice", [shape, zero, a], [head]),
+        helper.make_node("Slice", [shape, a2, end], [tail]),
+        helper.make_node("Concat", [head, minus1, tail], [target], axis=0),
+        helper.make_node("Reshape", [moved, target], [out]),
+    ]
+    return nodes
+
+
+def _make_sequence_dynamic(model: Any, info: dict[str, Any], label: str) -> None:
+    """The source's time axis is ``label`` where it is a graph input. Each graph output keeps
+    the static dimensions shape inference still proves; a stack's time axis is ``label``; a
+    dimension inference loses through the Loop stays static unless it is a multiple of the
+    traced length (a length, or a stack of stacks)."""
+    import onnx
+
+    graph = model.graph
+    info["dynamic_seq"] = False
+    for vi in graph.input:
+        if vi.name == info["source"] and len(vi.type.tensor_type.shape.dim) > info["axis"]:
+            vi.type.tensor_type.shape.dim[info["axis"]].dim_param = label
+            info["dynamic_seq"], info["seq_label"] = True, label
+    del graph.value_info[:]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    for o in probe.graph.output:
+        o.type.tensor_type.ClearField("shape")
+    try:
+        inferred = {o.name: o.type.tensor_type for o in onnx.shape_inference.infer_shapes(probe).graph.output}
+    except Exception:  # noqa: BLE001  then what the graph declared is all there is
+        inferred = {}
+    for o in graph.output:
+        dims = o.type.tensor_type.shape.dim
+        found = inferred.get(o.name)
+        proven = list(found.shape.dim) if found is not None and found.HasField("shape") and len(found.shape.dim) == len(dims) else []
+        for k, d in enumerate(dims):
+            if proven and proven[k].HasField("dim_value"):
+                d.dim_value = proven[k].dim_value
+            elif info["steps_outputs"].get(o.name) in (k, k - len(dims)):
+                d.dim_param = label
+            elif d.HasField("dim_value") and d.dim_value % info["steps"] == 0:
+                d.Clear()
