@@ -51,17 +51,20 @@ class StatePair:
     batch_axis: int | None
     dtype: str
 
-    def zeros(self, batch: int | None) -> np.ndarray:
-        """The initial value (zeros) at this batch size."""
+    def zeros(self, batch: int | None, inferred: Mapping[int, int] | None = None) -> np.ndarray:
+        """The initial value (zeros) at this batch size; ``inferred``: sizes of its other labelled
+        dims, as the first chunk's shapes make them (a cache whose width follows a feature axis)."""
         shape = []
         for d, size in enumerate(self.dims):
             if isinstance(size, int):
                 shape.append(size)
             elif d == self.batch_axis and batch is not None:
                 shape.append(batch)
+            elif inferred and d in inferred:
+                shape.append(inferred[d])
             else:
-                raise RNNXError(f"state {self.input}: expected its dims to be sizes or the batch, found {size!r} at dim {d}; "
-                                "feed this state yourself")
+                raise RNNXError(f"state {self.input}: expected its dims to be sizes, the batch, or sizes the first chunk's shapes decide, "
+                                f"found {size!r} at dim {d}, which they do not; feed this state yourself (process(..., {self.input}=...))")
         return np.zeros(shape, dtype=self.dtype)
 
     def check(self, value: np.ndarray, batch: int | None, where: str) -> None:
@@ -121,6 +124,9 @@ class StreamingRecord:
 
 
 _MAX_RECORD = 1 << 20  # characters: a record lists a few states and inputs
+_ORT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype(np.float16), "tensor(double)": np.dtype(np.float64),
+              "tensor(int64)": np.dtype(np.int64), "tensor(int32)": np.dtype(np.int32), "tensor(int8)": np.dtype(np.int8),
+              "tensor(uint8)": np.dtype(np.uint8), "tensor(bool)": np.dtype(np.bool_)}
 _MAX_NAMES = 4096  # states, inputs or outputs in one record
 _MAX_RANK = 16
 _MAX_SIZE = 1 << 31  # a state dimension's size
@@ -250,34 +256,39 @@ class StreamingSession:
         self._time_axes = [(name, record.inputs[name].get("time_axis")) for name in record.streamed_inputs]
         self._pairs = [(s.input, s.output) for s in record.states]
         self._returned = [name for name in self._names if name not in self._outputs]
+        self._types = {i.name: _ORT_TYPES.get(i.type) for i in session.get_inputs()}
+        self._path = path
         self.states: dict[str, np.ndarray] | None = None  # by state input name; None before the first chunk
-        self.batch: int | None = None  # the stream's batch size, set by its first chunk
+        self.batch: int | None = None  # the stream's batch size, set by its first chunk that ran
 
     def reset(self) -> None:
-        """Forget the states: the next chunk starts a new stream from zeros."""
+        """Forget the states: the next chunk starts a new stream from zeros, at any batch."""
         self.states = None
+        self.batch = None
 
     def process(self, chunk: Any = None, /, **inputs: Any) -> dict[str, np.ndarray]:
         unknown = [name for name in inputs if name not in self._known]
         if unknown:  # a typo'd state would otherwise be dropped, and the stream go on from its own
             raise RNNXError(f"process: expected inputs among {', '.join(sorted(self._known))}, found {unknown[0]!r}")
-        feed = {name: value if isinstance(value, np.ndarray) else np.asarray(value) for name, value in inputs.items()}
+        feed = {name: self._as_input(name, value) for name, value in inputs.items()}
         given = {s.input: feed.pop(s.input) for s in self.record.states if s.input in feed}  # a state given by name: the stream goes on from it
         if chunk is not None:
             if not self._time_axes:
                 raise RNNXError("process: expected inputs by name (this file has no input with a time axis), found a positional chunk")
-            feed[self._time_axes[0][0]] = chunk if isinstance(chunk, np.ndarray) else np.asarray(chunk)
+            feed[self._time_axes[0][0]] = self._as_input(self._time_axes[0][0], chunk)
         for name, axis in self._time_axes:
             if name in feed and axis is not None and feed[name].ndim > axis:
                 self.record.check_chunk(int(feed[name].shape[axis]), f"process ({name})")
         batch = self._batch(feed)
         fresh = self.states is None
-        if fresh:
-            self.states = {s.input: s.zeros(batch) for s in self.record.states}
-            self.batch = batch
+        if fresh:  # the stream's batch and states are fixed only once this chunk has run (a chunk ONNX Runtime refuses fixes nothing)
+            inferred = self._inferred_dims(feed, given)
+            carried = {s.input: given[s.input] if s.input in given else s.zeros(batch, inferred.get(s.input)) for s in self.record.states}
         elif batch != self.batch:  # ONNX Runtime would say only that two shapes differ
             raise RNNXError(f"process: expected batch {self.batch}, as in this stream's chunks so far, found {batch}; call reset() to start a stream at another batch")
-        states = {**self.states, **given} if given else self.states
+        else:
+            carried = self.states  # type: ignore[assignment]
+        states = {**carried, **given} if given else carried
         for s in self.record.states:  # before running: a wrong state would fail in ONNX Runtime's words, or run
             if fresh or s.input in given:  # those carried from the last chunk are ONNX Runtime's own outputs at this batch
                 s.check(states[s.input], batch, "given" if s.input in given else "carried from the chunk before")
@@ -290,7 +301,60 @@ class StreamingSession:
             raise RNNXError(f"ONNX Runtime could not run the model: {' '.join(str(exc).split())[:300]}") from None
         out = dict(zip(self._names, values))
         self.states = {i: out[o] for i, o in self._pairs}
+        self.batch = batch
         return {name: out[name] for name in self._returned}
+
+    def _as_input(self, name: str, value: Any) -> np.ndarray:
+        """``value`` (an array, a list, a scalar) as the input's element type, where that loses
+        nothing a model cares about: floats to the file's float type (a float64 or float32 chunk
+        for a float16 file), integers to its integer type when they fit. Anything else is refused
+        in one line: ONNX Runtime's own type error names neither the input nor what to do."""
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+        want = self._types.get(name)
+        if want is None or array.dtype == want:
+            return array
+        if array.dtype.kind == "f" and want.kind == "f":
+            with np.errstate(over="ignore"):  # values past the range are refused below, in one line
+                cast = array.astype(want)
+            if not np.isfinite(cast[np.isfinite(array)]).all():
+                raise RNNXError(f"process ({name}): expected values {want.name} holds, found some past its range "
+                                f"(largest {float(np.nanmax(np.abs(array))):.3g}); scale the input as the model was trained")
+            return cast
+        if array.dtype.kind in "iub" and want.kind in "iu":
+            info = np.iinfo(want)
+            if array.size == 0 or (int(array.min()) >= info.min and int(array.max()) <= info.max):
+                return array.astype(want)
+        raise RNNXError(f"process ({name}): expected {want.name} (the file's input type), found {array.dtype.name}, which does not cast to it "
+                        "without loss; give the input as the file takes it")
+
+    def _inferred_dims(self, feed: Mapping[str, np.ndarray], given: Mapping[str, np.ndarray]) -> dict[str, dict[int, int]]:
+        """The sizes of states' labelled dims other than the batch, for a first chunk: a cache is
+        joined to the chunk's frames by a Concat along time, so its other dims are those of what
+        it is joined to (a width that follows a feature axis the file leaves dynamic). That
+        operand is computed by the part of the graph before it, run once on this chunk."""
+        needing = [s for s in self.record.states if s.input not in given
+                   and any(isinstance(size, str) and d != s.batch_axis for d, size in enumerate(s.dims))]
+        if not needing:
+            return {}
+        from rnnx.formats.onnx_read import load_model
+
+        model = load_model(Path(self._path))
+        joined = {}  # state input -> (the operand joined to it, the Concat's axis)
+        for node in model.graph.node:
+            if node.op_type == "Concat" and len(node.input) == 2:
+                for k, name in enumerate(node.input):
+                    if name in {s.input for s in needing}:
+                        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                        joined[name] = (node.input[1 - k], axis)
+        operands = _run_part(model, sorted({o for o, _ in joined.values()}), {**feed, **{
+            s.input: s.zeros(self._batch(feed)) for s in self.record.states if s not in needing}})
+        found: dict[str, dict[int, int]] = {}
+        for s in needing:
+            if s.input in joined and joined[s.input][0] in operands:
+                operand, axis = joined[s.input]
+                shape = operands[operand].shape
+                found[s.input] = {d: int(shape[d]) for d, size in enumerate(s.dims) if isinstance(size, str) and d not in (s.batch_axis, axis % len(shape))}
+        return found
 
     def _batch(self, feed: Mapping[str, np.ndarray]) -> int | None:
         """The batch size of this stream, read from the first input fed that has a batch axis."""
@@ -299,3 +363,41 @@ class StreamingSession:
             if name in feed and axis is not None and feed[name].ndim > axis:
                 return int(feed[name].shape[axis])
         return None
+
+
+def _run_part(model: Any, outputs: list[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``outputs`` of ``model``, computed by the nodes they depend on alone, in ONNX Runtime;
+    empty where that part cannot run on ``feed`` (it needs a state not in it)."""
+    from onnx import helper
+
+    producers = {o: n for n in model.graph.node for o in n.output}
+    needed, todo = [], list(outputs)
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        node = producers.get(name)
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        needed.append(node)
+        todo += [i for i in node.input if i]
+    used = {i for n in needed for i in n.input}
+    inputs = [v for v in model.graph.input if v.name in used]
+    if any(v.name not in feed for v in inputs if v.name not in {t.name for t in model.graph.initializer}):
+        return {}
+    order = {id(n): k for k, n in enumerate(model.graph.node)}
+    graph = helper.make_graph(sorted(needed, key=lambda n: order[id(n)]), "part", inputs,
+                              [helper.make_empty_tensor_value_info(o) for o in outputs],
+                              [t for t in model.graph.initializer if t.name in used])
+    part = helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+    import onnxruntime as ort
+
+    try:
+        session = ort.InferenceSession(part.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001  a part ONNX Runtime cannot build leaves the dims unknown, and zeros() says so
+        return {}
+    try:
+        values = session.run(outputs, {v.name: feed[v.name] for v in inputs if v.name in feed})
+    except Exception as exc:  # noqa: BLE001  the chunk itself is what the model does not take
+        raise RNNXError(f"ONNX Runtime could not run the model on this chunk: {' '.join(str(exc).split())[:300]}") from None
+    return dict(zip(outputs, values))
