@@ -14,7 +14,7 @@ against step 1; the rules here, for a sequence S sliced at t = 0..T-1 along axis
   ``torch.cat`` export), or, for the last step, by anything (the final state, a head);
 - ``reroll.types``: shape inference gives each carried and stacked value's type.
 
-The rewrite: ``Loop(Shape(S)[axis], "", initial values)`` whose body is step 1's nodes with
+The rewrite: ``Loop(Shape(S)[axis], true, initial values)`` whose body is step 1's nodes with
 the slice read as ``Gather(S, iteration, axis)``, step 0's values read as the carried inputs
 and prelude values read from the outer scope; each stack is the body's scan output moved to
 its axis; a last-step value is the final carried value, or the last of its scan output. The
@@ -195,7 +195,7 @@ def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks:
             body.append(helper.make_node("Gather", [S, t_in], [renamed[n.output[0]]], axis=axis, name=f"{prefix}/slice_{S}"))
             continue
         copy = helper.make_node(n.op_type, [renamed.get(i, i) for i in n.input], [renamed.get(o, o) for o in n.output],
-                                name=f"{prefix}/{n.name}", domain=n.domain or None)
+                                name=f"{prefix}/{n.name or n.output[0]}", domain=n.domain or None)
         copy.attribute.extend(n.attribute)
         body.append(copy)
     body.append(helper.make_node("Identity", [cond_in], [cond_out]))
@@ -228,7 +228,9 @@ def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks:
     S, axis = sorted(u.sources)[0]
     nodes = [helper.make_node("Constant", [], [f"{prefix}/axis"], value=helper.make_tensor(f"{prefix}/axis", TensorProto.INT64, [], [axis])),
              helper.make_node("Shape", [S], [f"{prefix}/shape"]),
-             helper.make_node("Gather", [f"{prefix}/shape", f"{prefix}/axis"], [f"{prefix}/steps"], axis=0)]
+             helper.make_node("Gather", [f"{prefix}/shape", f"{prefix}/axis"], [f"{prefix}/steps"], axis=0),
+             # a condition given, though the trip count alone ends the loop: ONNX's reference evaluator runs no step without one
+             helper.make_node("Constant", [], [f"{prefix}/go"], value=helper.make_tensor(f"{prefix}/go", TensorProto.BOOL, [], [True]))]
     finals, named = [], set()
     for j, p in enumerate(carried):
         nxt = steps.carried[p]
@@ -236,7 +238,7 @@ def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks:
         named.add(nxt)
         finals.append(last[nxt] if take else f"{prefix}/final{j}")
     stacked = [f"{prefix}/stacked{j}" for j in range(len(scanned))]
-    loop = helper.make_node("Loop", [f"{prefix}/steps", "", *[steps.initial[p] for p in carried]], finals + stacked, name=prefix, body=graph)
+    loop = helper.make_node("Loop", [f"{prefix}/steps", f"{prefix}/go", *[steps.initial[p] for p in carried]], finals + stacked, name=prefix, body=graph)
     nodes.append(loop)
     by_value = dict(zip(scanned, stacked))
     for s, v, axis, squeezed in plans:
