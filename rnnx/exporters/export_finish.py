@@ -16,11 +16,12 @@ from rnnx.exporters import call_record, record
 from rnnx.exporters.example_values import value_summary
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
+from rnnx.graphs.reroll import reroll
 from rnnx.formats.onnx_scan import lower_projections
 from rnnx.graphs.index import all_graphs
 from rnnx.graphs.export_repairs import drop_noop_squeezes, separate_outputs
 from rnnx.exporters.export_trace import unflatten
-from rnnx.shapes.roles import BATCH, OTHER
+from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 
 @dataclass
 class Finished:
@@ -84,6 +85,10 @@ def finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swapp
                          + (f"; per-step {', '.join(info['hoisted'])} applied to all steps after it" if info.get("hoisted") else ""))
         calls = collections.Counter(record.module_of(n) for n in proto.graph.node if n.op_type in NATIVE_OPS)
         looped = [name for name in stepped if calls.get(name, 0) > 1]  # a cell called once is one step, not a loop
+    # Whatever loop over time is still unrolled (a cell with work between its steps, a loop
+    # with no cell at all) is re-rolled into one Loop where its steps are one step repeated.
+    rolled = _reroll(proto, naming, notes)
+    if not rolled and (stepped or cells.rewritten):  # once re-rolled, no step count stays fixed at the example's
         if cells.rewritten and not fused.rewritten:
             notes.append("the hand-written cell's steps stay one node per step, so their step count is fixed at the example's ("
                          + ("; ".join(str(r) for r in fused.left_alone) or "no chain of steps over one input found") + ")")
@@ -112,6 +117,22 @@ def finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swapp
                                   for leaf in tensors})
     op_types = collections.Counter(n.op_type for n in proto.graph.node)
     return Finished(dict(op_types), recurrences, lowered.rewritten, fused_info, unrolled, notes)
+
+
+def _reroll(proto: Any, naming: Any, notes: list[str]) -> Any:
+    """Re-roll the loops over time the trace unrolled (rnnx.graphs.reroll); each re-rolled
+    input's time axis is named a length, so the audit and the self-check vary it."""
+    rolled = reroll(proto, seq_label=record.free_label(naming, "seq"))
+    for info in rolled.rewritten:
+        dims = naming.input_dims.get(info["source"])
+        if info.get("dynamic_seq") and dims is not None:
+            dims[info["axis"]] = info["seq_label"]
+            naming.roles[info["seq_label"]] = LENGTH
+        notes.append(f"a Python loop over {info['source']} dim {info['axis']}, unrolled by the trace ({info['steps']} steps), re-rolled into one ONNX Loop "
+                     f"({info['carried']} carried value(s), {len(info['stacked'])} stacked output(s))"
+                     + (", its length dynamic" if info.get("dynamic_seq") else ""))
+    notes += [f"a loop over time the trace unrolled is not re-rolled ({d})" for d in rolled.left_alone]
+    return rolled
 
 
 def _keep_dropped_inputs(proto: Any, tensors: list[Any]) -> None:
