@@ -117,6 +117,16 @@ class Steps:
     missing: set[int] = field(default_factory=set)  # ids of template nodes the last step lacks
 
 
+def _same_outputs(tnode: Any, cand: Any, last: bool) -> bool:
+    """Whether ``cand`` has the template node's outputs; the last step's may lack some (an
+    exporter drops the last cell's c, which only the next step would read)."""
+    if len(cand.output) > len(tnode.output):
+        return False
+    if last:
+        return all(t for t, c in zip(tnode.output, cand.output) if c)
+    return [bool(o) for o in cand.output] == [bool(o) for o in tnode.output]
+
+
 def _describe(g: GraphIndex, name: str) -> str:
     if name in g.constants and g.producer.get(name) is None:
         return f"initializer {name!r}"
@@ -146,13 +156,15 @@ class Matcher:
         found = self.u.slices.get(id(node))
         if found is not None:
             return ("slice", found[0], found[2])
-        return (node.op_type, node.domain, _attrs(node), len(node.input), len(node.output))
+        return (node.op_type, node.domain, _attrs(node), len(node.input))
 
     def _fits(self, tnode: Any, cand: Any, k: int, steps: Steps, binds: dict[str, str]) -> bool:
         """Whether step k's ``cand`` is template node ``tnode`` there; free carried values it
         reads the first time are bound in ``binds``."""
         if id(tnode) in self.u.slices:
             return self.u.slices[id(cand)][1] == k
+        if not _same_outputs(tnode, cand, last=k == self.u.T - 1):
+            return False
         maps = steps.maps
         for ti, ci in zip(tnode.input, cand.input):
             kind, what = self._kind(ti)
@@ -208,7 +220,7 @@ class Matcher:
                     continue
                 return Declined("reroll.same_step", self._difference(tnode, k, steps))
             used.add(id(found))
-            mapping.update((t, c) for t, c in zip(tnode.output, found.output) if t)
+            mapping.update((t, c) for t, c in zip(tnode.output, found.output) if t and c)
         extra = [n for n in self.u.regions[k] if id(n) not in used]
         if extra and not last:
             n = extra[0]
