@@ -46,6 +46,22 @@ class ExportCheckFailed(ParityError):
         self.report = report
 
 
+NAME_SHOWN = 80  # characters of a name a message shows: a 10 kB name must not bury what the message says
+
+
+def shown(name: str, quoted: bool = True) -> str:
+    """A name read from a file (an input, a dimension, a node), as one line of a message or a
+    report shows it: escaped as ``repr`` escapes it, so that a newline or a terminal escape in
+    it cannot start a line or colour one, and cut after :data:`NAME_SHOWN` characters with its
+    length. ``quoted=False`` leaves a plain name (printable, no spaces at its ends, short) bare,
+    for lists that print names as they are (``seq 1..256``); any other is quoted still."""
+    name = str(name)
+    if not quoted and name.isprintable() and name == name.strip() and 0 < len(name) <= NAME_SHOWN:
+        return name
+    text = repr(name[:NAME_SHOWN])
+    return text if len(name) <= NAME_SHOWN else f"{text[:-1]}...{text[-1]} ({len(name)} characters)"
+
+
 def shape_error(tensor: str, expected: tuple[int, ...], found: tuple[int, ...], hint: str = "") -> RNNXError:
     """Build the standard message for a tensor whose shape does not fit the spec."""
     msg = f"tensor {tensor}: expected shape {tuple(expected)}, found {tuple(found)}"

@@ -17,7 +17,7 @@ from typing import Any
 from rnnx.engines import jetpack as jetpack_table
 from rnnx.engines import trtexec_flags
 from rnnx.engines.tensorrt_parser import ALIASES as PARSER_ALIASES, VERSIONS as PARSER_VERSIONS, parser_for, release_key
-from rnnx.errors import RNNXError
+from rnnx.errors import RNNXError, shown
 
 # What each precision a bundle builds in adds to trtexec's build line. trtexec enables TF32 unless told
 # not to (its --noTF32 help: "default is to enable tf32"), so on Ampere and later GPUs an fp32 engine
@@ -147,7 +147,7 @@ def _name(name: str, kind: str = "input") -> str:
     bad = next((c for c in name if c in "',\"\\" or ord(c) < 32 or ord(c) == 127), None)
     if bad is not None or not name:
         what = f"{bad!r}" if bad is not None else "an empty name"
-        raise RNNXError(f"bundle: {kind} {name!r}: expected a name trtexec carries in its name:value lists and its JSON (no comma, quote, "
+        raise RNNXError(f"bundle: {kind} {shown(name)}: expected a name trtexec carries in its name:value lists and its JSON (no comma, quote, "
                         f"backslash or control character), found {what}; rename the {kind} (input_names= / output_names= at export)")
     return name
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rnnx.errors import shown
+
 EXPORT_KEY, RECURRENCES_KEY = "rnnx.export", "rnnx.recurrences"
 _MAX_ENTRY = 16 * 1024 * 1024
 
@@ -88,15 +90,25 @@ def describe(export: dict[str, Any] | None, recurrences: list[dict[str, Any]]) -
     """Lines for ``rnnx inspect``."""
     if export is None:
         return []
-    lines = [f"exported by rnnx {export.get('rnnx_version', '?')}; inputs:"]
+    lines = [f"exported by rnnx {shown(str(export.get('rnnx_version', '?')), quoted=False)}; inputs:"]
     for name, dims in (export.get("inputs") or {}).items():
-        lines.append(f"  {name}: ({', '.join(str(d) for d in dims) if isinstance(dims, list) else dims})")
+        text = ", ".join(shown(str(d), quoted=False) for d in dims) if isinstance(dims, list) else shown(str(dims))
+        lines.append(f"  {shown(name, quoted=False)}: ({text})")
     roles = export.get("roles") or {}
     if roles:
-        lines.append("  dynamic: " + ", ".join(f"{label} ({role})" for label, role in roles.items()))
+        lines.append("  dynamic: " + ", ".join(f"{shown(label, quoted=False)} ({shown(str(role), quoted=False)})" for label, role in roles.items()))
     for r in recurrences:
-        ins = "; ".join(f"{k} <- {', '.join(map(str, v))}" for k, v in (r.get("inputs") or {}).items())
-        outs = "; ".join(f"{k} -> {', '.join(map(str, v))}" for k, v in (r.get("outputs") or {}).items())
-        lines.append(f"recurrence {r.get('module') or '(the model)'}: {r.get('spec')} ({r.get('layout')}), nodes {', '.join(map(str, r.get('nodes') or [])) or '-'}")
+        ins = "; ".join(f"{shown(str(k), quoted=False)} <- {', '.join(shown(str(n), quoted=False) for n in v)}" for k, v in _pairs(r.get("inputs")))
+        outs = "; ".join(f"{shown(str(k), quoted=False)} -> {', '.join(shown(str(n), quoted=False) for n in v)}" for k, v in _pairs(r.get("outputs")))
+        nodes = ", ".join(shown(str(n), quoted=False) for n in r["nodes"]) if isinstance(r.get("nodes"), list) else ""
+        module = shown(str(r["module"]), quoted=False) if r.get("module") else "(the model)"
+        lines.append(f"recurrence {module}: {shown(str(r.get('spec')), quoted=False)} ({shown(str(r.get('layout')), quoted=False)}), nodes {nodes or '-'}")
         lines.append(f"  {ins or 'no graph input feeds it'}; {outs or 'reaches no graph output'}")
     return lines
+
+
+def _pairs(entry: Any) -> list[tuple[Any, list[Any]]]:
+    """A recurrence's inputs or outputs (role -> graph names), as far as the entry is one."""
+    if not isinstance(entry, dict):
+        return []
+    return [(k, v if isinstance(v, list) else [v]) for k, v in entry.items()]

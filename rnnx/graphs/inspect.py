@@ -17,7 +17,7 @@ from typing import Any
 
 from pathlib import Path
 
-from rnnx.errors import RNNXError
+from rnnx.errors import RNNXError, shown
 from rnnx.formats import files, registry
 from rnnx.formats.onnx_read import constants, recurrent_groups
 from rnnx.formats.onnx_quantized import QuantizedWeight, is_dequantized, is_quantized, quantization
@@ -247,13 +247,13 @@ def weights_as_text(path: str | Path, format: str, groups: list[GroupReport]) ->
         extras += [f"activations={g.activations}"] if g.activations else []
         extras += [f"clip={g.clip}"] if g.clip else []
         extras += ["input_forget=1"] if g.input_forget else []
-        label = g.name or "(the only group)"
+        label = shown(g.name, quoted=False) if g.name else "(the only group)"
         if g.unread is not None:
             lines.append(f"{label}: not read: {g.unread}")
             continue
         lines.append(f"{label} [{g.cell}]: input {g.input_size}, hidden {g.hidden_size}, {g.direction}"
                      + "".join(f", {e}" for e in extras))
-        lines.append(f"  spec: {g.spec}" + (f"  (--select {g.name})" if g.name and len(groups) > 1 else ""))
+        lines.append(f"  spec: {g.spec}" + (f"  (--select {shown(g.name, quoted=False)})" if g.name and len(groups) > 1 else ""))
     return "\n".join(lines)
 
 
@@ -320,7 +320,7 @@ def as_text(reports: list[NodeReport], found: dict[str, Any], model: Any = None,
     recorded = describe(*read_metadata(model)) if model is not None else []
     fuse_lines = _fusable_lines(found, source)
     if not reports and not fuse_lines:
-        left = [f"  left alone by rnnx fuse: {d['node']}: {d['reason']} (rule {d['rule']})" for d in found.get("left_alone", [])]
+        left = [f"  left alone by rnnx fuse: {shown(d['node'], quoted=False)}: {d['reason']} (rule {d['rule']})" for d in found.get("left_alone", [])]
         return "\n".join(recorded + ["no LSTM, GRU or RNN node found, and no decomposed cell, Loop, Scan or chain of steps that rnnx fuse would rewrite"] + left)
     lines = list(recorded)
     for r in reports:
@@ -328,8 +328,8 @@ def as_text(reports: list[NodeReport], found: dict[str, Any], model: Any = None,
         kind = f"{r.op_type}, lowered to Scans by rnnx" if r.lowered else r.op_type
         if r.quantization is not None:
             kind = f"{r.quantization['op']}, an LSTM with 8-bit weights"
-        lines.append(f"{r.name} [{kind}] in {r.graph} (stack {r.stack}): input {r.input_size}, hidden {r.hidden_size}, {r.direction}, {', '.join(extras)}")
-        lines.append("  weights from: " + ", ".join(f"{k} {v}" for k, v in r.weight_sources.items()))
+        lines.append(f"{shown(r.name, quoted=False)} [{kind}] in {shown(r.graph, quoted=False)} (stack {r.stack}): input {r.input_size}, hidden {r.hidden_size}, {r.direction}, {', '.join(extras)}")
+        lines.append("  weights from: " + ", ".join(f"{k} {shown(v, quoted=False)}" for k, v in r.weight_sources.items()))
         if r.quantization is not None:
             q = r.quantization
             lines.append("  quantized: " + "; ".join(QuantizedWeight(**w).summary() for w in q["weights"]))

@@ -35,7 +35,7 @@ from typing import Any
 from rnnx import progress
 from rnnx.engines import trtexec
 from rnnx.engines.shape_probe import shape_probe
-from rnnx.errors import ParityError, RNNXError
+from rnnx.errors import ParityError, RNNXError, shown
 from rnnx.fileio import refuse_overwriting, require_file, staging_folder
 from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_read import data_files, load_model
@@ -82,7 +82,7 @@ class BundleReport:
                 label = case["name"] + ("" if len(case["chunks"]) == 1 else f" chunk {k}")
                 worst = max(chunk["outputs"].values(), key=lambda o: o["ratio"])
                 lines.append(f"  {label} ({shapes_text(chunk['shapes'])}): {'ok' if all(o['passed'] for o in chunk['outputs'].values()) else 'FAIL'} "
-                             f"(worst {worst['output']}: {worst['ratio']:.3g} x its floor {worst['floor']:.2e})")
+                             f"(worst {shown(worst['output'], quoted=False)}: {worst['ratio']:.3g} x its floor {worst['floor']:.2e})")
         lines += [f"note: {n}" for n in self.notes]
         lines.append(f"on the device: cd {Path(self.folder).name} && bash build.sh && bash check.sh")
         return "\n".join(lines)

@@ -10,6 +10,7 @@ chain's for the golden outputs; the engine's own on the device).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.engines.isolated import IsolatedOnnxRuntime
-from rnnx.errors import BudgetExceeded, RNNXError
+from rnnx.errors import BudgetExceeded, RNNXError, shown
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.shapes.sizes import BUNDLE_CHUNKS, multiple_of
 from rnnx.tolerance import CALIBRATED_MULTIPLE, rounding_floor
@@ -62,7 +63,7 @@ def plan_cases(proto: Any, specs: list[Any], choice: ProfileChoice | None, examp
         if any(s is None for dims in shapes.values() for s in dims):
             raise RNNXError(f"bundle: expected a size for every dimension of the {name} case, found none for "
                             f"{next(n for n, d in shapes.items() if None in d)}; give --opt-shapes")
-        if sum(int(np.prod(s)) for s in shapes.values()) > MAX_CASE_VALUES:
+        if sum(math.prod(s) for s in shapes.values()) > MAX_CASE_VALUES:  # Python's ints: np.prod wraps past 2^63 to a small number
             notes.append(f"the {name} case ({shapes_text(shapes)}) holds over {MAX_CASE_VALUES} values: left out")
             continue
         case = Case(name, [Chunk(shapes, _feed(specs, shapes, seed + k))]) if record is None else \
@@ -112,7 +113,7 @@ def _feed(specs: list[Any], shapes: dict[str, list[int]], seed: int) -> dict[str
 
 def shapes_text(shapes: dict[str, list[int]]) -> str:
     """``x: 1x6x20, h0: 1x1x32``: a case's input shapes, as the bundle's messages show them."""
-    return ", ".join(f"{n}: {'x'.join(map(str, s))}" for n, s in shapes.items())
+    return ", ".join(f"{shown(n, quoted=False)}: {'x'.join(map(str, s))}" for n, s in shapes.items())
 
 
 # --- the reference and the floors -----------------------------------------------------------------

@@ -33,7 +33,7 @@ import numpy as np
 
 from rnnx import limits, parity
 from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
-from rnnx.errors import ParityError, RNNXError
+from rnnx.errors import ParityError, RNNXError, shown
 from rnnx.graphs.precision import computes_in_float16
 from rnnx.graphs.index import all_graphs
 from rnnx.tolerance import Tolerances
@@ -103,7 +103,7 @@ class RewriteCheck:
 
     def where(self, case: CheckCase) -> str:
         """``x[batch=1, 80, seq=16], h[batch=1, 16]``: each input's shape, each dynamic size by its label."""
-        return ", ".join(f"{name}[{', '.join(_dim_text(d, s) for d, s in zip(self.dims.get(name, shape), shape))}]"
+        return ", ".join(f"{shown(name, quoted=False)}[{', '.join(_dim_text(d, s) for d, s in zip(self.dims.get(name, shape), shape))}]"
                          for name, shape in case.shapes.items())
 
     def failure(self) -> str:
@@ -139,20 +139,20 @@ class RewriteCheck:
                          + (f"  FAIL: {c.error}" if c.error else ""))
         rows = [(c, r) for c in ran for r in c.rows]
         if rows:
-            out = max(6, *(len(r.output) for _, r in rows))
+            out = max(6, *(len(shown(r.output, quoted=False)) for _, r in rows))
             lines.append(f"  {'case':<{width}}  {'output':<{out}} {'max abs':>10} {'mean abs':>10} {'p99 abs':>10} {'max rel':>10}  "
                          f"{'multiple x floor: ratio | atol, rtol, stat':<30} result")
             for c, r in rows:
                 verdict = "ok" if r.passed else "FAIL" + (f" ({r.note})" if r.note else "")
                 held = f"{r.multiple:g} x {r.floor:.2e}: {r.ratio:.3g}" if r.floor is not None else f"{r.atol:g}, {r.rtol:g}, {r.stat}"
-                lines.append(f"  {c.name:<{width}}  {r.output:<{out}} {r.max_abs:>10.3e} {r.mean_abs:>10.3e} {r.p99_abs:>10.3e} {r.max_rel:>10.3e}  "
+                lines.append(f"  {c.name:<{width}}  {shown(r.output, quoted=False):<{out}} {r.max_abs:>10.3e} {r.mean_abs:>10.3e} {r.p99_abs:>10.3e} {r.max_rel:>10.3e}  "
                              f"{held:<30} {verdict}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
 def _dim_text(dim: int | str, size: int) -> str:
-    return str(size) if isinstance(dim, int) else f"{dim}={size}"
+    return str(size) if isinstance(dim, int) else f"{shown(dim, quoted=False)}={size}"
 
 
 class RewriteDiffers(ParityError):
@@ -179,10 +179,10 @@ def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "t
     plan = plan_shapes(original, rewritten, dims, input_shapes)
     check = RewriteCheck(label, {s.name: list(s.dims) for s in plan.specs}, dict(plan.roles))
     for name, (size, why) in plan.held.items():
-        check.notes.append(f"{name} is held at {size}: {why}; at another size the input model computes something else")
+        check.notes.append(f"{shown(name, quoted=False)} is held at {size}: {why}; at another size the input model computes something else")
     free = [k for k in plan.roles if k not in plan.fixed and k not in plan.held]
     if free and not any(plan.roles[k] in (BATCH, LENGTH) for k in free):
-        check.notes.append(f"no dynamic dimension reads as a batch or a length ({', '.join(free)}): checked at one shape; "
+        check.notes.append(f"no dynamic dimension reads as a batch or a length ({', '.join(shown(k, quoted=False) for k in free)}): checked at one shape; "
                            "give other sizes with dims=LABEL=SIZE")
     # Both run in child processes under rnnx's time and memory limits: the input is a graph from
     # elsewhere, and the rewrite keeps whatever else it holds.

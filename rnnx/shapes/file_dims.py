@@ -20,15 +20,17 @@ are read here too: they bound the values any verb feeds.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
-from rnnx.formats.onnx_metadata import read_metadata
+from rnnx.errors import RNNXError, shown
+from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata
 from rnnx.shapes.roles import LENGTH, OTHER, ROLES, role_of_name
+from rnnx.shapes.sizes import MAX_DIMENSION
 from rnnx.shapes.wiring import axis_roles, lengths_inputs
 
 FROM_RECORD = "rnnx export's record"
@@ -89,14 +91,14 @@ class FileDims:
         if not self.specs:
             return []
         lines = ["inputs, as every rnnx verb reads them:"]
-        lines += [f"  {s.name}: ({', '.join(map(str, s.dims))})" for s in self.specs]
-        lines += [f"  {label}: {'a ' + role if role != OTHER else 'neither a batch nor a length'} ({self.role_from[label]})"
+        lines += [f"  {shown(s.name, quoted=False)}: {dims_text(s.dims)}" for s in self.specs]
+        lines += [f"  {shown(label, quoted=False)}: {'a ' + role if role != OTHER else 'neither a batch nor a length'} ({self.role_from[label]})"
                   for label, role in self.roles.items()]
         return lines
 
     def wiring_note(self) -> str:
         """Which labels were read as a batch or a length by the wiring, not by their names."""
-        wired = [f"{k} is a {self.roles[k]}" for k, why in self.role_from.items() if why == FROM_WIRING]
+        wired = [f"{shown(k, quoted=False)} is a {self.roles[k]}" for k, why in self.role_from.items() if why == FROM_WIRING]
         return f"dimensions read by the graph's wiring to the recurrence (their names do not say): {', '.join(wired)}" if wired else ""
 
 
@@ -112,6 +114,9 @@ def read_file_dims(proto: Any, export: dict[str, Any] | None = None, also: tuple
     values = _entry(record, "values")
     specs = [InputSpec(vi.name, _dtype(vi, feeding), _dims(vi), lengths_of=_text(lengths.get(vi.name)), values=_summary(values.get(vi.name)))
              for vi in proto.graph.input if vi.name not in {i.name for i in proto.graph.initializer}]
+    if feeding:
+        for spec in specs:
+            _refuse_unfeedable_size(spec)
     found = FileDims(specs, example=_recorded_example(record, specs))
     recorded = {k: v for k, v in _entry(record, "roles").items() if v in ROLES}
     wired: list[dict[str, str]] = [_wired_roles(model, specs) for model in (proto, *also)]
@@ -139,7 +144,47 @@ def read_file_dims(proto: Any, export: dict[str, Any] | None = None, also: tuple
             spec.lengths_of = lengths_labels[0]  # a foreign file's lengths input: it reaches sequence_lens, or its name says so
         if spec.lengths_of is None:
             spec.vocabulary = _vocabulary(proto, spec.name)
+        if feeding:
+            _refuse_recorded_range(spec)
     return found
+
+
+def dims_text(dims: list[int | str]) -> str:
+    """``(seq, batch, 3)``: an input's dimensions, each label as :func:`rnnx.errors.shown` shows a name."""
+    return "(" + ", ".join(shown(d, quoted=False) if isinstance(d, str) else str(d) for d in dims) + ")"
+
+
+def _refuse_unfeedable_size(spec: InputSpec) -> None:
+    """An input whose fixed dimensions no run can feed: a size past int32, or more elements than
+    one tensor holds (a product of such sizes would overflow numpy's int64 before any budget saw it)."""
+    fixed = [d for d in spec.dims if isinstance(d, int)]
+    elements = math.prod(fixed)
+    if max(fixed, default=0) > MAX_DIMENSION or elements > MAX_DIMENSION:
+        raise RNNXError(f"input {shown(spec.name)} is fixed at {dims_text(spec.dims)} in the file ({elements} elements): expected sizes and "
+                        f"elements of at most {MAX_DIMENSION} (2^31 - 1, the most TensorRT and trtexec take, and far past any budget); "
+                        "the file is damaged or was edited: export the model with the sizes it runs at")
+
+
+def _refuse_recorded_range(spec: InputSpec) -> None:
+    """A recorded value range (``rnnx export``'s record, ``values``) the input cannot be fed:
+    token ids below 0 or past the rows of the table they index (the exporter recorded the
+    example's own ids, which torch's embedding held to its table), or values the input's integer
+    type cannot hold. Drawn from, it would make the file fail at every shape, and the failure
+    would be blamed on the shapes."""
+    values = spec.values or {}
+    if "min" not in values or spec.dtype is None or spec.dtype.kind not in "iu":
+        return
+    low, high = values["min"], values["max"]
+    where = f"{EXPORT_KEY} record, values[{shown(spec.name)}]: min {low}, max {high}"
+    info = np.iinfo(spec.dtype)
+    if spec.vocabulary is not None and not 0 <= low < spec.vocabulary:  # (a max past the table is cut to it where fed)
+        expected = f"token ids from 0 to {spec.vocabulary - 1} (the rows of the embedding table the input indexes)"
+    elif not info.min <= low <= high <= info.max:
+        expected = f"values a {spec.dtype} input holds ({info.min} to {info.max})"
+    else:
+        return
+    raise RNNXError(f"the file's {where}: expected {expected}; the record is damaged or was edited: export the model again, or delete "
+                    f"the {EXPORT_KEY!r} entry of its metadata_props")
 
 
 def size_of(dim: int | str, sizes: dict[str, int]) -> int | None:

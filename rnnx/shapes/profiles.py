@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rnnx.errors import RNNXError
-from rnnx.shapes.file_dims import FileDims
+from rnnx.errors import RNNXError, shown
+from rnnx.shapes.file_dims import FileDims, dims_text
 from rnnx.shapes.roles import LENGTH, OTHER
-from rnnx.shapes.sizes import profile_range
+from rnnx.shapes.sizes import MAX_DIMENSION, profile_range
 
 ENDS = ("min", "opt", "max")
 SHAPE_FLAGS = ("--min-shapes", "--opt-shapes", "--max-shapes")
@@ -59,22 +59,29 @@ class Profile:
 
     @classmethod
     def parse(cls, text: str) -> Profile:
-        """``X:1x1x8,50x8x8,200x32x8;h0:...`` (min, opt, max per input)."""
+        """``X:1x1x8,50x8x8,200x32x8;h0:...`` (min, opt, max per input). A name is split from its
+        shapes at its last colon, as trtexec and ``--min-shapes`` split it (``input:0:1x3,...``),
+        or given in single quotes (``'a;b':1x3,...``)."""
+        usage = "expected NAME:MIN,OPT,MAX with shapes like 1x1x8"
         shapes = {}
-        for part in filter(None, (p.strip() for p in text.split(";"))):
-            name, _, dims = part.partition(":")
+        for part in _split_outside_quotes(text, ";"):
+            if not part:
+                continue
+            name, dims = _name_and_shape(part)
             try:
-                triple = tuple(tuple(int(d) for d in s.split("x")) for s in dims.split(","))
+                if not name:
+                    raise ValueError
+                triple = tuple(_sizes(s, f"profiles: {part!r}") for s in dims.split(","))
             except ValueError:
-                raise RNNXError(f"profiles: {part!r}: expected NAME:MIN,OPT,MAX with shapes like 1x1x8") from None
+                raise RNNXError(f"profiles: {part!r}: {usage}") from None
             if len(triple) != 3 or len({len(s) for s in triple}) != 1:
                 raise RNNXError(f"profiles: {part!r}: expected three shapes of one rank (min, opt, max), found {len(triple)}")
             lo, opt, hi = triple
-            if any(s < 0 for s in lo):
-                raise RNNXError(f"profiles: {part!r}: expected sizes of 0 or more")
             if any(not (a <= b <= c) for a, b, c in zip(lo, opt, hi)):
                 raise RNNXError(f"profiles: {part!r}: expected min <= opt <= max in every dimension")
-            shapes[name.strip()] = (lo, opt, hi)
+            if name in shapes:
+                raise RNNXError(f"profiles: {text!r}: {shown(name)} is given twice")
+            shapes[name] = (lo, opt, hi)
         if not shapes:
             raise RNNXError("profiles: expected at least one NAME:MIN,OPT,MAX")
         return cls(shapes)
@@ -84,43 +91,63 @@ class Profile:
 
 
 def parse_shapes(text: str, flag: str) -> dict[str, Shape]:
-    """trtexec's ``--minShapes`` syntax: ``x:1x16x80,h0:1x1x32``; a name holding ``:`` or ``,``
-    in single quotes (``'input:0':1x3``). ``flag`` names the option in a refusal."""
+    """trtexec's ``--minShapes`` syntax: ``x:1x16x80,h0:1x1x32``; a name holding ``:`` is split
+    at its last colon (``input:0:1x3``), one holding ``,`` is given in single quotes
+    (``'a,b':1x3``). ``flag`` names the option in a refusal."""
     usage = "expected NAME:AxBxC[,NAME:AxBxC...] as trtexec takes them, e.g. x:1x16x80,h0:1x1x32"
     shapes: dict[str, Shape] = {}
-    for item in _items(text, flag, usage):
-        if item.startswith("'"):
-            name, quote, rest = item[1:].partition("'")
-            if not quote or not rest.startswith(":"):
-                raise RNNXError(f"{flag} {text!r}: {item!r}: an unclosed quote; {usage}")
-            dims = rest[1:]
-        else:
-            name, _, dims = item.rpartition(":")
-        if not name or not re.fullmatch(r"\d+(x\d+)*", dims.strip()):
-            raise RNNXError(f"{flag} {text!r}: {usage}" if item == text.strip() else f"{flag} {text!r}: {item!r}: {usage}")
-        if name in shapes:
-            raise RNNXError(f"{flag} {text!r}: {name!r} is given twice")
-        shapes[name] = tuple(int(d) for d in dims.strip().split("x"))
-    if not shapes:
+    items = _split_outside_quotes(text, ",")
+    if not all(items):
         raise RNNXError(f"{flag} {text!r}: {usage}")
+    for item in items:
+        name, dims = _name_and_shape(item)
+        try:
+            if not name:
+                raise ValueError
+            shape = _sizes(dims, f"{flag} {text!r}")
+        except ValueError:
+            raise RNNXError(f"{flag} {text!r}: {usage}" if item == text.strip() else f"{flag} {text!r}: {item!r}: {usage}") from None
+        if name in shapes:
+            raise RNNXError(f"{flag} {text!r}: {shown(name)} is given twice")
+        shapes[name] = shape
     return shapes
 
 
-def _items(text: str, flag: str, usage: str) -> list[str]:
-    """``text`` split at the commas outside single quotes."""
+def _split_outside_quotes(text: str, sep: str) -> list[str]:
+    """``text`` split at each ``sep`` outside single quotes, each piece stripped; an unclosed
+    quote is refused by the name it leaves unparsed."""
     items, current, quoted = [], "", False
     for ch in text:
         if ch == "'":
             quoted = not quoted
-        if ch == "," and not quoted:
+        if ch == sep and not quoted:
             items.append(current.strip())
             current = ""
         else:
             current += ch
     items.append(current.strip())
-    if quoted or not all(items):
-        raise RNNXError(f"{flag} {text!r}: {usage}")
     return items
+
+
+def _name_and_shape(item: str) -> tuple[str, str]:
+    """``NAME:SHAPE`` split as trtexec splits it: at the last colon, or after a name in single
+    quotes (``'a,b':1x3``). A quote left open gives no name (refused by the caller)."""
+    if item.startswith("'"):
+        name, quote, rest = item[1:].partition("'")
+        return (name, rest[1:]) if quote and rest.startswith(":") else ("", rest)
+    name, _, dims = item.rpartition(":")
+    return name.strip(), dims
+
+
+def _sizes(text: str, where: str) -> Shape:
+    """``1x16x80``: sizes of 0 to :data:`rnnx.shapes.sizes.MAX_DIMENSION`; ValueError where the
+    text is not a shape, the refusal (starting with ``where``) where a size is past that."""
+    if not re.fullmatch(r"\d+(x\d+)*", text.strip()):
+        raise ValueError(text)
+    sizes = tuple(int(d) for d in text.strip().split("x"))
+    if max(sizes) > MAX_DIMENSION:
+        raise RNNXError(f"{where}: expected sizes of at most {MAX_DIMENSION} (2^31 - 1, the most trtexec and TensorRT take), found {max(sizes)}")
+    return sizes
 
 
 def merge_shapes(given: list[dict[str, Shape]] | None, flag: str) -> dict[str, Shape]:
@@ -129,7 +156,7 @@ def merge_shapes(given: list[dict[str, Shape]] | None, flag: str) -> dict[str, S
     for shapes in given or []:
         for name, shape in shapes.items():
             if name in merged:
-                raise RNNXError(f"{flag}: {name!r} is given twice")
+                raise RNNXError(f"{flag}: {shown(name)} is given twice")
             merged[name] = shape
     return merged
 
@@ -158,7 +185,7 @@ class ProfileChoice:
 
 def describe_dimensions(dimensions: dict[str, dict[str, Any]]) -> str:
     """``batch 1..32 (opt 8), seq 1..40 (opt 10)``: one profile's dynamic dimensions."""
-    parts = [f"{label} {d['min']}..{d['max']} (opt {d['opt']})" if d["min"] != d["max"] else f"{label} {d['min']}"
+    parts = [f"{shown(label, quoted=False)} {d['min']}..{d['max']} (opt {d['opt']})" if d["min"] != d["max"] else f"{shown(label, quoted=False)} {d['min']}"
              for label, d in dimensions.items()]
     return ", ".join(parts) or "static shapes"
 
@@ -189,18 +216,18 @@ def plan_profiles(inputs: FileDims, profiles: list[Profile] | None = None, min_s
 
 def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple[str, ...], base: Profile | None,
               probe: Probe | None) -> ProfileChoice:
-    names = ", ".join(inputs.dims) or "none"
+    names = ", ".join(shown(n, quoted=False) for n in inputs.dims) or "none"
     for end, shapes in enumerate(given):
         for name, shape in shapes.items():
-            where = f"{given_from[end]} {name}:{_shape_text(shape)}"
+            where = f"{given_from[end]} {shown(name, quoted=False)}:{_shape_text(shape)}"
             if name not in inputs.dims:
-                raise RNNXError(f"{where}: the file has no input {name!r}; its inputs are {names}")
+                raise RNNXError(f"{where}: the file has no input {shown(name)}; its inputs are {names}")
             dims = inputs.dims[name]
             if len(shape) != len(dims):
-                raise RNNXError(f"{where}: {name!r} has {len(dims)} dimensions ({', '.join(map(str, dims))}), not {len(shape)}")
+                raise RNNXError(f"{where}: {shown(name)} has {len(dims)} dimensions {dims_text(dims)}, not {len(shape)}")
             for d, (size, dim) in enumerate(zip(shape, dims)):
                 if isinstance(dim, int) and size != dim:
-                    raise RNNXError(f"{where}: dimension {d} of {name!r} is fixed at {dim} in the file, not {size}")
+                    raise RNNXError(f"{where}: dimension {d} of {shown(name)} is fixed at {dim} in the file, not {size}")
     labels = inputs.labels()
     sizes: dict[str, list[int | None]] = {}
     basis: dict[str, list[str]] = {}
@@ -237,10 +264,10 @@ def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple
                 raise RNNXError(_uncovered(inputs, name, d, str(dim), missing))
             lo, opt, hi = (ends[e][d] for e in range(3))
             if not (0 <= lo <= opt <= hi):  # type: ignore[operator]
-                label = f" ({dim!r})" if isinstance(dim, str) else ""
+                label = f" ({shown(dim)})" if isinstance(dim, str) else ""
                 said = _ends_from([basis[dim][e] if isinstance(dim, str) and name not in given[e] else _given_basis(given_from[e])
                                    for e in range(3)])
-                raise RNNXError(f"input {name!r} dimension {d}{label}: min {lo}, opt {opt}, max {hi} ({said}): expected 0 <= min <= opt "
+                raise RNNXError(f"input {shown(name)} dimension {d}{label}: min {lo}, opt {opt}, max {hi} ({said}): expected 0 <= min <= opt "
                                 f"<= max; give the other ends too (min_shapes=, opt_shapes=, max_shapes=)")
         chosen[name] = (ends[0], ends[1], ends[2])  # type: ignore[assignment]
     dimensions = {}
@@ -276,7 +303,7 @@ def _ask_lengths(inputs: FileDims, sizes: dict[str, list[int | None]], basis: di
     why = runs({})
     if why is not None:
         if any(basis[k][1] != defaults[k] for k in lengths):
-            at = ", ".join(f"{k} {sizes[k][1]}" for k in lengths)
+            at = ", ".join(f"{shown(k, quoted=False)} {sizes[k][1]}" for k in lengths)
             raise RNNXError(f"expected the model to run at the profile's opt ({at}), found it does not ({why}); give opt_shapes= "
                             "(or profiles=) at lengths the model takes")
         return []
@@ -348,6 +375,6 @@ def _uncovered(inputs: FileDims, name: str, d: int, label: str, missing: list[st
             else f"neither a batch nor a length ({inputs.role_from.get(label, 'nothing names it')})")
     hint = _shape_text([s if isinstance(s, int) else None for s in inputs.dims[name]])
     ends = " and ".join(missing)
-    return (f"input {name!r} dimension {d} ({label!r}) is dynamic and no profile covers it: it is {what} and the file records no "
+    return (f"input {shown(name)} dimension {d} ({shown(label)}) is dynamic and no profile covers it: it is {what} and the file records no "
             f"example size for it, so no {ends} can be chosen; give its sizes with min_shapes=, opt_shapes= and max_shapes= "
-            f"({name}:{hint} with ? filled in) or profiles=")
+            f"({shown(name, quoted=False)}:{hint} with ? filled in) or profiles=")

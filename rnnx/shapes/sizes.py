@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 
+# --- the largest size any verb feeds or builds for -----------------------------------------------
+# TensorRT's Dims and trtexec's shapes are int32 before 10 (and one tensor's elements are bounded
+# so there), and rnnx export records no size above it: a fixed dimension, or a size given for a
+# profile, above it is refused by name rather than overflowing a product of sizes.
+MAX_DIMENSION = (1 << 31) - 1
+
 # --- the TensorRT optimization profile (rnnx build, rnnx bundle) ------------------------------------
 BATCH_RANGE = (1, 8, 32)  # min, opt, max
 LENGTH_TIMES_EXAMPLE = 4  # a length's max, in multiples of the example's length (its opt)
