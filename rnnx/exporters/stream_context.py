@@ -37,6 +37,7 @@ cache plan read the same recorded runs, event by event.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,6 +217,38 @@ class _Recorder:
         return next((p for p in self.pads if p.out is x), None)
 
 
+# The lengths the model is asked whether it runs at, to find the multiple its frames come in (a
+# reshape that stacks 2, 3 or 4 frames into one shows within them).
+LENGTHS_ASKED = tuple(range(1, 9))
+
+
+def _length_multiple(model: Any, convs: Sequence[tuple[str, Any]], values: list[Any], index: int, axis: int, structure: Any) -> int:
+    """The largest number every length the model runs at is a multiple of, asked at
+    :data:`LENGTHS_ASKED` frames (1 where it runs at every one, or at none of them)."""
+    runs = []
+    for n in LENGTHS_ASKED:
+        try:
+            _Recorder(model, convs).run(_resized(values, index, axis, n), structure)
+        except Exception:  # noqa: BLE001  a length the model does not take is what this asks
+            continue
+        runs.append(n)
+    multiple = functools.reduce(math.gcd, runs, 0) or 1
+    return multiple if all(n in runs for n in LENGTHS_ASKED if n % multiple == 0) else 1
+
+
+def _resized(values: Sequence[Any], index: int, axis: int, frames: int) -> list[Any]:
+    """The inputs with every input's frames (as :func:`_shared_axis` finds them) cut or repeated to ``frames``."""
+    import torch
+
+    size = values[index].shape[axis]
+    out = list(values)
+    for i, v in enumerate(values):
+        at = _shared_axis(v, i == index, values[index].dim(), axis, size)
+        if at is not None:
+            out[i] = torch.cat([v] * (frames // size + 1), dim=at).narrow(at, 0, frames)
+    return out
+
+
 def _doubled(values: Sequence[Any], index: int, axis: int, tail: str) -> list[Any]:
     """The inputs with ``axis`` of every input shaped like input ``index`` there doubled: the
     first half as given, the second half ``tail`` ("flip": the frames reversed; "noise": new
@@ -329,6 +362,11 @@ def study(model: Any, values: list[Any], structure: Any, recurrent: Sequence[tup
     if outs[0] and outs[1]:  # the model's own outputs: where a graph leaves their frames unnamed, this is where they are
         context.output_axes = [time_axis(x, y) for x, y in zip(outs[0][-1].tensors, outs[1][-1].tensors)]
     _plan_caches(context, first, second, convs, model)
+    stacked = _length_multiple(probe_model, convs, base, index, axis, structure)
+    if stacked > 1 and context.multiple % stacked:
+        context.multiple = context.multiple * stacked // math.gcd(context.multiple, stacked)
+        context.notes.append(f"streaming: the model runs only at lengths that are multiples of {stacked} frames (asked at 1 to "
+                             f"{LENGTHS_ASKED[-1]}: a reshape that stacks frames, say), so chunks are a multiple of {context.multiple}")
     own = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
     def dtype(d: Any) -> Any:  # the probe's float64 is the model's own dtype
@@ -467,10 +505,13 @@ def _plan_caches(context: StreamContext, first: _Recorder, second: _Recorder, co
         left = fpad[0] + pads[index][0]
         if reach == 0:
             continue  # one frame at a time: nothing to cache
+        if left == 0 and reach < stride:
+            continue  # windows side by side (kernel = stride, a frame-rate reduction): chunks of the stride's multiple line up, no cache
         if left == 0:
-            raise RNNXError(f"streaming: expected {name}'s window of {reach + 1} frames to be padded on the left, found no left padding (its "
-                            f"first output needs {reach} frames before the sequence starts, so no chunk lines up with the whole); pad it on "
-                            f"the left, F.pad(x, ({reach}, 0)), or export without streaming")
+            raise RNNXError(f"streaming: expected {name}'s windows of {reach + 1} frames, {stride} apart, to be padded on the left or not to "
+                            f"overlap, found neither: its first output reads frames 0 to {reach}, and each window shares {reach + 1 - stride} "
+                            "with the next, so a stream's first chunk would give fewer frames than the same frames later; export without "
+                            f"streaming, or train the model with a left padding of {reach} frames (adding one now shifts every window)")
         shape = list(a.shape)
         shape[axis] = left
         context.caches.append(ConvCache(name, t, pads, fpad, stride, tuple(shape)))

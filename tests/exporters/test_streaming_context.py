@@ -230,7 +230,7 @@ class Upsampled(nn.Module):
 
 @pytest.mark.parametrize("model, fragment", [
     (Centered, "found conv (Conv1d) whose output at frame t changes with frames after t (its window reaches past frame t"),
-    (Valid, "expected conv's window of 3 frames to be padded on the left, found no left padding"),
+    (Valid, "expected conv's windows of 3 frames, 1 apart, to be padded on the left or not to overlap, found neither"),
     (Reflect, "expected conv to pad with zeros, found padding_mode='replicate'"),
     (Normalized, "found norm (InstanceNorm1d) whose output at frame t changes with frames after t (a normalization over time"),
     (Attended, "found attn (MultiheadAttention) whose output at frame t changes with frames after t (attention over the whole sequence"),
