@@ -14,7 +14,18 @@ outputs, and records the pairs in ``metadata_props`` under :data:`STREAMING_KEY`
 
 so that any runtime can loop without reading code: feed each state input zeros of its dims
 (the batch label at the batch size) for the first chunk, then the paired output of the chunk
-before. A convolution's cache is a state like any other (``"module": "frontend.conv"``,
+before.
+
+Version 2 adds a state the model computes for itself (``h0 = tanh(Linear(speaker))``, a
+learned ``nn.Parameter`` h0): its ``"initial"`` is ``"computed"``, and the record names a
+boolean scalar graph input, ``"first": "first_chunk"``, true for a stream's first chunk. The
+file computes that state as the model does and takes ``Where(first_chunk, computed, h_in)``,
+so a runtime feeds ``first_chunk`` true with the first chunk (its state inputs zeros, unread)
+and false after, carrying the states as before. One call per chunk, rather than a first call
+for an extra ``h_init`` output: a runtime needs no second code path, and a state computed from
+an input fed with every chunk (a speaker embedding) is computed from the chunk's own value.
+A file whose states all start at zeros is still written as version 1, which readers before
+version 2 read; both versions are read here. A convolution's cache is a state like any other (``"module": "frontend.conv"``,
 ``.cache_in`` / ``.cache_out``); a model with strides along time takes chunks of a multiple
 of ``chunk_multiple`` frames. A null ``time_axis`` is an input fed whole with every chunk,
 or an output that holds no frames (its value after the last chunk is the whole sequence's).
@@ -37,7 +48,9 @@ import numpy as np
 from rnnx.errors import RNNXError
 
 STREAMING_KEY = "rnnx.streaming"
-STREAMING_VERSION = 1
+STREAMING_VERSION = 1  # a file whose states all start at zeros
+COMPUTED_VERSION = 2  # a file with a state the model computes for its first chunk (the record's "first" input)
+INITIALS = ("zeros", "computed")
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,7 @@ class StatePair:
     dims: tuple[int | str, ...]
     batch_axis: int | None
     dtype: str
+    initial: str = "zeros"  # or "computed": the file computes it when the record's first input is true
 
     def zeros(self, batch: int | None, inferred: Mapping[int, int] | None = None) -> np.ndarray:
         """The initial value (zeros) at this batch size; ``inferred``: sizes of its other labelled
@@ -88,12 +102,14 @@ class StreamingRecord:
     inputs: dict[str, dict[str, Any]]
     outputs: dict[str, dict[str, Any]]
     multiple: int = 1  # chunks are a multiple of this many frames (the strides along time)
+    first: str | None = None  # the boolean input true for a stream's first chunk, where a state's initial is "computed"
 
     def to_json(self) -> str:
         states = [{"module": s.module, "input": s.input, "output": s.output, "dims": list(s.dims), "batch_axis": s.batch_axis,
-                   "dtype": s.dtype, "initial": "zeros"} for s in self.states]
-        return json.dumps({"version": STREAMING_VERSION, "time": self.time, "states": states, "inputs": self.inputs, "outputs": self.outputs,
-                           "chunk_multiple": self.multiple})
+                   "dtype": s.dtype, "initial": s.initial} for s in self.states]
+        extra = {"first": self.first} if self.first is not None else {}
+        return json.dumps({"version": COMPUTED_VERSION if self.first is not None else STREAMING_VERSION, "time": self.time, "states": states,
+                           "inputs": self.inputs, "outputs": self.outputs, "chunk_multiple": self.multiple, **extra})
 
     def check_chunk(self, frames: int, where: str) -> None:
         """Refuse a chunk the model's strides do not allow (its frames would not line up with
@@ -104,13 +120,15 @@ class StreamingRecord:
 
     def describe(self) -> list[str]:
         """Lines for ``rnnx inspect``: what the file carries from chunk to chunk."""
-        lines = [f"streaming: chunks along {self.time}, a multiple of {self.multiple} frame(s); states start at zeros"]
+        start = "states start at zeros" if self.first is None else f"states start at zeros or as the model computes them where {self.first} is true"
+        lines = [f"streaming: chunks along {self.time}, a multiple of {self.multiple} frame(s); {start}"]
         for name, info in self.inputs.items():
             if info.get("time_axis") is not None:
                 lines.append(f"  streamed input {name}: time axis {info['time_axis']}" + (f", batch axis {info['batch_axis']}" if info.get("batch_axis") is not None else ""))
         for s in self.states:  # recurrent states and causal convolutions' caches alike
             shape = ", ".join(str(d) for d in s.dims)
-            lines.append(f"  carried for {s.module or '(the model)'}: {s.input} -> {s.output} ({shape}) {s.dtype}")
+            lines.append(f"  carried for {s.module or '(the model)'}: {s.input} -> {s.output} ({shape}) {s.dtype}"
+                         + (", computed by the model for the first chunk" if s.initial == "computed" else ""))
         return lines
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,17 +172,20 @@ def read_streaming(metadata: Mapping[str, str], inputs: Mapping[str, int] | None
         except RecursionError:
             raise ValueError("it is nested deeper than JSON can be read") from None
         _field(isinstance(raw, dict), "the record", "an object", raw)
-        _field(raw.get("version") == STREAMING_VERSION, "version", str(STREAMING_VERSION), raw.get("version"))
+        version = raw.get("version")
+        _field(version in (STREAMING_VERSION, COMPUTED_VERSION) and _int(version), "version", f"{STREAMING_VERSION} or {COMPUTED_VERSION}", version)
         _field(isinstance(raw.get("states"), list) and len(raw["states"]) <= _MAX_NAMES, "states", "a list of states", raw.get("states"))
         states = tuple(_state(s, k, inputs, outputs) for k, s in enumerate(raw["states"]))
+        first = _first(raw, version, states, inputs)
         multiple = raw.get("chunk_multiple", 1)
         _field(_int(multiple) and 1 <= multiple <= _MAX_MULTIPLE, "chunk_multiple", f"an integer from 1 to {_MAX_MULTIPLE}", multiple)
         _field(isinstance(raw.get("time"), str), "time", "the time axis's label", raw.get("time"))
         streamed = _axes(raw.get("inputs"), "inputs", inputs)
         returned = _axes(raw.get("outputs"), "outputs", outputs)
-        record = StreamingRecord(raw["time"], states, streamed, returned, multiple)
+        _field(first is None or first not in streamed, f"inputs.{first}", "no entry for the first input (the record's first names it)", first)
+        record = StreamingRecord(raw["time"], states, streamed, returned, multiple, first)
     except ValueError as exc:
-        raise RNNXError(f"{STREAMING_KEY}: expected rnnx's streaming record (version {STREAMING_VERSION}), found one that does not read "
+        raise RNNXError(f"{STREAMING_KEY}: expected rnnx's streaming record (version {STREAMING_VERSION} or {COMPUTED_VERSION}), found one that does not read "
                         f"({exc}); re-export with streaming=True") from None
     return record
 
@@ -205,7 +226,24 @@ def _state(s: Any, k: int, inputs: Mapping[str, int] | None, outputs: Mapping[st
            batch_axis)
     _field(s.get("dtype") in _DTYPES, f"{where}.dtype", f"one of {', '.join(_DTYPES)}", s.get("dtype"))
     dtype = str(np.dtype(s["dtype"])) if s["dtype"] != "bfloat16" else "bfloat16"
-    return StatePair(s["module"], s["input"], s["output"], tuple(dims), batch_axis, dtype)
+    initial = s.get("initial", "zeros")  # version 1 files all say zeros
+    _field(initial in INITIALS, f"{where}.initial", " or ".join(INITIALS), initial)
+    return StatePair(s["module"], s["input"], s["output"], tuple(dims), batch_axis, dtype, initial)
+
+
+def _first(raw: dict[str, Any], version: Any, states: tuple[StatePair, ...], inputs: Mapping[str, int] | None) -> str | None:
+    """The record's first-chunk input: in a version 2 record, a scalar graph input that some
+    computed state needs; none in version 1, whose states all start at zeros."""
+    computed = [s.input for s in states if s.initial == "computed"]
+    if version == STREAMING_VERSION:
+        _field(not computed and "first" not in raw, "initial", "zeros in a version 1 record", computed[0] if computed else raw.get("first"))
+        return None
+    first = raw.get("first")
+    _field(isinstance(first, str) and 0 < len(first) <= 256, "first", "the name of the first-chunk input", first)
+    _field(inputs is None or inputs.get(first) == 0, "first", "one of the graph's inputs, a scalar", first)
+    _field(bool(computed), "states", "a state whose initial is computed (version 2)", "none")
+    _field(first not in {s.input for s in states}, "first", "an input other than the states", first)
+    return first
 
 
 def _axes(entry: Any, where: str, ranks: Mapping[str, int] | None) -> dict[str, dict[str, Any]]:
@@ -230,7 +268,8 @@ class StreamingSession:
 
     ``process(chunk, **other_inputs)``: ``chunk`` feeds the first input with a time axis;
     other inputs are given by name (cut into chunks by the caller, as ``chunk`` is); a state
-    input given by name replaces the carried state (the stream goes on from it). Each state
+    input given by name replaces the carried state (the stream goes on from it; on a first chunk,
+    a computed state given so replaces the one the file would compute). Each state
     is checked against the record's dims and dtype before the run. Returns the graph's
     outputs other than the states, by name.
     """
@@ -262,7 +301,8 @@ class StreamingSession:
         self.batch: int | None = None  # the stream's batch size, set by its first chunk that ran
 
     def reset(self) -> None:
-        """Forget the states: the next chunk starts a new stream from zeros, at any batch."""
+        """Forget the states: the next chunk starts a new stream from its initial states (zeros,
+        or those the file computes on a first chunk), at any batch."""
         self.states = None
         self.batch = None
 
@@ -281,6 +321,10 @@ class StreamingSession:
                 self.record.check_chunk(int(feed[name].shape[axis]), f"process ({name})")
         batch = self._batch(feed)
         fresh = self.states is None
+        first = self.record.first
+        if first is not None and first not in feed:
+            # a computed state given by name on a first chunk is where the stream goes on from: the file then reads the state inputs
+            feed[first] = np.array(fresh and not any(s.initial == "computed" and s.input in given for s in self.record.states))
         if fresh:  # the stream's batch and states are fixed only once this chunk has run (a chunk ONNX Runtime refuses fixes nothing)
             inferred = self._inferred_dims(feed, given)
             carried = {s.input: given[s.input] if s.input in given else s.zeros(batch, inferred.get(s.input)) for s in self.record.states}
@@ -346,7 +390,7 @@ class StreamingSession:
                     if name in {s.input for s in needing}:
                         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
                         joined[name] = (node.input[1 - k], axis)
-        operands = _run_part(model, sorted({o for o, _ in joined.values()}), {**feed, **{
+        operands = _run_part(model, sorted({o for o, _ in joined.values()}), {**feed, **({self.record.first: np.array(True)} if self.record.first else {}), **{
             s.input: s.zeros(self._batch(feed)) for s in self.record.states if s not in needing}})
         found: dict[str, dict[int, int]] = {}
         for s in needing:

@@ -263,7 +263,7 @@ def fresh_inputs(leaves: Sequence[Leaf], naming: Naming, sizes: dict[str, int], 
                 lens.flat[0] = longest
             out.append(torch.from_numpy(lens).to(x.dtype))
         elif x.dtype == torch.bool:
-            out.append(torch.from_numpy(rng.random(shape) < 0.5))
+            out.append(torch.from_numpy(np.asarray(rng.random(shape) < 0.5)))  # asarray: a scalar flag (shape []) compares to a numpy bool
         else:  # token ids and flags: the example's range, its padding value left out
             out.append(torch.from_numpy(draw_integers(rng, shape, integer_summary(x.numpy()), np.int64)).to(x.dtype))
     return out

@@ -466,6 +466,8 @@ def _why(module: Any) -> str:
         return "attention over the whole sequence; give it a causal mask"
     if isinstance(module, (torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.GroupNorm)):
         return "a normalization over time uses statistics of the whole sequence"
+    if isinstance(module, (torch.nn.RNNBase, torch.nn.RNNCellBase)):  # its input holds still, so what moves is the state it starts from
+        return "it starts from a state that reads the whole sequence (a summary of all frames, such as a mean over time), so the model is not causal"
     return "it mixes frames from later in the sequence"
 
 

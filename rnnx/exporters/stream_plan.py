@@ -54,6 +54,7 @@ class _Slot:
     conv: ConvCache | None = None
     cell: bool = False  # a cell stepped in Python: the state of its first step comes in, its last step's goes out
     running: RunningState | None = None  # a cumulative sum or a frame counter along time
+    computed: bool = False  # its first chunk's states are the model's own (a learned h0, one computed from an input), not zeros
 
 
 @dataclass
@@ -66,6 +67,7 @@ class StreamPlan:
     output_axes: list[int | None] | None = None  # each model output's time axis, as the probe ran it
     record: StreamingRecord | None = None  # set by annotate, from the translated graph
     notes: list[str] = field(default_factory=list)
+    first: str | None = None  # the boolean input true on a stream's first chunk, where a slot's states are computed
 
     @property
     def state_inputs(self) -> list[str]:
@@ -94,7 +96,7 @@ class StreamPlan:
         roles: dict[str, str] = export.get("roles") or {}
         in_dims: dict[str, list[Any]] = export.get("inputs") or {}
         out_dims: dict[str, list[Any]] = export.get("outputs") or {}
-        states_in, states_out = set(self.state_inputs), set(self.state_outputs)
+        states_in, states_out = {*self.state_inputs, *([self.first] if self.first else [])}, set(self.state_outputs)
         times = sorted({d for name, dims in in_dims.items() if name not in states_in for d in dims if isinstance(d, str) and roles.get(d) == LENGTH})
         if len(times) != 1:
             found = "none (the time axis is static)" if not times else f"{len(times)} independent ones ({', '.join(times)})"
@@ -116,18 +118,21 @@ class StreamPlan:
             for name_in, name_out in zip(slot.inputs, slot.outputs):
                 dims = in_dims[name_in]
                 pairs.append(StatePair(slot.module, name_in, name_out, tuple(dims), axis(dims, BATCH),
-                                       str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem[name_in])))))
+                                       str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem[name_in]))), "computed" if slot.computed else "zeros"))
         inputs = {name: {"dims": dims, "time_axis": axis(dims, LENGTH), "batch_axis": axis(dims, BATCH)}
                   for name, dims in in_dims.items() if name not in states_in}
         outputs = {name: {"dims": dims, "time_axis": axis(dims, LENGTH)} for name, dims in out_dims.items() if name not in states_out}
         for k, info in enumerate(outputs.values()):  # frames a graph left unnamed (TorchScript's Add178_dim_0): where the probe saw them
             if info["time_axis"] is None and self.output_axes is not None and k < len(self.output_axes):
                 info["time_axis"] = self.output_axes[k]
-        self.record = StreamingRecord(time, tuple(pairs), inputs, outputs, self.multiple)
+        self.record = StreamingRecord(time, tuple(pairs), inputs, outputs, self.multiple, self.first)
         set_metadata(proto, {STREAMING_KEY: self.record.to_json()})
         if report is not None:
             report.notes.append("streaming: states carried chunk to chunk, zeros first: "
                                 + ", ".join(f"{p.input} -> {p.output}" for p in pairs) + f"; time axis {time}")
+            if self.first:
+                report.notes.append(f"streaming: the file computes the initial states of {', '.join(p.input for p in pairs if p.initial == 'computed')} "
+                                    f"as the model does where {self.first} is true (feed it true with a stream's first chunk, false after)")
             report.notes += self.notes
 
     def check(self, check: SelfCheck, path: Path, model: Any, leaves: Sequence[shapes.Leaf], structure: Any, naming: Any, seed: int = 0) -> None:
@@ -156,7 +161,9 @@ class StreamPlan:
             sizes = {**base, record.time: frames, **dict.fromkeys(batches, batch)}
             values = fresh_inputs(leaves, naming, sizes, seed + 1000 + k)
             values = [torch.zeros_like(v) if leaf.name in states else v for leaf, v in zip(leaves, values)]  # a stream starts at zeros
-            shown = {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor) and leaf.name not in states}
+            values = [torch.tensor(True) if leaf.name == record.first else v for leaf, v in zip(leaves, values)]  # ...or the model's own states
+            shown = {leaf.name: list(v.shape) for leaf, v in zip(leaves, values)
+                     if isinstance(v, torch.Tensor) and leaf.name not in states and leaf.name != record.first}
             want: list[Any] | None = None
             want64: list[Any] | None = None
             try:
@@ -195,6 +202,8 @@ class StreamPlan:
 
         record = self.record
         assert record is not None
+        if record.first is not None:  # the walk feeds every chunk alike, so each would recompute the initial states: no true answer
+            return None
         feed = {leaf.name: v.numpy() for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)}
         axes = {name: info.get("time_axis") for name, info in record.inputs.items() if name in feed}
         pairs = [(s.input, s.output) for s in record.states]
@@ -212,6 +221,9 @@ class StreamPlan:
         for start in range(0, frames, chunk):
             feed = dict(carried)
             for leaf, value in zip(leaves, values):
+                if leaf.name == record.first:
+                    feed[leaf.name] = np.array(start == 0)  # the file computes the model's initial states on the first chunk only
+                    continue
                 if not isinstance(value, torch.Tensor) or leaf.name in states:
                     continue
                 axis = record.inputs.get(leaf.name, {}).get("time_axis")

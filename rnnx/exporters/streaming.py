@@ -18,11 +18,21 @@ they stand for: each is one more state in and out (:mod:`rnnx.exporters.stream_r
 :mod:`rnnx.exporters.stream_context` finds the time axis and proves the model causal by
 running it).
 
+A recurrence the model starts from a state of its own (a learned ``nn.Parameter`` h0
+expanded to the batch, ``tanh(Linear(speaker_embedding))``) keeps it for a stream's first
+chunk: the streaming forward takes one more input, a boolean scalar ``first_chunk``, and gives
+the module ``where(first_chunk, the model's state, the state input)``, so the file computes the
+state as the model does on the first chunk and carries it after, in one call per chunk (the
+record says ``"initial": "computed"``, see :mod:`rnnx.streaming`). Where that state comes from
+is read from autograd (:func:`_state_sources`): computed through another recurrence's weights,
+it is that one's final state, a summary of the whole input (a seq2seq decoder started from its
+encoder's), and the model is refused as not causal, naming both modules and the line.
+
 What cannot stream is refused before tracing, in one line naming the module: a
 bidirectional recurrence (its output at frame t needs the frames after t), a module called
-more than once per forward, an initial state that is not zeros, and whatever the causality
-probe finds reading later frames (a centered convolution, attention or a normalization over
-time). What the probe cannot see (a functional convolution, a loop over frames in forward)
+more than once per forward, a state computed from another recurrence's final state, and
+whatever the causality probe finds reading later frames (a centered convolution, attention
+or a normalization over time, an initial state computed from a mean over the frames). What the probe cannot see (a functional convolution, a loop over frames in forward)
 the chunked check catches: the file is run in ONNX Runtime chunk by chunk, feeding each
 chunk's state outputs to the next, and must match the torch model run on the whole sequence
 (:meth:`rnnx.exporters.stream_plan.StreamPlan.check`).
@@ -47,22 +57,31 @@ from rnnx.exporters.selfcheck import run_eager
 # --- the streaming model ---------------------------------------------------------------------
 
 
-def _feed(hx: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _feed(hx: Any, chunk_first: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Pre-hook: call the recurrent module with the state inputs as its ``hx``, whatever the
-    model passed (None, or the zeros it made)."""
+    model passed (None, or the zeros it made). Where the model computes its own initial state
+    (``chunk_first``, the first-chunk input, given), it is kept for the first chunk:
+    ``where(first_chunk, the model's hx, the state input)``."""
+    import torch
+
     kwargs = dict(kwargs)
     x = args[0] if args else kwargs.pop("input")
+    own = args[1] if len(args) > 1 else kwargs.get("hx")
     kwargs.pop("hx", None)
+    if chunk_first is not None and own is not None:
+        hx = (tuple(torch.where(chunk_first, o, h) for o, h in zip(own, hx)) if isinstance(hx, tuple)
+              else torch.where(chunk_first, own, hx))
     return (x, hx, *args[2:]), kwargs
 
 
-def _feed_first(hx: Any, first: list[bool], module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+def _feed_first(hx: Any, chunk_first: Any, first: list[bool], module: Any, args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
     """Pre-hook of a stepped cell: its first step of the forward starts from the state inputs;
     the later steps take what the model passes them (the step before's states)."""
     if not first[0]:
         return None
     first[0] = False
-    return _feed(hx, module, args, kwargs)
+    return _feed(hx, chunk_first, module, args, kwargs)
 
 
 def _keep(sink: dict[str, Any], name: str, cell: bool, module: Any, args: tuple[Any, ...], output: Any) -> None:
@@ -81,7 +100,8 @@ class _StreamingForward:
         import torch
 
         plan = self.__dict__["_rnnx_streaming"]
-        inputs, states = args[:plan.n_inputs], args[plan.n_inputs:]
+        inputs, states = args[:plan.n_inputs], args[plan.n_inputs:plan.n_inputs + len(plan.state_inputs)]
+        chunk_first = args[-1] if plan.first is not None else None  # true on a stream's first chunk
         sink: dict[str, Any] = {}
         handles = []
         patched = []
@@ -101,7 +121,8 @@ class _StreamingForward:
                     continue
                 hx = (given[0], given[1]) if slot.lstm else given[0]
                 # prepend: rnnx's own probes (which tensor reaches a module as its state) see the state input
-                feed = functools.partial(_feed_first, hx, [True]) if slot.cell else functools.partial(_feed, hx)
+                own = chunk_first if slot.computed else None
+                feed = functools.partial(_feed_first, hx, own, [True]) if slot.cell else functools.partial(_feed, hx, own)
                 handles.append(module.register_forward_pre_hook(feed, prepend=True, with_kwargs=True))
                 handles.append(module.register_forward_hook(functools.partial(_keep, sink, slot.module, slot.cell)))
             with carry_mode(running, sink) if running else contextlib.nullcontext():
@@ -179,6 +200,7 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
     calls, out = _probe(model, args, recurrent)
     example_ids = {id(a) for a in torch.utils._pytree.tree_flatten(args)[0]}
     slots, zeros = [], []
+    sources: dict[str, _Source] | None = None  # where each recurrence's own initial state comes from, found once where one has one
     for name, m in recurrent:
         call = calls[name]
         if call.times == 0:
@@ -193,9 +215,18 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
             raise _refuse(name, "initial states taken from the inputs", "the model already streams",
                           "export it without streaming (--streaming / streaming=True) and check it chunk by chunk with "
                           "rnnx verify FILE --against CODE --chunks N,N --state IN=OUT")
-        if any(bool(h.detach().ne(0).any()) for h in given):
-            raise _refuse(name, "initial states that are not zeros", "a learned or computed start state; streaming starts every stream at zeros",
-                          "start from zeros, or pass the states as inputs yourself")
+        computed = False
+        if given:  # the model starts it from a state of its own: zeros it made, a learned h0, one computed from an input or another state
+            if sources is None:
+                sources = _state_sources(model, args, recurrent)
+            source = sources.get(name, _Source())
+            if source.through is not None:
+                kind = type(m).__name__
+                raise RNNXError(f"streaming: expected every frame to depend only on the frames before it, found {name} ({kind}) starting from a "
+                                f"state computed from {source.through}'s final state{source.line}: {name} reads the whole input's summary before "
+                                f"its first frame, so the model is not causal; stream {source.through} alone and run {name} once the input has "
+                                "ended, or export without streaming")
+            computed = source.reads or any(bool(h.detach().ne(0).any()) for h in given)
         lstm = isinstance(m, (torch.nn.LSTM, torch.nn.LSTMCell))
         if cell:  # states (batch, hidden), or (hidden,) for an unbatched step
             weight = m.weight_ih
@@ -209,7 +240,8 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
             if lstm:
                 zeros.append(torch.zeros((m.num_layers, *batch, m.hidden_size), dtype=weight.dtype, device=weight.device))
         kinds = ("h", "c") if lstm else ("h",)
-        slots.append(_Slot(name, lstm, tuple(f"{name}.{k}_in" for k in kinds), tuple(f"{name}.{k}_out" for k in kinds), cell=cell))
+        slots.append(_Slot(name, lstm, tuple(f"{name}.{k}_in" for k in kinds), tuple(f"{name}.{k}_out" for k in kinds), cell=cell,
+                           computed=computed))
     from torch.utils._pytree import tree_flatten
 
     flat, structure = tree_flatten(args)
@@ -230,7 +262,9 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
     given_in = list(options.get("input_names") or [])
     if len(given_in) > len(tensors):
         raise RNNXError(f"input names: expected at most {len(tensors)} (the model's tensor inputs; rnnx names the states), found {given_in}")
-    options["input_names"] = given_in + tensors[len(given_in):] + plan.state_inputs
+    if any(slot.computed for slot in slots):  # one boolean scalar after the states: true on a stream's first chunk
+        plan.first = next(n for n in ("first_chunk", "rnnx.first_chunk", "rnnx.stream_first_chunk") if n not in {*tensors, *given_in})
+    options["input_names"] = given_in + tensors[len(given_in):] + plan.state_inputs + ([plan.first] if plan.first else [])
     names_out = _output_names(out)
     given_out = list(options.get("output_names") or [])
     if given_out and len(given_out) not in (len(names_out), len(names_out) + len(plan.state_outputs)):
@@ -253,7 +287,8 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
     streaming = copy.copy(model)  # shares the modules and parameters; only the class of the copy changes
     streaming.__class__ = _streaming_class(type(model))
     streaming.__dict__["_rnnx_streaming"] = plan
-    return streaming, (*args, *zeros), dynamic_axes, plan
+    first = (torch.tensor(True),) if plan.first else ()  # the example is a first chunk: the model's own initial states
+    return streaming, (*args, *zeros, *first), dynamic_axes, plan
 
 
 def _batch_label(dynamic_axes: Mapping[str, Any], time: tuple[int, int] | None, names: list[str], given: list[str]) -> str | None:
@@ -296,6 +331,91 @@ def _probe(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str, Any]]) 
         for h in handles:
             h.remove()
     return calls, out
+
+
+@dataclass
+class _Source:
+    """Where a recurrence's own initial state comes from, as autograd traced it."""
+
+    reads: bool = False  # computed from parameters or float inputs (a learned h0, a speaker embedding through a Linear)
+    through: str | None = None  # another recurrence whose weights made it: its final state, a summary of the whole input
+    line: str = ""  # ", at file.py:N: code", the line of forward that calls the module with it, where found
+
+_MAX_WALK = 200_000  # autograd nodes walked back from one state (an unrolled loop over thousands of steps stays under it)
+
+
+def _state_sources(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str, Any]]) -> dict[str, _Source]:
+    """Run the model once with gradients on (its float inputs requiring them) and, for each
+    recurrence's first call, walk its ``hx`` back through autograd: a state whose history holds
+    another recurrence's weights was computed from that one's final state (a seq2seq decoder
+    started from its encoder's), which no chunk has before the input ends; one that holds
+    parameters or inputs otherwise is computed by the model, and the file computes it the same
+    way for a stream's first chunk. Empty where the model does not run so (the causality probe
+    still names a state that reads later frames)."""
+    import contextlib
+    import io
+    import warnings
+
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    owner: dict[int, str] = {}
+    for name, m in recurrent:
+        for p in m.parameters():
+            owner.setdefault(id(p), name)
+    found: dict[str, _Source] = {}
+
+    def walk(name: str, module: Any, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        if name in found:
+            return
+        hx = a[1] if len(a) > 1 else kw.get("hx")
+        tensors = [h for h in (hx if isinstance(hx, (tuple, list)) else (hx,)) if isinstance(h, torch.Tensor)]
+        source = found[name] = _Source(reads=any(h.requires_grad for h in tensors), line=_caller())
+        todo = [h.grad_fn for h in tensors if h.grad_fn is not None]
+        seen: set[Any] = set()
+        while todo and len(seen) < _MAX_WALK and source.through is None:
+            fn = todo.pop()
+            if fn is None or fn in seen:
+                continue
+            seen.add(fn)
+            variable = getattr(fn, "variable", None)  # AccumulateGrad: a parameter or an input
+            if variable is not None and owner.get(id(variable)) not in (None, name):
+                source.through = owner[id(variable)]
+            todo += [f for f, _ in fn.next_functions]
+
+    flat, structure = tree_flatten(args)
+    leaves = [v.detach().clone().requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in flat]
+    handles = [m.register_forward_pre_hook(functools.partial(walk, name), with_kwargs=True) for name, m in recurrent]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.enable_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            model(*tree_unflatten(leaves, structure))
+    except Exception:  # noqa: BLE001  the model ran without gradients in _probe; what it does with them is its own affair
+        return {}
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    return found
+
+
+def _caller() -> str:
+    """", at file.py:N: code" for the line outside torch and rnnx that is running (the
+    forward calling a module), or "" where there is none."""
+    import os
+    import traceback
+
+    import torch
+
+    import rnnx
+
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(rnnx.__file__))
+    for frame in reversed(traceback.extract_stack()):
+        if not frame.filename.startswith(skip) and not frame.filename.startswith("<"):
+            return f", at {os.path.basename(frame.filename)}:{frame.lineno}: {(frame.line or '').strip()[:120]}"
+    return ""
 
 
 def _output_names(out: Any) -> list[str]:
