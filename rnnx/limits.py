@@ -79,6 +79,11 @@ def budgets(max_memory: int | None = None, seconds: float | None = None) -> Iter
         _seconds.reset(tokens[1])
 
 
+def human_size(n: int) -> str:
+    """``1.5 GiB``: a size for a person, as the budgets' messages print it."""
+    return _human(n)
+
+
 def _human(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":

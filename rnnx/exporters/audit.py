@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.shapes import Leaf, Naming
@@ -116,11 +117,24 @@ class DimensionAudit:
         self._probes: dict[tuple[int, int, tuple[tuple[int, int], ...]], _Probe] = {}
         self._base: _Observation | None = None
         self._base_out: list[Any] | None = None
+        self._bounds: Bounds | None = None  # read when first asked: --time-limit / --max-memory are set around the verb
         self.runs = 0
 
     # --- asking the model ------------------------------------------------------------------
 
-    def _observe(self, values: list[Any]) -> tuple[_Observation, list[Any]]:
+    def _observe(self, values: list[Any], what: str) -> tuple[_Observation, list[Any]]:
+        """One run of the model on ``values`` (``what``: which, for a stop's message), in a bounded
+        child (:mod:`rnnx.exporters.bounded`): what the recurrences saw, and the outputs."""
+        self.runs += 1
+        return bounded(lambda: self._observe_here(values), f"the dimension audit's run of the model {what}", self.bounds)
+
+    @property
+    def bounds(self) -> Bounds:
+        if self._bounds is None:
+            self._bounds = Bounds.of(self.model, [leaf.value for leaf in self.leaves])
+        return self._bounds
+
+    def _observe_here(self, values: list[Any]) -> tuple[_Observation, list[Any]]:
         import torch
         from torch.utils._pytree import tree_flatten
 
@@ -138,7 +152,6 @@ class DimensionAudit:
         # a TorchScript module takes no hooks: its roles stay unknown (other)
         hooked = not isinstance(self.model, torch.jit.ScriptModule)
         handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in self.model.modules()] if hooked else []
-        self.runs += 1
         try:
             out = run_eager(self.model, values, self.structure)
         finally:
@@ -148,7 +161,7 @@ class DimensionAudit:
 
     def _baseline(self) -> _Observation:
         if self._base is None:
-            self._base, self._base_out = self._observe([leaf.value for leaf in self.leaves])
+            self._base, self._base_out = self._observe([leaf.value for leaf in self.leaves], "on the example")
         return self._base
 
     def _probe(self, index: int, d: int, partners: tuple[tuple[int, int], ...]) -> _Probe:
@@ -168,7 +181,9 @@ class DimensionAudit:
                 return probe
             try:
                 base = self._baseline()
-                seen, _ = self._observe(values)
+                seen, _ = self._observe(values, self._at(((index, d),) + partners, new))
+            except STOPPED:  # stopped by a budget, or the process ended: not an answer about the size
+                raise
             except Exception as exc:  # noqa: BLE001  the user's model may raise anything at a size it does not take
                 probe.refused = f"at {new}: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
                 continue
@@ -176,6 +191,10 @@ class DimensionAudit:
             probe.role, probe.told = _role(base, seen)
             return probe
         return probe
+
+    def _at(self, dims: Sequence[tuple[int, int]], new: int) -> str:
+        """"with x dim 0 and h0 dim 1 at 16": the probe, for a stop's message."""
+        return "with " + " and ".join(f"{self.leaves[i].name} dim {k}" for i, k in dims) + f" at {new}"
 
     def _resized(self, dims: Sequence[tuple[int, int]], new: int) -> list[Any] | None:
         out = [leaf.value for leaf in self.leaves]
@@ -237,7 +256,9 @@ class DimensionAudit:
             values = [lf.value for lf in self.leaves]
             values[index] = value
             try:
-                _, out = self._observe(values)
+                _, out = self._observe(values, f"with {leaf.name} {what}")
+            except STOPPED:
+                raise
             except Exception as exc:  # noqa: BLE001  not a value the model takes; try the next
                 raised.append(f"{what}: {type(exc).__name__}")
                 continue
@@ -252,6 +273,20 @@ class DimensionAudit:
         """" (read by <module> (<Class>))": the innermost module that received the tensor as it was."""
         import torch
 
+        if isinstance(self.model, torch.jit.ScriptModule):
+            return ""
+        # _readers swallows what the model raises (the reader is a hint); a stop still stops
+        found = bounded(lambda: self._readers(index), f"the dimension audit's run of the model on the example (who reads {self.leaves[index].name})",
+                        self.bounds)
+        if not found:
+            return ""
+        name, cls = max(found, key=lambda f: f[0].count(".") + bool(f[0]))
+        return f" (read in {name or 'the model'}'s forward, {cls})"
+
+    def _readers(self, index: int) -> list[tuple[str, str]]:
+        """(module name, class) of every module that received input ``index``'s tensor as it was."""
+        import torch
+
         target = self.leaves[index].value
         found: list[tuple[str, str]] = []
         names = {id(m): n for n, m in self.model.named_modules()}
@@ -260,20 +295,15 @@ class DimensionAudit:
             if any(a is target for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)):
                 found.append((names.get(id(module), "?"), type(module).__name__))
 
-        if isinstance(self.model, torch.jit.ScriptModule):
-            return ""
         handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in self.model.modules()]
         try:
             run_eager(self.model, [leaf.value for leaf in self.leaves], self.structure)
-        except Exception:  # noqa: BLE001  the reader is a hint; the verdict stands without it
+        except Exception:  # noqa: BLE001  a model that raises here reads nothing we can name
             pass
         finally:
             for h in handles:
                 h.remove()
-        if not found:
-            return ""
-        name, cls = max(found, key=lambda f: f[0].count(".") + bool(f[0]))
-        return f" (read in {name or 'the model'}'s forward, {cls})"
+        return found
 
 
 def resize(value: Any, d: int, new: int) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.errors import RNNXError
+from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.writing import first_line, quiet, suggested_fixes
 from rnnx.exporters import ops, shapes
 from rnnx.exporters import torchscript_route
@@ -134,12 +135,20 @@ def unflatten(values: list[Any], structure: Any) -> Any:
 
 
 def runs_program(model: Any, structure: Any) -> Any:
-    """A probe: does the eager model run on these inputs?"""
+    """A probe: does the eager model run on these inputs? Bounded as the audit's probes are
+    (:mod:`rnnx.exporters.bounded`): a stop by a budget, or a model that ends the process, stops
+    the export rather than answer "no"."""
 
     def runs(values: list[Any]) -> bool:
-        try:
+        def run() -> None:  # the outputs stay in the child: only whether the model runs is asked
             run_eager(model, values, structure)
+
+        shapes = ", ".join("x".join(map(str, v.shape)) for v in values if hasattr(v, "shape"))
+        try:
+            bounded(run, f"the run of the model on the example grown ({shapes})", Bounds.of(model, values))
             return True
+        except STOPPED:
+            raise
         except Exception:  # any exception means "not at this shape"; the user's model may raise anything
             return False
 

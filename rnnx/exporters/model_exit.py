@@ -31,14 +31,18 @@ def exit_refused() -> Iterator[None]:
     except SystemExit as stop:
         code = "" if stop.code is None else repr(stop.code)
         stage = progress.current()
-        raise RNNXError(f"the model called exit({code}){_where(stop)}" + (f" while rnnx was {stage}" if stage else "")
+        raise RNNXError(f"the model called exit({code}){where(stop)}" + (f" while rnnx was {stage}" if stage else "")
                         + "; nothing was written: a model's code must return or raise an exception, not exit the process "
                         "(remove the exit, or raise an error at the inputs it refuses)") from stop
 
 
-def _where(stop: SystemExit) -> str:
+def where(stop: SystemExit) -> str:
     """" in forward (model.py:12)": the innermost frame outside Python's own library that
-    called exit (site's exit(), argparse's error exit and sys.exit itself are the stdlib's)."""
+    called exit (site's exit(), argparse's error exit and sys.exit itself are the stdlib's).
+    An exit raised again from a probe's child process (:mod:`rnnx.exporters.bounded`) carries
+    the place the child found, since its traceback stayed there."""
+    if isinstance(getattr(stop, "where", None), str):
+        return stop.where  # type: ignore[attr-defined]
     stdlib = sysconfig.get_paths()["stdlib"]
     tb, found = stop.__traceback__, None
     while tb is not None:

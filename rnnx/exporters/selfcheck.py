@@ -39,9 +39,10 @@ from typing import Any
 import numpy as np
 
 from rnnx import progress
+from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.example_values import draw_floats, draw_integers, integer_summary, value_summary
 from rnnx.exporters.shapes import Leaf, Naming
-from rnnx.shapes.roles import BATCH, LENGTH, OTHER
+from rnnx.shapes.roles import BATCH, OTHER
 from rnnx.shapes.sizes import GROWTH, shrunk
 from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance, Tolerances, compare_arrays, compare_calibrated, quantile_label
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
@@ -288,52 +289,71 @@ def run_eager(model: Any, values: Sequence[Any], structure: Any) -> Any:
         model.train(was_training)
 
 
-def refused_dimensions(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, seed: int = 0) -> dict[str, str]:
-    """Dimensions torch kept dynamic that are neither a batch nor a length and that the torch
-    model itself refuses to run at another size (a feature size reached through arithmetic
-    torch could not pin): label -> the model's message. They belong static."""
-    refused = {}
-    for name, sizes in plan_cases(naming, leaves):
-        label = name.partition("=")[0]
-        if naming.roles.get(label) not in ("other", None) or label not in sizes or "=" not in name:
-            continue
-        try:
-            run_eager(model, fresh_inputs(leaves, naming, sizes, seed), structure)
-        except Exception as exc:  # the user's model may raise anything at a shape it does not take
-            refused[label] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
-    return refused
+@dataclass
+class Truth:
+    """One case's inputs and the torch model's answer on them, got before the file exists (a
+    forward that ends the process then leaves nothing behind): its outputs and its float64
+    copy's, or why the case is skipped (the model raised)."""
+
+    name: str
+    sizes: dict[str, int]
+    values: list[Any]
+    want: list[Any] = field(default_factory=list)
+    want64: list[Any] | None = None
+    skipped: str | None = None
 
 
-def ties(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, refused: dict[str, str], seed: int = 0) -> dict[str, str]:
-    """For each refused label, another dynamic label of the same example size (a batch or a
-    length first) that the model runs with when both take a new size together: a mask's
-    length that must equal the input's. label -> the label it is tied to."""
-    base = example_sizes(naming, leaves)
-    out: dict[str, str] = {}
-    for label in refused:
-        partners = sorted((m for m in base if m != label and m not in refused and base[m] == base[label]),
-                          key=lambda m: naming.roles.get(m) not in (BATCH, LENGTH))
-        for other in partners:
-            grow = base[label] + GROWTH.get(naming.roles.get(other, ""), GROWTH[OTHER])
-            try:
-                run_eager(model, fresh_inputs(leaves, naming, {**base, label: grow, other: grow}, seed), structure)
-            except Exception:  # noqa: BLE001  not together either
-                continue
-            out[label] = other
-            break
-    return out
-
-
-def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, path: Path, seed: int = 0,
-                   tolerances: Tolerances | None = None, given: Mapping[int, float] | None = None) -> SelfCheck:
-    """Run every planned case; the torch model runs in eval mode. Outputs are held to
-    ``tolerances`` by graph output name (default: each output's dtype's); those the model itself
-    moves between runs to the max abs error the caller gave for them (``given``, by output index)."""
+def torch_truths(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, seed: int = 0, notes: list[str] | None = None) -> list[Truth]:
+    """Every planned case (the example as given first) run in the torch model and its float64
+    copy, each run bounded by --time-limit and --max-memory (:mod:`rnnx.exporters.bounded`);
+    ``notes`` gets what the float64 copy could not do."""
     import torch
     from torch.utils._pytree import tree_flatten
 
+    def tensors(m: Any, values: list[Any]) -> list[Any]:
+        return [w for w in tree_flatten(run_eager(m, values, structure))[0] if isinstance(w, torch.Tensor)]
+
+    notes = [] if notes is None else notes
+    bounds = Bounds.of(model, [leaf.value for leaf in leaves])
+    model64 = float64_copy(model, notes)
+    truths = []
+    for k, (name, sizes) in enumerate([(EXAMPLE_CASE, example_sizes(naming, leaves))] + plan_cases(naming, leaves)):
+        progress.step(f"running the torch model at {name}")
+        truth = Truth(name, sizes, [leaf.value for leaf in leaves] if name == EXAMPLE_CASE else fresh_inputs(leaves, naming, sizes, seed + k))
+        truths.append(truth)
+        shapes = ", ".join(f"{leaf.name} {'x'.join(map(str, v.shape))}" for leaf, v in zip(leaves, truth.values) if isinstance(v, torch.Tensor))
+        try:
+            truth.want = bounded(lambda: tensors(model, truth.values), f"the self-check's run of the model at {name} ({shapes})", bounds)
+        except STOPPED:
+            raise
+        except Exception as exc:  # the user's model may raise anything at a shape it does not take
+            truth.skipped = f"the torch model itself raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            continue
+        if model64 is not None:
+            try:
+                truth.want64 = bounded(lambda: tensors(model64, as_float64(truth.values)),
+                                       f"the self-check's run of the model's float64 copy at {name} ({shapes})", bounds)
+            except STOPPED:
+                raise
+            except Exception as exc:  # noqa: BLE001  e.g. a forward that makes float32 tensors of its own
+                model64 = None
+                notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({' '.join(str(exc).split())[:120]}); "
+                             "outputs held to the fixed tolerance against torch in its own dtype")
+    return truths
+
+
+def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, path: Path, seed: int = 0,
+                   tolerances: Tolerances | None = None, given: Mapping[int, float] | None = None,
+                   truths: Sequence[Truth] | None = None) -> SelfCheck:
+    """Run every planned case in ONNX Runtime against the torch model's answers (``truths``, from
+    :func:`torch_truths` before the file was written; run here where not given). Outputs are held
+    to ``tolerances`` by graph output name (default: each output's dtype's); those the model itself
+    moves between runs to the max abs error the caller gave for them (``given``, by output index)."""
+    import torch
+
     check = SelfCheck(tolerances=tolerances or Tolerances())
-    model64 = float64_copy(model, check.notes)
+    if truths is None:
+        truths = torch_truths(model, leaves, structure, naming, seed, check.notes)
     try:
         runner = OnnxRuntimeRunner(path)
     except RNNXError as exc:  # rnnx wrote a graph ONNX Runtime cannot load: the check has failed
@@ -342,16 +362,14 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
     check.notes += runner.notes
     # The user's own example exactly as given comes first: a file that refuses it (a size-1
     # column that a grown trace made 2) is never written, whatever the other shapes show.
-    for k, (name, sizes) in enumerate([(EXAMPLE_CASE, example_sizes(naming, leaves))] + plan_cases(naming, leaves)):
+    for truth in truths:
+        name, values, want, want64 = truth.name, truth.values, truth.want, truth.want64
         progress.step(f"checking in ONNX Runtime at {name}")
-        values = [leaf.value for leaf in leaves] if name == EXAMPLE_CASE else fresh_inputs(leaves, naming, sizes, seed + k)
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
-        case = CheckCase(name, sizes, {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)})
+        case = CheckCase(name, truth.sizes, {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)})
         check.cases.append(case)
-        try:
-            want = [w for w in tree_flatten(run_eager(model, values, structure))[0] if isinstance(w, torch.Tensor)]
-        except Exception as exc:  # the user's model may raise anything at a shape it does not take
-            case.skipped = f"the torch model itself raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        if truth.skipped is not None:
+            case.skipped = truth.skipped
             continue
         if name != EXAMPLE_CASE and not all(bool(torch.isfinite(w).all()) for w in want if w.is_floating_point()) and example_finite(check):
             case.skipped = "the torch model's own output is NaN or infinite on these inputs (it does not take them), where it is finite on the example"
@@ -365,14 +383,6 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
         if len(got) != len(want):
             case.error = f"the ONNX model has {len(got)} outputs, the torch model returned {len(want)} tensors"
             continue
-        want64 = None
-        if model64 is not None:
-            try:
-                want64 = [w for w in tree_flatten(run_eager(model64, as_float64(values), structure))[0] if isinstance(w, torch.Tensor)]
-            except Exception as exc:  # noqa: BLE001  e.g. a forward that makes float32 tensors of its own
-                model64 = None
-                check.notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({' '.join(str(exc).split())[:120]}); "
-                                   "outputs held to the fixed tolerance against torch in its own dtype")
         if want64 is not None and len(want64) != len(want):
             want64 = None
         for i, (out_name, g) in enumerate(got.items()):

@@ -20,7 +20,8 @@ from rnnx.errors import RNNXError
 from rnnx.exporters import record
 from rnnx.exporters.audit import AuditResult, DimensionAudit, judge
 from rnnx.exporters.determinism import Variation
-from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, refused_dimensions, run_self_check, ties
+from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, run_self_check, torch_truths
+from rnnx.exporters.size_runs import refused_dimensions, ties
 from rnnx.exporters.stream_plan import STREAMING
 from rnnx.fileio import atomic_output
 from rnnx.formats.onnx_build import write_model
@@ -270,13 +271,18 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
     stream = STREAMING.get()  # a streaming export: its state pairs recorded in the file, and its chunked check
     if stream is not None:
         stream.annotate(proto, report)
+    # The torch model's side of the self-check runs before the temporary file exists: a forward
+    # that ends the process (os._exit) at one of its shapes must not leave a .part file behind.
+    truth_notes: list[str] = []
+    truths = torch_truths(model, leaves, structure, naming, seed, truth_notes) if check else None
     data = path.with_name(path.name + ".data")
     try:
         with atomic_output(path) as tmp:
             report.external_data = write_model(proto, tmp, path.name)
             if check:
                 report.check = run_self_check(model, leaves, structure, naming, tmp, seed=seed, tolerances=tolerances,
-                                              given=varying.given() if varying is not None else None)
+                                              given=varying.given() if varying is not None else None, truths=truths)
+                report.check.notes[:0] = truth_notes
                 if varying is not None:
                     report.check.notes.append(varying.note())
                     report.check.nondeterministic = varying.to_json([o.name for o in proto.graph.output])
