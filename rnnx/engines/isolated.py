@@ -32,6 +32,7 @@ import numpy as np
 # at every session's start (rnnx.engines.onnxruntime pulls in the graph inspector).
 from rnnx import limits
 from rnnx.blas_threads import ort_threads
+from rnnx.engines.onnx_reference import ReferenceRun  # light: numpy at import, onnx only when a reference runs
 from rnnx.errors import BudgetExceeded, RNNXError
 
 _LENGTH = struct.Struct("<Q")
@@ -251,8 +252,6 @@ def serve() -> None:
 def _reference(model: bytes, dtype: str) -> tuple[Any, list[str], list[str]]:
     """ONNX's reference evaluator on ``model`` in ``dtype``: (run, input names, output names)."""
     import onnx
-
-    from rnnx.engines.onnx_reference import ReferenceRun
 
     proto = onnx.load_from_string(model)
     runner = ReferenceRun(proto, dtype)
