@@ -409,12 +409,11 @@ def _caller() -> str:
 
     import torch
 
-    import rnnx
-
-    skip = (os.path.dirname(torch.__file__), os.path.dirname(rnnx.__file__))
+    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # torch's and rnnx's own frames
     for frame in reversed(traceback.extract_stack()):
         if not frame.filename.startswith(skip) and not frame.filename.startswith("<"):
-            return f", at {os.path.basename(frame.filename)}:{frame.lineno}: {(frame.line or '').strip()[:120]}"
+            code = (frame.line or "").split("  #")[0].strip()  # the call, not the comment after it
+            return f", at {os.path.basename(frame.filename)}:{frame.lineno} ({code[:120]})"
     return ""
 
 

@@ -2,7 +2,9 @@
 
 The file takes its recurrent states as graph inputs and returns them as graph outputs (one
 ``rnnx export --streaming`` wrote, or one made by hand). It is run in ONNX Runtime chunk by
-chunk, each chunk's state outputs fed to the next chunk's state inputs (zeros for the first),
+chunk, each chunk's state outputs fed to the next chunk's state inputs (zeros for the first;
+where the record names a first-chunk input, it is fed true with the first chunk, false after,
+and the file computes the states its record calls computed),
 at batch 1 and a larger batch; the outputs joined along the time axis are held against the
 torch model run once on the whole sequence (it takes only the non-state inputs and starts from
 zeros), under the calibrated rule (:func:`rnnx.tolerance.compare_calibrated`: the torch model's
@@ -232,7 +234,8 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     specs, roles = read.specs, read.roles
     state_in = {p.input for p in pairs}
     state_out = {p.output for p in pairs}
-    streamed = [s for s in specs if s.name not in state_in]
+    first = record.first if record is not None else None  # true on a stream's first chunk: the file computes its initial states
+    streamed = [s for s in specs if s.name not in state_in and s.name != first]
     if not streamed:
         raise RNNXError(f"{model_path}: expected an input other than the states (the frames to cut into chunks), found only {', '.join(state_in)}")
     time, time_axes = _time_axes(record, streamed, roles, model_path)
@@ -311,7 +314,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
                 raise RNNXError(f"the torch model returned {len(want32)} tensors, the file has {len(plain_outputs)} outputs besides the states "
                                 f"({', '.join(plain_outputs)}); is this the model the file was exported from, and are the states paired right?")
             for chunk in chunks:
-                got, error = _run_chunks(runner, feed, pairs, names, time_axes, out_axes, frames, chunk, spec_of, case.shapes)
+                got, error = _run_chunks(runner, feed, pairs, names, time_axes, out_axes, frames, chunk, spec_of, case.shapes, first)
                 for i, out in enumerate(compared):
                     if error:
                         report.rows.append(ChunkRow(frames, batch, chunk, out, None, error))
@@ -330,7 +333,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
         close = getattr(runner, "close", None)
         if close is not None:
             close()
-    if failed is not None:
+    if failed is not None and first is None:  # the walk feeds every chunk alike: each would recompute the initial states
         where = _divergence(proto, model_path, failed[0], time_axes, pairs, failed[1], names)
         if where:
             report.notes.append(f"the file's chunks part from its own run on the whole sequence: {where}")
@@ -376,13 +379,16 @@ def _time_axes(record: Any, streamed: list[Any], roles: dict[str, str], model_pa
 
 def _run_chunks(runner: Any, feed: dict[str, np.ndarray], pairs: list[Pair], names: list[str], time_axes: dict[str, int | None],
                 out_axes: dict[str, int | None], frames: int, chunk: int, spec_of: dict[str, Any],
-                shapes: dict[str, list[int]]) -> tuple[dict[str, np.ndarray], str]:
-    """The file run over ``frames`` frames in chunks of ``chunk``: (the joined outputs, an error or "")."""
+                shapes: dict[str, list[int]], first: str | None = None) -> tuple[dict[str, np.ndarray], str]:
+    """The file run over ``frames`` frames in chunks of ``chunk``: (the joined outputs, an error or "").
+    ``first``: the record's first-chunk input, fed true with the first chunk only."""
     carried = {p.input: feed[p.input] for p in pairs}
     pieces: dict[str, list[np.ndarray]] = {}
     for start in range(0, frames, chunk):
         stop = min(start + chunk, frames)
         step = dict(carried)
+        if first is not None:
+            step[first] = np.array(start == 0)
         for name in names:
             axis = time_axes.get(name)
             step[name] = feed[name] if axis is None else np.take(feed[name], np.arange(start, stop), axis=axis)
