@@ -26,7 +26,7 @@ def make_feed(specs: list[InputSpec], case: Case, example: dict[str, Any], seed:
             summary = spec.values or (value_summary(np.asarray(known, dtype=np.float64)) if known is not None else None)
             feed[spec.name] = draw_floats(rng, shape, summary, spec.dtype)
         elif spec.dtype.kind == "b":
-            feed[spec.name] = rng.random(shape) < 0.5
+            feed[spec.name] = np.asarray(rng.random(shape) < 0.5)  # a scalar flag (shape []) compares to a numpy bool, which ONNX Runtime refuses
         elif spec.lengths_of is not None:
             longest = case.sizes.get(spec.lengths_of, 1)
             lens = np.sort(rng.integers(1, longest + 1, size=shape))[::-1].copy()
