@@ -5,6 +5,7 @@ in one line (exit 2 from the command line, RNNXError in Python), never ignored."
 from __future__ import annotations
 
 import os
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -266,10 +267,18 @@ example_inputs = (torch.randn(2, 30, 4),)
 
 
 def test_a_dimension_named_dynamic_that_the_file_must_fix_is_refused_not_narrowed(tmp_path: Path) -> None:
+    # the loop re-rolls: the axis asked dynamic is dynamic, under its name
     (tmp_path / "loop.py").write_text(LOOP)
     done = subprocess.run([sys.executable, "-m", "rnnx", "export", f"{tmp_path / 'loop.py'}:model", "-o", str(tmp_path / "l.onnx"),
+                           "--dynamic", "x:1=frames", "--json"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["axes"]["x"]["1"] == "frames"
+    # a loop whose steps differ (a weight chosen by the step) cannot be re-rolled: the file could only fix the axis
+    (tmp_path / "differs.py").write_text(LOOP.replace("self.cell(x[:, t], torch.tanh(self.proj(h)))",
+                                                      "self.cell(x[:, t], torch.tanh(self.proj(h) * (1.0 + (t % 2))))"))
+    done = subprocess.run([sys.executable, "-m", "rnnx", "export", f"{tmp_path / 'differs.py'}:model", "-o", str(tmp_path / "d.onnx"),
                            "--dynamic", "x:1=frames"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     line = done.stderr.strip()
     assert line.startswith("rnnx export: dynamic axis x:1=frames: asked dynamic, but the file can only fix it at 30") and "\n" not in line
-    assert "a Python loop calls" in line and not (tmp_path / "l.onnx").exists()
+    assert "a Python loop calls" in line and not (tmp_path / "d.onnx").exists()

@@ -34,7 +34,8 @@ class Finished:
 
 
 def finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swapped: list[tuple[str, Any]],
-                  output_names: Sequence[str] | None, bare: bool, model: Any = None, structure: Any = None) -> Finished:
+                  output_names: Sequence[str] | None, bare: bool, model: Any = None, structure: Any = None,
+                  asked_static: frozenset[tuple[str, int]] = frozenset(), labels: dict[tuple[str, int], str] | None = None) -> Finished:
     """Everything between torch.onnx's graph and the file: names, lowering, fusing, records."""
     import onnx
 
@@ -87,7 +88,7 @@ def finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swapp
         looped = [name for name in stepped if calls.get(name, 0) > 1]  # a cell called once is one step, not a loop
     # Whatever loop over time is still unrolled (a cell with work between its steps, a loop
     # with no cell at all) is re-rolled into one Loop where its steps are one step repeated.
-    rolled = _reroll(proto, naming, notes)
+    rolled = _reroll(proto, naming, notes, asked_static, labels or {})
     if not rolled and (stepped or cells.rewritten):  # once re-rolled, no step count stays fixed at the example's
         if cells.rewritten and not fused.rewritten:
             notes.append("the hand-written cell's steps stay one node per step, so their step count is fixed at the example's ("
@@ -119,10 +120,11 @@ def finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swapp
     return Finished(dict(op_types), recurrences, lowered.rewritten, fused_info, unrolled, notes)
 
 
-def _reroll(proto: Any, naming: Any, notes: list[str]) -> Any:
-    """Re-roll the loops over time the trace unrolled (rnnx.graphs.reroll); each re-rolled
-    input's time axis is named a length, so the audit and the self-check vary it."""
-    rolled = reroll(proto, seq_label=record.free_label(naming, "seq"))
+def _reroll(proto: Any, naming: Any, notes: list[str], asked_static: frozenset[tuple[str, int]], labels: dict[tuple[str, int], str]) -> Any:
+    """Re-roll the loops over time the trace unrolled (rnnx.graphs.reroll), but where the user
+    asked the length static; each re-rolled input's time axis is named a length (by the user's
+    label where one was given), so the audit and the self-check vary it."""
+    rolled = reroll(proto, seq_label=record.free_label(naming, "seq"), keep=asked_static, labels=labels)
     for info in rolled.rewritten:
         dims = naming.input_dims.get(info["source"])
         if info.get("dynamic_seq") and dims is not None:

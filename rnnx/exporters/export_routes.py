@@ -37,11 +37,13 @@ class Routes:
 
     def __init__(self, model: Any, work: Any, swapped: list[tuple[str, Any]], leaves: list[Any], structure: Any, path: Path, opset: int,
                  output_names: Sequence[str] | None, bare: bool, check: bool, seed: int, tolerances: Tolerances | None,
-                 asked_static: frozenset[tuple[str, int]] = frozenset(), varying: Variation | None = None) -> None:
+                 asked_static: frozenset[tuple[str, int]] = frozenset(), varying: Variation | None = None,
+                 labels: dict[tuple[str, int], str] | None = None) -> None:
         self.model, self.work, self.swapped, self.leaves, self.structure = model, work, swapped, leaves, structure
         self.path, self.opset, self.output_names, self.bare = path, opset, output_names, bare
         self.check, self.seed, self.tolerances = check, seed, tolerances
         self.asked_static = asked_static
+        self.labels = labels or {}  # the user's names for dynamic dimensions, by (input, dim)
         self.varying = varying  # what the model itself moves between runs (rnnx.exporters.determinism)
         self.audit = DimensionAudit(model, leaves, structure)
         # (leaf, dim, probe) of each batch or length the model accepts at another size and the
@@ -63,7 +65,7 @@ class Routes:
         try:
             progress.step("naming, lowering and fusing")
             result = finish_graph(proto, naming, self.leaves, program, self.swapped, self.output_names, bare=self.bare, model=self.model,
-                                   structure=self.structure)
+                                   structure=self.structure, asked_static=self.asked_static, labels=self.labels)
         except RNNXError as exc:
             self.failed(label or route, exc)
             return

@@ -114,7 +114,9 @@ def export(
 
     work = copy.deepcopy(model).eval()
     swapped = swap_recurrent_modules(work)
-    routes = Routes(model, work, swapped, leaves, structure, path, opset, output_names, swappable(model), check, seed, tolerances, asked, varying)
+    by_name = {(leaf.name, d): label for leaf in leaves for (i, d), label in labels.items() if leaf.index == i}
+    routes = Routes(model, work, swapped, leaves, structure, path, opset, output_names, swappable(model), check, seed, tolerances, asked, varying,
+                    by_name)
     progress.step("tracing with torch.export")
     try:
         program, tracing = trace_export(model, work, leaves, structure, specs, offered, user_shapes=dynamic_shapes is not None)

@@ -38,15 +38,23 @@ _MIN_STEPS = 3
 _MAX_LOOPS = 16  # loops re-rolled in one graph (an encoder's, a decoder's): a bound on the passes over it
 
 
-def reroll(model: Any, seq_label: str = "seq") -> PassResult[dict[str, Any]]:
+def reroll(model: Any, seq_label: str = "seq", keep: frozenset[tuple[str, int]] = frozenset(),
+           labels: dict[tuple[str, int], str] | None = None) -> PassResult[dict[str, Any]]:
     """Re-roll every unrolled loop of the main graph in place; a re-rolled sequence that is a
-    graph input gets the dynamic length ``seq_label``. Each rewrite is a record: source, axis,
-    steps, node, carried, stacked, body (op types), and dynamic_seq, seq_label."""
+    graph input gets the dynamic length ``seq_label`` (or the user's label for it, in ``labels``
+    by (input, axis)). ``keep``: (input, axis) the user asked static, whose loops stay unrolled.
+    Each rewrite is a record: source, axis, steps, node, carried, stacked, body (op types), and
+    dynamic_seq, seq_label."""
     result: PassResult[dict[str, Any]] = PassResult()
     refused: set[tuple[str, int]] = set()
     for _ in range(_MAX_LOOPS):
         g = GraphIndex(model.graph)
         groups = [grp for grp in _groups(g) if not grp[1] & refused]
+        asked = [grp for grp in groups if grp[1] & keep]
+        for _, sources in asked:
+            result.left_alone.append(Declined("reroll.asked_static", "its length was asked static").at(", ".join(sorted(s for s, _ in sources))))
+            refused |= sources
+        groups = [grp for grp in groups if not grp[1] & keep]
         if not groups:
             break
         types = _types(model)
@@ -58,7 +66,7 @@ def reroll(model: Any, seq_label: str = "seq") -> PassResult[dict[str, Any]]:
                 continue
             nodes, removed, info = plan
             rewrite(model.graph, removed, nodes)
-            _make_sequence_dynamic(model, info, seq_label)
+            _make_sequence_dynamic(model, info, (labels or {}).get((info["source"], info["axis"]), seq_label))
             result.rewritten.append(info)
             break
         else:

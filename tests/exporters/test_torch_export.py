@@ -372,14 +372,14 @@ def test_an_autoregressive_loop_keeps_its_steps_and_every_other_axis_dynamic(tmp
     assert ops["LSTM"] == 4 and not UNROLLED_OPS - {"Gemm"} & set(ops)
 
 
-def test_a_chain_with_side_uses_is_refused_by_the_audit_unless_its_length_is_made_static(tmp_path) -> None:
-    # the model runs at any length, but the file would take only the example's: not written,
-    # and the line names the dimension, the size the model ran at and the loop
-    with pytest.raises(rnnx.ExportCheckFailed) as raised:
-        rnnx.export(SteppedWithSideUse(), (torch.randn(5, 3, 4),), tmp_path / "s.onnx")
-    assert "input x dim 0 is fixed at 5 in the file, but the model runs with it at 10" in str(raised.value)
-    assert "a Python loop calls cell once per step" in str(raised.value) and "--static x:0" in str(raised.value)
-    assert not (tmp_path / "s.onnx").exists()
+def test_a_chain_with_side_uses_is_re_rolled_or_kept_at_its_length_when_asked(tmp_path) -> None:
+    # the model runs at any length: the unrolled steps (which native-node fusion declines, for the
+    # side use) are re-rolled into one Loop with the length dynamic, checked by the self-check at other lengths
+    report = rnnx.export(SteppedWithSideUse(), (torch.randn(5, 3, 4),), tmp_path / "s.onnx")
+    assert report.passed and report.axes == {"x": {0: "seq", 1: "batch"}}, str(report)
+    assert {"shorter", "seq=8"} <= {c.name for c in report.check.cases}
+    assert any("re-rolled into one ONNX Loop" in n for n in report.notes), report.notes
+    assert collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "s.onnx")).graph.node)["Loop"] == 1
     # asked static, the file keeps the example's length and says why
     report = rnnx.export(SteppedWithSideUse(), (torch.randn(5, 3, 4),), tmp_path / "s.onnx", static={"x": [0]})
     assert report.passed and not report.fused and report.unrolled_cells == ["cell"]
