@@ -266,13 +266,16 @@ example_inputs = (torch.randn(2, 30, 4),)
 """
 
 
-def test_a_dimension_named_dynamic_that_the_file_must_fix_is_refused_not_narrowed(tmp_path: Path) -> None:
-    # the loop re-rolls: the axis asked dynamic is dynamic, under its name
+@pytest.mark.slow
+def test_a_dimension_named_dynamic_over_a_loop_keeps_its_name_once_re_rolled(tmp_path: Path) -> None:
     (tmp_path / "loop.py").write_text(LOOP)
     done = subprocess.run([sys.executable, "-m", "rnnx", "export", f"{tmp_path / 'loop.py'}:model", "-o", str(tmp_path / "l.onnx"),
                            "--dynamic", "x:1=frames", "--json"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["axes"]["x"]["1"] == "frames"
+
+
+def test_a_dimension_named_dynamic_that_the_file_must_fix_is_refused_not_narrowed(tmp_path: Path) -> None:
     # a loop whose steps differ (a weight chosen by the step) cannot be re-rolled: the file could only fix the axis
     (tmp_path / "differs.py").write_text(LOOP.replace("self.cell(x[:, t], torch.tanh(self.proj(h)))",
                                                       "self.cell(x[:, t], torch.tanh(self.proj(h) * (1.0 + (t % 2))))"))

@@ -9,7 +9,6 @@ every file in it, unchanged, besides what the device scripts make.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -117,7 +116,7 @@ def test_dot_inside_an_earlier_bundle_and_a_long_name(model, tmp_path: Path) -> 
     assert done.returncode == 0 and long.is_dir(), done.stderr
 
 
-@pytest.mark.parametrize("after", [0.5, 2.0, 4.0])
+@pytest.mark.parametrize("after", [pytest.param(0.5, marks=pytest.mark.slow), 2.0, pytest.param(4.0, marks=pytest.mark.slow)])
 def test_sigterm_leaves_nothing_staged(model, tmp_path: Path, after: float) -> None:
     out = tmp_path / "b"
     child = subprocess.Popen([sys.executable, "-m", "rnnx", "bundle", str(model), "-o", str(out), "--tensorrt", VERSION],

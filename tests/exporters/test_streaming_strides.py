@@ -51,7 +51,7 @@ def _stream(path: Path, model: torch.nn.Module, multiple: int) -> None:
             assert got.shape == whole.shape and np.abs(got - whole).max() < 1e-5, (batch, chunk)
 
 
-@pytest.mark.parametrize("stride", [2, 4])
+@pytest.mark.parametrize("stride", [pytest.param(2, marks=pytest.mark.slow), 4])
 def test_side_by_side_windows_stream_at_the_stride(tmp_path: Path, stride: int) -> None:
     torch.manual_seed(0)
     model = Strided(stride, stride).eval()
