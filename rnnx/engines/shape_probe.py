@@ -27,7 +27,7 @@ from rnnx.errors import BudgetExceeded, RNNXError
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx import limits
 from rnnx.shapes.file_dims import InputSpec, probe_feed
-from rnnx.shapes.profiles import Probe
+from rnnx.shapes.profiles import Probe, shapes_text
 
 _ORT_PREFIX = re.compile(r"^(ONNX Runtime|ONNX's reference evaluator) could not run the model: (\[ONNXRuntimeError\] : \d+ : \w+ : )?")
 
@@ -64,7 +64,7 @@ def shape_probe(model: Any, specs: list[InputSpec], data_folder: str | Path | No
                     warnings.simplefilter("ignore")
                     outputs = run(feed)
             except BudgetExceeded as exc:
-                raise BudgetExceeded(f"asking the file whether it runs at {_shapes_text(shapes)}: {exc}") from None
+                raise BudgetExceeded(f"asking the file whether it runs at {shapes_text(shapes)}: {exc}") from None
             except RNNXError as exc:
                 return _ORT_PREFIX.sub("", " ".join(str(exc).split()))[:160]
             empty = next((name for name, value in outputs.items() if getattr(value, "size", 1) == 0), None)
@@ -73,10 +73,6 @@ def shape_probe(model: Any, specs: list[InputSpec], data_folder: str | Path | No
         return None
 
     return runs
-
-
-def _shapes_text(shapes: dict[str, tuple[int, ...]]) -> str:
-    return ", ".join(f"{n}: {'x'.join(map(str, s))}" for n, s in shapes.items())
 
 
 def _own_dtype(model: Any) -> str:

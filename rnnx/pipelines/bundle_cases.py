@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 
 from rnnx.engines.isolated import IsolatedOnnxRuntime
-from rnnx.errors import BudgetExceeded, RNNXError, shown
+from rnnx.errors import BudgetExceeded, RNNXError
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.shapes.sizes import BUNDLE_CHUNKS, multiple_of
 from rnnx.tolerance import CALIBRATED_MULTIPLE, rounding_floor
 from rnnx.shapes.cases import Case as InputCase
 from rnnx.shapes.file_dims import label_sizes
-from rnnx.shapes.profiles import ProfileChoice
+from rnnx.shapes.profiles import ProfileChoice, shapes_text
 from rnnx.verify.feeds import make_feed
 
 MAX_CASE_VALUES = 1 << 24  # per case, all inputs together: a profile corner larger than this is left out, with a note
@@ -109,11 +109,6 @@ def _within(name: str, axis: int, frames: int, choice: ProfileChoice | None, mul
 
 def _feed(specs: list[Any], shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
     return make_feed(specs, InputCase("bundle", label_sizes(specs, shapes), shapes), {}, seed)  # the sizes bound a lengths input
-
-
-def shapes_text(shapes: dict[str, list[int]]) -> str:
-    """``x: 1x6x20, h0: 1x1x32``: a case's input shapes, as the bundle's messages show them."""
-    return ", ".join(f"{shown(n, quoted=False)}: {'x'.join(map(str, s))}" for n, s in shapes.items())
 
 
 # --- the reference and the floors -----------------------------------------------------------------

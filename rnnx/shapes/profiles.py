@@ -51,6 +51,11 @@ def _shape_text(shape: Any) -> str:
     return "x".join("?" if s is None else str(s) for s in shape)
 
 
+def shapes_text(shapes: dict[str, Any]) -> str:
+    """``x: 1x6x20, h0: 1x1x32``: input shapes as messages show them, names escaped (a name from a file may hold a newline)."""
+    return ", ".join(f"{shown(n, quoted=False)}: {_shape_text(s)}" for n, s in shapes.items())
+
+
 @dataclass
 class Profile:
     """min/opt/max shapes per input name, e.g. {"X": ((1, 1, 8), (50, 8, 8), (200, 32, 8))}."""
