@@ -46,6 +46,28 @@ class ExportCheckFailed(ParityError):
         self.report = report
 
 
+#: How many characters of a library's message one of rnnx's lines quotes, by what the quote is
+#: for: a message is one line, and a library's may run to pages (a traceback, a graph dump).
+NOTE_CHARS = 120  # in a note beside a result that stands (a fallback taken): the result is the news
+DETAIL_CHARS = 160  # in parentheses, in a sentence that already says what failed and what to do
+CAUSE_CHARS = 300  # the library's message is the cause itself (ONNX Runtime refused a run, a checker failed)
+
+
+def one_line(exc: BaseException | str, limit: int | None, typed: bool = False) -> str:
+    """``exc``'s message as one line of at most ``limit`` characters (None: all of it): terminal
+    colours dropped, every run of whitespace (newlines, tabs) one space, any other control
+    character escaped as ``repr`` escapes it, and a longer message cut at a word with "...".
+    ``typed`` puts the exception's class first (``ValueError: ...``); an empty message reads as
+    the class alone."""
+    text = " ".join(_ANSI.sub("", str(exc)).split())
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if limit is not None and len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0].rstrip(",;:(") + "..."
+    if isinstance(exc, BaseException) and (typed or not text):
+        return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text
+
+
 NAME_SHOWN = 80  # characters of a name a message shows: a 10 kB name must not bury what the message says
 
 

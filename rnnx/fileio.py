@@ -19,7 +19,7 @@ from typing import BinaryIO
 import numpy as np
 
 from rnnx import progress
-from rnnx.errors import RNNXError
+from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.input_gate import check_archive, kind_of, require_file  # noqa: F401  (the readers import them from here)
 from rnnx.tensor_pieces import CHUNK_BYTES, Pieces, as_pieces
 
@@ -194,8 +194,8 @@ def write_failure(path: Path, exc: BaseException) -> RNNXError:
         return RNNXError(f"{path}: the file system holding {folder} is read-only; nothing was written: choose another path")
     if code in (errno.EACCES, errno.EPERM):
         return RNNXError(f"{path}: permission denied writing in {folder}; nothing was written: choose a folder you can write")
-    detail = getattr(exc, "strerror", None) or " ".join(str(exc).split())
-    return RNNXError(f"{path}: writing failed ({detail[:160]}); nothing was written: free space or choose another path")
+    detail = one_line(getattr(exc, "strerror", None) or exc, DETAIL_CHARS)
+    return RNNXError(f"{path}: writing failed ({detail}); nothing was written: free space or choose another path")
 
 
 @contextlib.contextmanager
@@ -207,7 +207,7 @@ def library_write(path: Path) -> Iterator[None]:
     except RNNXError:
         raise
     except Exception as exc:
-        text = " ".join(str(exc).split())
+        text = one_line(exc, None)
         if isinstance(exc, OSError) or any(marker in text.lower() for marker in _IO_FAILURE):
             raise write_failure(path, exc) from None
         raise

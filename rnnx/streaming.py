@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 
 STREAMING_KEY = "rnnx.streaming"
 STREAMING_VERSION = 1  # a file whose states all start at zeros
@@ -342,7 +342,7 @@ class StreamingSession:
         try:
             values = self.runner.session.run(self._names, {**feed, **states})
         except Exception as exc:  # onnxruntime's InvalidArgument / Fail: shapes or types the model does not take
-            raise RNNXError(f"ONNX Runtime could not run the model: {' '.join(str(exc).split())[:300]}") from None
+            raise RNNXError(f"ONNX Runtime could not run the model: {one_line(exc, CAUSE_CHARS)}") from None
         out = dict(zip(self._names, values))
         self.states = {i: out[o] for i, o in self._pairs}
         self.batch = batch
@@ -443,5 +443,5 @@ def _run_part(model: Any, outputs: list[str], feed: Mapping[str, np.ndarray]) ->
     try:
         values = session.run(outputs, {v.name: feed[v.name] for v in inputs if v.name in feed})
     except Exception as exc:  # noqa: BLE001  the chunk itself is what the model does not take
-        raise RNNXError(f"ONNX Runtime could not run the model on this chunk: {' '.join(str(exc).split())[:300]}") from None
+        raise RNNXError(f"ONNX Runtime could not run the model on this chunk: {one_line(exc, CAUSE_CHARS)}") from None
     return dict(zip(outputs, values))

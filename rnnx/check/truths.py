@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from rnnx.errors import NOTE_CHARS, one_line
 from rnnx.parity import honest_outputs, reference_outputs
 from rnnx.weights import RNNWeights
 
@@ -67,6 +68,6 @@ class TorchTruth:
             raise
         except Exception as exc:  # noqa: BLE001  e.g. a forward that makes float32 tensors of its own
             self.model64 = None
-            self.notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({' '.join(str(exc).split())[:120]}); "
+            self.notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({one_line(exc, NOTE_CHARS)}); "
                               f"{self.without}")
             return None

@@ -28,7 +28,7 @@ from rnnx import progress
 from rnnx.cli.flags import flagged
 from rnnx.cli.groups import CommonArgs
 from rnnx.cli.parser import build_parser
-from rnnx.errors import ParityError, RNNXError
+from rnnx.errors import CAUSE_CHARS, ParityError, RNNXError, one_line
 from rnnx.fileio import remove_partial_outputs, write_failure
 
 INTERNAL_ERROR = 3
@@ -241,12 +241,12 @@ def _main(argv: Sequence[str] | None) -> int:
     except ParityError as exc:
         if args.debug:
             raise
-        return _report(args, verb, 1, prefix + _without_prefix(" ".join(str(exc).split()), verb), exc, stdout)
+        return _report(args, verb, 1, prefix + _without_prefix(one_line(exc, None), verb), exc, stdout)
     except RNNXError as exc:
         if args.debug:
             raise
         # The library names its parameters (select=...); the user typed flags (--select ...).
-        line = prefix + flagged(_without_prefix(" ".join(str(exc).split()), verb), verb)
+        line = prefix + flagged(_without_prefix(one_line(exc, None), verb), verb)
         return _report(args, verb, 2, line, exc, stdout)
     except BrokenPipeError:
         # The reader of our stdout (e.g. `| head`) left; exit quietly as Unix tools do.
@@ -269,7 +269,7 @@ def _main(argv: Sequence[str] | None) -> int:
         while where is not None and where.tb_next is not None:
             where = where.tb_next
         frame = f" at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno}" if where is not None else ""
-        return _report(args, verb, INTERNAL_ERROR, f"{prefix}internal error {type(exc).__name__}{frame}: {' '.join(str(exc).split())[:300]} "
+        return _report(args, verb, INTERNAL_ERROR, f"{prefix}internal error {type(exc).__name__}{frame}: {one_line(exc, CAUSE_CHARS)} "
                        "(a bug in rnnx; rerun with --debug for the traceback and report it)", exc, stdout)
     finally:
         sys.stdout = real_stdout

@@ -17,7 +17,7 @@ from rnnx.engines.tensorrt import Profile
 from rnnx.engines.tensorrt_parser import DEFAULT_VERSION, KNOWN_VERSIONS, parser_for
 from rnnx.shapes.profiles import parse_shapes
 from rnnx.exporters.loading import parse_dim
-from rnnx.errors import RNNXError
+from rnnx.errors import RNNXError, one_line
 from rnnx.formats.onnx_build import check_opset
 from rnnx.tolerance import Tolerance, Tolerances, parse_tol_items
 from rnnx.verify.drive import parse_map
@@ -40,7 +40,7 @@ def _usage(parse: Callable[[str], T], name: str) -> Callable[[str], T]:
         try:
             return parse(text)
         except RNNXError as exc:
-            message = " ".join(str(exc).split())
+            message = one_line(exc, None)
             raise argparse.ArgumentTypeError(_NAMED_PREFIX.sub("", message, count=1)) from None
 
     checked.__name__ = name  # argparse names the type in its own messages

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.engines.runner import stack_input_names, stack_output_names, with_zero_states
-from rnnx.errors import RNNXError
+from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.spec import RNNSpec
 
 #: The flax.linen cell class run for each canonical cell kind.
@@ -53,7 +53,7 @@ class FlaxRunner:
             self.variables = serialization.from_bytes(template, Path(path).read_bytes())
         except (ValueError, KeyError, TypeError) as exc:
             raise RNNXError(f"{path}: flax.serialization.from_bytes cannot load it into a {type(self.module).__name__} "
-                            f"of {CELL_CLASSES[spec.cell]} ({' '.join(str(exc).split())[:160]})") from None
+                            f"of {CELL_CLASSES[spec.cell]} ({one_line(exc, DETAIL_CHARS)})") from None
         self.input_names, self.output_names = stack_input_names(spec, sequence_lens=False), stack_output_names(spec)
 
     def __call__(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -33,7 +33,7 @@ import numpy as np
 from rnnx import limits
 from rnnx.blas_threads import ort_threads
 from rnnx.engines.onnx_reference import ReferenceRun  # light: numpy at import, onnx only when a reference runs
-from rnnx.errors import BudgetExceeded, RNNXError
+from rnnx.errors import BudgetExceeded, CAUSE_CHARS, RNNXError, one_line
 
 _LENGTH = struct.Struct("<Q")
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the rnnx package
@@ -244,7 +244,7 @@ def serve() -> None:
     except (EOFError, BrokenPipeError):
         return
     except Exception as exc:  # noqa: BLE001  onnxruntime's own Fail/InvalidGraph classes, MemoryError
-        _send(stdout, {"error": _one_line(exc), "budget": _over_budget(exc)}, [])
+        _send(stdout, {"error": _error_line(exc), "budget": _over_budget(exc)}, [])
         return
     _serve_runs(stdin, stdout, lambda feed: session.run(names, feed))
 
@@ -275,7 +275,7 @@ def _serve_runs(stdin: BinaryIO, stdout: BinaryIO, run: Any) -> None:
         except BrokenPipeError:
             return
         except Exception as exc:  # noqa: BLE001
-            _send(stdout, {"error": _one_line(exc), "budget": _over_budget(exc)}, [])
+            _send(stdout, {"error": _error_line(exc), "budget": _over_budget(exc)}, [])
 
 
 def _over_budget(exc: BaseException) -> bool:
@@ -296,10 +296,10 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
-def _one_line(exc: BaseException) -> str:
+def _error_line(exc: BaseException) -> str:
     if _over_budget(exc):
         return (f"it needs more memory than the budget of {int(sys.argv[1]) >> 20} MiB (or this machine) allows; "
                 "if the model is trusted, raise the budget with --max-memory")
     if "failed to map segment" in str(exc):
         return f"the memory budget of {int(sys.argv[1]) >> 20} MiB is too small to start ONNX Runtime; raise it with --max-memory"
-    return " ".join(str(exc).split())[:300] or type(exc).__name__
+    return one_line(exc, CAUSE_CHARS)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.engines.runner import stack_input_names, stack_output_names, with_zero_states
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.spec import RNNSpec
 
 
@@ -47,7 +47,7 @@ class KerasRunner:
         try:
             model.load_weights(str(path))
         except Exception as exc:  # noqa: BLE001  Keras's own refusal of the file is the finding
-            raise RNNXError(f"Keras could not load {path.name}: {' '.join(str(exc).split())[:200]}") from None
+            raise RNNXError(f"Keras could not load {path.name}: {one_line(exc, CAUSE_CHARS)}") from None
         self.layers = []
         width = spec.input_size
         for loaded in model.layers:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 
 _FLOATS = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 _TYPES = {"float64": (11, np.float64), "float16": (10, np.float16), "float32": (1, np.float32), "tf32": (1, np.float32)}
@@ -79,14 +79,14 @@ class ReferenceRun:
             self.evaluator = ReferenceEvaluator(retyped(proto, dtype), new_ops=list(_tf32_ops() if dtype == "tf32" else _with_lengths()))
         except Exception as exc:  # noqa: BLE001  onnx raises what its operators raise
             raise RNNXError(f"ONNX's reference evaluator cannot run this file in {dtype}: {type(exc).__name__}: "
-                            f"{' '.join(str(exc).split())[:200]}") from None
+                            f"{one_line(exc, CAUSE_CHARS)}") from None
 
     def __call__(self, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         cast = {k: v.astype(self.dtype) if v.dtype.kind == "f" else v for k, v in feed.items()}
         try:
             outs = self.evaluator.run(None, cast)
         except Exception as exc:  # noqa: BLE001
-            raise RNNXError(f"ONNX's reference evaluator failed in {self.dtype}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
+            raise RNNXError(f"ONNX's reference evaluator failed in {self.dtype}: {one_line(exc, CAUSE_CHARS, typed=True)}") from None
         return {name: np.asarray(value) for name, value in zip(self.output_names, outs)}
 
 

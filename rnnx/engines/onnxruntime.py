@@ -15,7 +15,7 @@ import numpy as np
 from rnnx.blas_threads import MAX_ORT_THREADS, ort_threads
 from rnnx.engines.rules import BackendRules, Rule
 from rnnx.engines.runner import with_zero_states
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.spec import RNNSpec
 
 #: What ONNX Runtime's CPU kernels for LSTM/GRU/RNN refuse (tests/graphs/test_inspect.py pins it by running them).
@@ -88,7 +88,7 @@ class OnnxRuntimeRunner:
         try:
             self.session = ort.InferenceSession(source, options, providers=self.providers)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes
-            raise RNNXError(f"ONNX Runtime refused the model: {str(exc).splitlines()[0][:300]}") from None
+            raise RNNXError(f"ONNX Runtime refused the model: {one_line(str(exc).strip().splitlines()[0] if str(exc).strip() else exc, CAUSE_CHARS)}") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.spec, self.batch_first = _stack_record(self.session.get_modelmeta().custom_metadata_map)
@@ -113,7 +113,7 @@ class OnnxRuntimeRunner:
         try:
             outputs = self.session.run(self.output_names, feed)
         except Exception as exc:  # onnxruntime's InvalidArgument / Fail: shapes or types the model does not take
-            raise RNNXError(f"ONNX Runtime could not run the model: {' '.join(str(exc).split())[:300]}") from None
+            raise RNNXError(f"ONNX Runtime could not run the model: {one_line(exc, CAUSE_CHARS)}") from None
         return dict(zip(self.output_names, outputs))
 
 

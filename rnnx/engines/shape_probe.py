@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
-from rnnx.errors import BudgetExceeded, RNNXError
+from rnnx.errors import BudgetExceeded, DETAIL_CHARS, RNNXError, one_line
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx import limits
 from rnnx.shapes.file_dims import InputSpec, probe_feed
@@ -66,7 +66,7 @@ def shape_probe(model: Any, specs: list[InputSpec], data_folder: str | Path | No
             except BudgetExceeded as exc:
                 raise BudgetExceeded(f"asking the file whether it runs at {shapes_text(shapes)}: {exc}") from None
             except RNNXError as exc:
-                return _ORT_PREFIX.sub("", " ".join(str(exc).split()))[:160]
+                return one_line(_ORT_PREFIX.sub("", one_line(exc, None)), DETAIL_CHARS)
             empty = next((name for name, value in outputs.items() if getattr(value, "size", 1) == 0), None)
             if empty is not None:  # a pool or a stride left no frame: nothing to compute with
                 return f"output {empty!r} is empty (shape {list(outputs[empty].shape)})"

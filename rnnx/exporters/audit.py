@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rnnx.errors import DETAIL_CHARS, one_line
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.selfcheck import run_eager
@@ -185,7 +186,7 @@ class DimensionAudit:
             except STOPPED:  # stopped by a budget, or the process ended: not an answer about the size
                 raise
             except Exception as exc:  # noqa: BLE001  the user's model may raise anything at a size it does not take
-                probe.refused = f"at {new}: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+                probe.refused = f"at {new}: {one_line(exc, DETAIL_CHARS, typed=True)}"
                 continue
             probe.accepted, probe.values = new, values
             probe.role, probe.told = _role(base, seen)

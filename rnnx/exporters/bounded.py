@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rnnx import limits
-from rnnx.errors import BudgetExceeded, RNNXError
+from rnnx.errors import BudgetExceeded, DETAIL_CHARS, RNNXError, one_line
 from rnnx.exporters.model_exit import where
 
 T = TypeVar("T")
@@ -194,7 +194,7 @@ def _answer(payload: bytes, what: str, bounds: Bounds) -> Any:
         raise stop
     _, name, message, allocation = answer
     if allocation:
-        raise _over_memory(what, bounds, f" (the model's allocation failed: {' '.join(message.split())[:160]})")
+        raise _over_memory(what, bounds, f" (the model's allocation failed: {one_line(message, DETAIL_CHARS)})")
     raise raised_as(name)(message)
 
 
@@ -281,7 +281,7 @@ def _in_process(fn: Callable[[], T], what: str, bounds: Bounds) -> T:
         raise _over_time(what, bounds) from None
     except Exception as exc:
         if _allocation_failed(exc):
-            raise _over_memory(what, bounds, f" (the model's allocation failed: {' '.join(str(exc).split())[:160]})") from None
+            raise _over_memory(what, bounds, f" (the model's allocation failed: {one_line(exc, DETAIL_CHARS)})") from None
         raise
     finally:
         if armed:

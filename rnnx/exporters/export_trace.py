@@ -8,14 +8,13 @@ import re
 from typing import Any
 
 from rnnx import progress
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.writing import first_line, quiet, suggested_fixes
 from rnnx.exporters import ops, shapes
 from rnnx.exporters import torchscript_route
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.graphs.legalize import convert_down
-from rnnx.formats.torch import clip
 from rnnx.shapes.roles import OTHER
 
 def runs_on_example(model: Any, leaves: list[Any], structure: Any) -> None:
@@ -27,7 +26,7 @@ def runs_on_example(model: Any, leaves: list[Any], structure: Any) -> None:
     except Exception as exc:  # noqa: BLE001  the user's model may raise anything
         given = ", ".join(f"{leaf.name} {'x'.join(map(str, leaf.value.shape)) or 'scalar'} {str(leaf.value.dtype).removeprefix('torch.')}"
                           for leaf in leaves if leaf.is_tensor)
-        raise RNNXError(f"the model raised on the example as given ({given}): {type(exc).__name__}: {clip(' '.join(str(exc).split()), 300)}; "
+        raise RNNXError(f"the model raised on the example as given ({given}): {one_line(exc, CAUSE_CHARS, typed=True)}; "
                         "give an example the model runs on (--input shapes and dtypes)") from exc
 
 # torch.onnx builds at 18 or later; rnnx converts down itself with onnx's converter, since

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rnnx import progress
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.fileio import check_archive, read_safetensors, require_file
 from rnnx.exporters.model_exit import exit_refused
 from rnnx.formats.torch import weights_only_refusal
@@ -59,7 +59,7 @@ def _load_model(target: str) -> tuple[Any, Any]:
         try:
             spec.loader.exec_module(namespace)
         except Exception as exc:  # the user's module raised while importing: their code, not rnnx
-            raise RNNXError(f"model: importing {path} raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}; fix the model file") from None
+            raise RNNXError(f"model: importing {path} raised {one_line(exc, CAUSE_CHARS, typed=True)}; fix the model file") from None
         finally:
             sys.path.pop(0)
     else:
@@ -68,7 +68,7 @@ def _load_model(target: str) -> tuple[Any, Any]:
         except ImportError as exc:
             raise RNNXError(f"model: cannot import {source!r} ({exc}); check PYTHONPATH or give a file.py path") from None
         except Exception as exc:  # the user's package raised while importing
-            raise RNNXError(f"model: importing {source} raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
+            raise RNNXError(f"model: importing {source} raised {one_line(exc, CAUSE_CHARS, typed=True)}") from None
     if not hasattr(namespace, name):
         raise RNNXError(f"model: {source} has no attribute {name!r}")
     obj = getattr(namespace, name)
@@ -79,7 +79,7 @@ def _load_model(target: str) -> tuple[Any, Any]:
         try:
             obj = obj()
         except Exception as exc:  # building the user's model raised: their code
-            raise RNNXError(f"model: calling {name}() raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from None
+            raise RNNXError(f"model: calling {name}() raised {one_line(exc, CAUSE_CHARS, typed=True)}") from None
         if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], nn.Module):
             obj, example = obj
     if not isinstance(obj, nn.Module):
@@ -226,7 +226,7 @@ def _load_errors(exc: BaseException) -> str:
             mismatches.append(line.rstrip("."))
     if mismatches:
         parts.append("; ".join(mismatches[:2]) + (f"; ... ({len(mismatches) - 2} more size mismatches)" if len(mismatches) > 2 else ""))
-    return "; ".join(parts) if parts else " ".join(str(exc).split())[:400]
+    return "; ".join(parts) if parts else one_line(exc, CAUSE_CHARS)
 
 
 def parse_input(text: str) -> tuple[str | None, Any]:

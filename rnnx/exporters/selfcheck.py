@@ -46,7 +46,7 @@ from rnnx.shapes.roles import BATCH, OTHER
 from rnnx.shapes.sizes import GROWTH, shrunk
 from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance, Tolerances, compare_arrays, compare_calibrated, quantile_label
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, NOTE_CHARS, RNNXError, one_line
 
 # The layer-by-layer check of the file about to be written, where a layer above sets one
 # (rnnx.api.export sets verify's: exporters cannot import verify, which imports them): it takes
@@ -327,7 +327,7 @@ def torch_truths(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Nam
         except STOPPED:
             raise
         except Exception as exc:  # the user's model may raise anything at a shape it does not take
-            truth.skipped = f"the torch model itself raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            truth.skipped = f"the torch model itself raised {one_line(exc, CAUSE_CHARS, typed=True)}"
             continue
         if model64 is not None:
             try:
@@ -337,7 +337,7 @@ def torch_truths(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Nam
                 raise
             except Exception as exc:  # noqa: BLE001  e.g. a forward that makes float32 tensors of its own
                 model64 = None
-                notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({' '.join(str(exc).split())[:120]}); "
+                notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({one_line(exc, NOTE_CHARS)}); "
                              "outputs held to the fixed tolerance against torch in its own dtype")
     return truths
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rnnx.errors import DETAIL_CHARS, one_line
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.selfcheck import example_sizes, fresh_inputs, plan_cases, run_eager
 from rnnx.exporters.shapes import Leaf, Naming
@@ -27,7 +28,7 @@ def _runs(model: Any, leaves: Sequence[Leaf], structure: Any, values: list[Any],
     except STOPPED:
         raise
     except Exception as exc:  # noqa: BLE001  the user's model may raise anything at a shape it does not take
-        return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+        return one_line(exc, DETAIL_CHARS, typed=True)
 
 
 def refused_dimensions(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, seed: int = 0) -> dict[str, str]:

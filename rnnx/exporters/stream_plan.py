@@ -23,7 +23,7 @@ import numpy as np
 
 from rnnx import progress
 from rnnx.engines.chunk_divergence import first_divergence
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import shapes
 from rnnx.exporters.stream_context import ConvCache
 from rnnx.exporters.stream_running import RunningState
@@ -172,7 +172,7 @@ class StreamPlan:
                     want64 = [w for w in tree_flatten(run_eager(model64, as_float64(values), structure))[0] if isinstance(w, torch.Tensor)]
             except Exception as exc:  # noqa: BLE001  the user's model may raise anything; a model that cannot run whole cannot be proven
                 if want is None:
-                    error = f"the torch model raised {type(exc).__name__} on the whole sequence: {' '.join(str(exc).split())[:200]}"
+                    error = f"the torch model raised {one_line(exc, CAUSE_CHARS, typed=True)} on the whole sequence"
                     for chunk in STREAM_CHUNKS:
                         check.cases.append(CheckCase(_case_name(chunk * record.multiple, frames, batch), sizes, shown, error=error))
                     continue

@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import shapes
 from rnnx.exporters.stream_context import cached_conv_forward, study
 from rnnx.exporters.stream_plan import StreamPlan, _Slot
@@ -326,7 +326,7 @@ def _probe(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str, Any]]) 
         out = run_eager(model, flat, structure)
     except Exception as exc:  # noqa: BLE001  the user's model may raise anything
         raise RNNXError(f"streaming: expected the model to run on the example, found it raised {type(exc).__name__}: "
-                        f"{' '.join(str(exc).split())[:200]}; check the example inputs") from exc
+                        f"{one_line(exc, CAUSE_CHARS)}; check the example inputs") from exc
     finally:
         for h in handles:
             h.remove()

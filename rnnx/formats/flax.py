@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rnnx import limits, parity
-from rnnx.errors import RNNXError
+from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import atomic_output, library_write, require_file
 from rnnx.formats.registry import Format, register
 from rnnx.layouts.flax import find_groups, from_group, from_tree, refusals, select_group, to_tree
@@ -94,7 +94,7 @@ def read_tree(path: Path) -> Any:
     except RNNXError:
         raise
     except Exception as exc:  # noqa: BLE001  msgpack's parser raises several types for damaged input
-        reason = "nested too deeply" if type(exc).__name__ == "StackError" else " ".join(str(exc).split())[:120] or type(exc).__name__
+        reason = "nested too deeply" if type(exc).__name__ == "StackError" else one_line(exc, DETAIL_CHARS)
         raise RNNXError(f"{path}: cannot read as Flax msgpack ({reason}); the file is damaged, truncated or not flax.serialization's") from None
     if not isinstance(tree, dict):
         raise RNNXError(f"{path}: expected a Flax state dict (a msgpack map), found a {type(tree).__name__}")

@@ -17,11 +17,6 @@ def import_h5py(why: str) -> Any:
     return h5py
 
 
-def one_line(exc: BaseException) -> str:
-    """An h5py or JSON error as one short line (h5py's span several)."""
-    return " ".join(str(exc).split())[:160] or type(exc).__name__
-
-
 # What HDF5's own small objects (a scalar's fill value, say) may add beyond the file's arrays.
 _SLACK = 1 << 16
 

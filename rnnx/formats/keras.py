@@ -65,8 +65,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
-from rnnx.formats.hdf5 import Budget, import_h5py, one_line
+from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
+from rnnx.formats.hdf5 import Budget, import_h5py
 from rnnx.fileio import atomic_output, check_archive, library_write, require_file
 from rnnx.formats import keras_legacy_h5
 from rnnx.formats.registry import Format, get, register, settle_spec
@@ -92,7 +92,7 @@ SPEC_ATTR = "rnnx_spec"
 
 
 def _damaged(path: Path, exc: BaseException) -> RNNXError:
-    return RNNXError(f"{path}: cannot read the weights as HDF5 ({one_line(exc)}); the file is damaged or not Keras 3's")
+    return RNNXError(f"{path}: cannot read the weights as HDF5 ({one_line(exc, DETAIL_CHARS)}); the file is damaged or not Keras 3's")
 
 
 @contextlib.contextmanager
@@ -124,7 +124,7 @@ def _opened(path: Path) -> Iterator[tuple[Any, Any, dict[str, Any] | None, int]]
         except RNNXError:
             raise
         except Exception as exc:  # noqa: BLE001  zipfile/json parsing only: any failure means a damaged archive
-            raise RNNXError(f"{path}: not a readable .keras archive ({one_line(exc)}); expected a zip with config.json and model.weights.h5") from None
+            raise RNNXError(f"{path}: not a readable .keras archive ({one_line(exc, DETAIL_CHARS)}); expected a zip with config.json and model.weights.h5") from None
         if not isinstance(loaded, dict):
             raise RNNXError(f"{path}: config.json holds {type(loaded).__name__}, expected a Keras model config (an object)")
         config, size = loaded, weights.file_size

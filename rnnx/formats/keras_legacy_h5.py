@@ -51,8 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
-from rnnx.formats.hdf5 import Budget, import_h5py, one_line
+from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
+from rnnx.formats.hdf5 import Budget, import_h5py
 from rnnx.fileio import require_file
 from rnnx.formats.registry import Format, get, register
 from rnnx.layouts import keras as layout
@@ -78,7 +78,7 @@ _INDEX = re.compile(r":\d+$")
 
 
 def _damaged(path: Path, exc: BaseException) -> RNNXError:
-    return RNNXError(f"{path}: cannot read it as HDF5 ({one_line(exc)}); the file is damaged or not a Keras .h5 file")
+    return RNNXError(f"{path}: cannot read it as HDF5 ({one_line(exc, DETAIL_CHARS)}); the file is damaged or not a Keras .h5 file")
 
 
 @contextlib.contextmanager
@@ -214,7 +214,7 @@ def _model_config(h5: Any, h5py: Any) -> dict[str, Any] | None:
     except RecursionError:
         raise RNNXError("attribute model_config: JSON nested too deeply to read; the file is damaged") from None
     except ValueError as exc:
-        raise RNNXError(f"attribute model_config: expected Keras's JSON model config, found text that is not JSON ({one_line(exc)}); the file is damaged") from None
+        raise RNNXError(f"attribute model_config: expected Keras's JSON model config, found text that is not JSON ({one_line(exc, DETAIL_CHARS)}); the file is damaged") from None
     if not isinstance(config, dict):
         raise RNNXError(f"attribute model_config: expected a JSON object (Keras's model config), found {type(config).__name__}; the file is damaged")
     return config

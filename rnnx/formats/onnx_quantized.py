@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.formats.onnx_lazy import to_array
 from rnnx.layouts.onnx import WEIGHT_INPUTS, to_native
 from rnnx.layouts.onnx_quantized import (DOMAIN, DYNAMIC_INPUTS, FLOAT_INPUTS, INPUTS, QUANTIZED_OPS, QUANTIZED_WEIGHTS, dequantize,
@@ -343,6 +343,6 @@ def quantize_file(float_model: Path, output: Path) -> None:
     try:
         quantize_dynamic(Path(float_model), Path(output), **options)
     except Exception as exc:  # noqa: BLE001  its own exceptions: one line, with what it said
-        raise RNNXError(f"onnxruntime.quantization.quantize_dynamic failed on the float model: {' '.join(str(exc).split())[:300]}") from None
+        raise RNNXError(f"onnxruntime.quantization.quantize_dynamic failed on the float model: {one_line(exc, CAUSE_CHARS)}") from None
     finally:
         root.setLevel(level)

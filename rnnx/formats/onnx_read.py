@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import require_file
 from rnnx.formats.onnx_lazy import identity, is_lazy, mappable, mark, read_skeleton, stored_tensors, supported, to_array
 from rnnx.formats.onnx_fold import fold, producers
@@ -87,7 +87,7 @@ def load_model(path: Path, lazy: bool = False) -> Any:
         else:
             external_data_helper.load_external_data_for_model(model, str(path.parent))
     except Exception as exc:  # noqa: BLE001  OSError, ValueError, onnx's ValidationError: the data is not readable as claimed
-        raise RNNXError(f"{path}: cannot read its external data ({' '.join(str(exc).split())[:200]})") from None
+        raise RNNXError(f"{path}: cannot read its external data ({one_line(exc, DETAIL_CHARS)})") from None
     return model
 
 

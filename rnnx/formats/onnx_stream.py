@@ -26,7 +26,7 @@ import numpy as np
 
 from rnnx.formats.onnx_prune import prune
 from rnnx import progress
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.fileio import stream
 from rnnx.formats.onnx_lazy import stored_tensors
 from rnnx.formats.protobuf_wire import len_header
@@ -91,7 +91,7 @@ def check_planned(plan: PlannedModel) -> None:
         try:
             onnx.checker.check_model(str(Path(folder) / "model.onnx"), full_check=True)
         except Exception as exc:  # the checker's ValidationError: a bug in rnnx, but say what failed
-            raise RNNXError(f"the ONNX model rnnx built does not pass onnx.checker ({' '.join(str(exc).split())[:300]}); please report this") from exc
+            raise RNNXError(f"the ONNX model rnnx built does not pass onnx.checker ({one_line(exc, CAUSE_CHARS)}); please report this") from exc
 
 
 def _point_external(tensor: Any, location: str, offset: int, length: int) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rnnx import limits
-from rnnx.errors import RNNXError
+from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import atomic_output, check_archive, library_write, read_safetensors, require_file, safetensors_metadata, write_safetensors
 from rnnx.formats.registry import Format, register
 from rnnx.layouts import torch as layout
@@ -108,20 +108,12 @@ def weights_only_refusal(path: Path, exc: BaseException) -> RNNXError:
     torch checkpoints)."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if isinstance(exc, EOFError) or any(sign in str(exc) for sign in _DAMAGED):
-        return RNNXError(f"{path}: the checkpoint is truncated or damaged ({clip(first, 160)}); torch cannot read it: "
+        return RNNXError(f"{path}: the checkpoint is truncated or damaged ({one_line(first, DETAIL_CHARS)}); torch cannot read it: "
                          "copy it again from where it was saved")
     if "Weights only load failed" in first:  # torch's first line says only how to run the pickle anyway
         first = "it pickles Python objects, such as a whole model saved with torch.save(model)"
-    return RNNXError(f"{path}: cannot load as weights only ({clip(first, 200)}); rnnx never runs code inside a pickle: "
+    return RNNXError(f"{path}: cannot load as weights only ({one_line(first, DETAIL_CHARS)}); rnnx never runs code inside a pickle: "
                      "save a plain state_dict (torch.save(model.state_dict(), ...)) or a .safetensors file")
-
-
-def clip(text: str, limit: int) -> str:
-    """``text`` cut at a word to at most ``limit`` characters, with an ellipsis where cut."""
-    if len(text) <= limit:
-        return text
-    cut = text[:limit].rsplit(" ", 1)[0].rstrip(",;:(")
-    return cut + "..."
 
 
 def _checked_flat(path: Path, obj: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, DETAIL_CHARS, RNNXError, one_line
 from rnnx.graphs.index import all_graphs
 
 # Attributes that a newer opset added and that onnx's version converter leaves behind,
@@ -249,7 +249,7 @@ def _relabel(proto: Any, opset: int) -> None:
         drop_newer_attributes(proto)
         onnx.checker.check_model(proto)
     except (RNNXError, onnx.checker.ValidationError) as exc:
-        raise RNNXError(f"the model cannot be written at opset {opset}: {' '.join(str(exc).split())[:200]}; export with opset={before}") from None
+        raise RNNXError(f"the model cannot be written at opset {opset}: {one_line(exc, CAUSE_CHARS)}; export with opset={before}") from None
 
 
 def _onnx_convert(proto: Any, opset: int) -> Any:
@@ -258,10 +258,10 @@ def _onnx_convert(proto: Any, opset: int) -> Any:
     try:
         return onnx.version_converter.convert_version(proto, opset)
     except Exception as exc:  # onnx's converter raises RuntimeError/ConvertError for ops it cannot map
-        text = " ".join(str(exc).split())
+        text = one_line(exc, None)
         op = next((o for o in _op_types(proto) if o in text), None)
         what = f"its {op} nodes" if op else "the model"
-        raise RNNXError(f"onnx's converter cannot bring {what} to opset {opset} ({text[:160]}); export with opset={model_opset(proto)}") from None
+        raise RNNXError(f"onnx's converter cannot bring {what} to opset {opset} ({one_line(text, DETAIL_CHARS)}); export with opset={model_opset(proto)}") from None
 
 
 def _op_types(proto: Any) -> list[str]:

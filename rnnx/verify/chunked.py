@@ -29,7 +29,7 @@ import numpy as np
 
 from rnnx.engines.chunk_divergence import first_divergence
 from rnnx.engines.isolated import IsolatedOnnxRuntime
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters.call_record import read_call
 from rnnx.exporters.selfcheck import float64_copy
 from rnnx.formats.onnx_lazy import for_runtime
@@ -395,7 +395,7 @@ def _run_chunks(runner: Any, feed: dict[str, np.ndarray], pairs: list[Pair], nam
         try:
             out = runner(step)
         except RNNXError as exc:
-            return {}, f"frames {start}..{stop}: {' '.join(str(exc).split())[:200]}"
+            return {}, f"frames {start}..{stop}: {one_line(exc, CAUSE_CHARS)}"
         for name, value in out.items():
             pieces.setdefault(name, []).append(np.asarray(value))
         carried = {}

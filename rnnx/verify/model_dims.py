@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import NOTE_CHARS, RNNXError, one_line
 from rnnx.exporters.audit import DimensionAudit
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.shapes import Leaf
@@ -114,7 +114,7 @@ def ask_model(model: Any, call: Call, read: FileDims, feed: dict[str, np.ndarray
         run_eager(model, [leaf.value for leaf in leaves], structure)
     except Exception as exc:  # noqa: BLE001  the user's model may raise anything; the cases then say so
         found.notes.append(f"the torch model was not asked which sizes it takes: it raised at the first case's shapes "
-                           f"({type(exc).__name__}: {' '.join(str(exc).split())[:120]}); the file's own shapes are checked")
+                           f"({one_line(exc, NOTE_CHARS, typed=True)}); the file's own shapes are checked")
         return found
     sizes = {name: list(a.shape) for name, a in feed.items()}
     _Asking(found, read, DimensionAudit(model, leaves, structure), leaves, sizes, static, given).run()

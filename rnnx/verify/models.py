@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, NOTE_CHARS, RNNXError, one_line
 from rnnx.tolerance import Tolerances, compare_arrays, compare_calibrated
 from rnnx.verify.calls import plan_call, torch_outputs
 from rnnx.shapes.cases import Case, case_at, plan_cases, shape_note
@@ -123,7 +123,7 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
         try:
             want32 = torch_outputs(honest_model, call, feed)
         except Exception as exc:  # noqa: BLE001  the user's model may raise anything at a shape it does not take
-            case.skipped = f"the torch model itself raised {type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+            case.skipped = f"the torch model itself raised {one_line(exc, CAUSE_CHARS, typed=True)}"
             continue
         want64 = None
         if model64 is not None:
@@ -131,7 +131,7 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
                 want64 = torch_outputs(model64, call, feed, dtype=torch.float64)
             except Exception as exc:  # noqa: BLE001  e.g. a forward that creates float32 tensors of its own
                 model64 = None
-                report.notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({' '.join(str(exc).split())[:120]}); "
+                report.notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({one_line(exc, NOTE_CHARS)}); "
                                     "outputs compared with torch in float32 only")
         _refuse_non_finite(want64 if want64 is not None else want32, graph_outputs, case, specs, feed)
         try:
