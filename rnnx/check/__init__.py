@@ -12,6 +12,6 @@
 
 from rnnx.check.case import Case
 from rnnx.check.judge import Row, Rule, judge, judge_outputs, worst_failure
-from rnnx.check.report import Report
+from rnnx.check.report import Report, Verdict
 
-__all__ = ["Case", "Report", "Row", "Rule", "judge", "judge_outputs", "worst_failure"]
+__all__ = ["Case", "Report", "Row", "Rule", "Verdict", "judge", "judge_outputs", "worst_failure"]

@@ -19,18 +19,16 @@ from rnnx.fileio import atomic_output
 NOTHING_CHECKED = "nothing was compared"
 
 
-@dataclass
-class Report:
-    """Rows of one check; it passes when there is at least one and every one passed."""
+class Verdict:
+    """What every report does with its ``rows``: the verdict (at least one row, and every one
+    passed), the first failure, JSON and the atomic dump. A verb's report is a dataclass that
+    inherits this and adds its own fields (so its fields keep their positions)."""
 
-    rows: list[Row] = field(default_factory=list)
+    rows: list[Row]
 
     @property
     def passed(self) -> bool:
         return bool(self.rows) and all(r.passed for r in self.rows)
-
-    def __bool__(self) -> bool:
-        return self.passed
 
     def first_failure(self) -> Row | None:
         """The failing row to name first (a run or truth that failed, then NaN, then the largest error)."""
@@ -55,3 +53,13 @@ class Report:
         """The JSON, written beside ``path`` and renamed into place (a reader never sees half of it)."""
         with atomic_output(Path(path)) as tmp:
             tmp.write_text(json.dumps(self.to_json(), indent=2))
+
+
+@dataclass
+class Report(Verdict):
+    """Rows of one check, and nothing else; truthy when it passed."""
+
+    rows: list[Row] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.passed

@@ -13,18 +13,16 @@ import numpy as np
 from rnnx.shapes.sizes import STACK_SEQ_LENS, VERIFY_BATCHES
 from rnnx import parity
 from rnnx.errors import RNNXError
-from rnnx.tolerance import Tolerance, Tolerances, calibrated, compare_arrays, compare_calibrated, quantile_label
+from rnnx.tolerance import Tolerance, Tolerances, calibrated
+from rnnx.check import Row, Rule, judge
+from rnnx.check.runners import Subject, close, make
+from rnnx.check.truths import stack_honest, stack_reference
 from rnnx.verify.diagnose import explain, per_step_error, stored_weights
-from rnnx.verify.stack_report import BackendResult, Row, VerifyReport
+from rnnx.verify.stack_report import BackendResult, VerifyReport
 from rnnx.weights import RNNWeights
-from rnnx.engines.isolated import IsolatedOnnxRuntime
-from rnnx.formats.onnx_lazy import for_runtime
-from rnnx.formats.onnx_read import file_bytes, load_model
+from rnnx.formats.onnx_read import load_model
 from rnnx.verify.drive import DrivenRunner, plan
 from rnnx.verify.quantized import quantized_model
-from rnnx.engines.torch import TorchRunner
-from rnnx.engines.cudnn import CudnnRunner
-from rnnx.engines.tensorrt import TensorRTRunner
 from rnnx.formats import files
 from rnnx.formats import cudnn_raw
 from rnnx.formats import registry as formats
@@ -38,58 +36,36 @@ BACKEND_ALIASES = {"onnxruntime": "ort", "tensorrt": "trt"}
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
 
 
-def _row(backend: str, name: str, got: np.ndarray, want: np.ndarray, T: int, B: int, dtype: str, against: str, tol: Tolerance,
-         honest: np.ndarray | None = None, runs_in: str = "float32") -> Row:
-    """One output against ``want``: under the calibrated rule where ``honest`` (the reference's
-    arithmetic in ``runs_in``) gives a floor, else under ``tol``."""
+def _row(backend: str, name: str, got: np.ndarray, want: np.ndarray, T: int, B: int, dtype: str, against: str, rule: Rule) -> Row:
+    """One output against ``want`` under ``rule`` (:func:`rnnx.check.judge`)."""
     got = np.asarray(got)
     if got.shape != want.shape:
         raise RNNXError(f"{backend}: output {name} has shape {got.shape}, expected {want.shape}; is the model the stack the source describes?")
-    stats = compare_calibrated(got, want, honest, runs_in, tol) if honest is not None else compare_arrays(got, want, tol)
     per_step = per_step_error(got, want) if got.ndim == 3 and name == "Y" else []
-    stat = quantile_label(stats.quantile) if stats.stat == "quantile" else stats.stat
-    return Row(backend, name, T, B, dtype, against, stats.max_abs, stats.mean_abs, stats.max_rel, stats.mean_rel, stats.atol, stats.rtol,
-               stats.passed, per_step, stats.quantile_abs, stats.quantile_rel, stat, stats.note, stats.floor, stats.multiple, stats.ratio)
+    return judge(got, want, rule, backend=backend, output=name, seq_len=T, batch=B, dtype=dtype, against=against, per_step=per_step)
 
 
 def _runners(weights: RNNWeights, model: Path | None, backends: Sequence[str], input_map: dict[str, str] | None = None,
-             batch_first: bool | None = None) -> tuple[dict[str, Callable[..., Any]], list[BackendResult]]:
-    runners: dict[str, Callable[..., Any]] = {}
+             batch_first: bool | None = None) -> tuple[dict[str, Any], list[BackendResult]]:
+    """Each backend asked for, from :mod:`rnnx.check.runners`' registry; those that cannot run here listed as skipped, with why.
+    The file under test runs isolated (a file from elsewhere: in a child process under rnnx's limits), fed by the roles its record
+    or its wiring gives each input; a file that does not load is bad input, not a backend to skip."""
+    runners: dict[str, Any] = {}
     status = []
     for name in backends:
+        if name not in BACKENDS:
+            raise RNNXError(f"unknown backend {name!r}; expected {', '.join(BACKENDS)}")
         try:
-            if name == "ort":
-                if model is None:
-                    raise RNNXError("no ONNX model given")
-
-                # A file from elsewhere: its external data is checked by load_model, and it runs in
-                # a child process under rnnx's time and memory limits, fed by the roles its record
-                # or its wiring gives each input.
-                # ONNX Runtime gets the model with each weight pointing into the file that holds it,
-                # read from the model's folder: a large model is never held whole in memory.
-                proto = load_model(model, lazy=True)
-                drive = plan(proto, weights.spec, input_map, batch_first)
-                folder = Path(model).resolve().parent
-                runners[name] = DrivenRunner(IsolatedOnnxRuntime(for_runtime(proto, folder).SerializeToString(), str(model), data_folder=folder,
-                                                                 data_bytes=file_bytes(Path(model))), drive)
-            elif name == "reference":
-                from rnnx.engines.reference import ReferenceRunner
-
-                runners[name] = ReferenceRunner(weights)
-            elif name == "torch":
-                runners[name] = TorchRunner(weights, dtype="float32")  # casts only weights not float32 already: no second copy of a large model
-            elif name == "cudnn":
-                runners[name] = CudnnRunner(weights)
-            elif name == "trt":
-                if model is None or not str(model).endswith(".engine"):
-                    raise RNNXError("TensorRT runs an engine: pass MODEL.engine (rnnx build makes one)")
-
-                runners[name] = TensorRTRunner(model)
-            else:
-                raise RNNXError(f"unknown backend {name!r}; expected {', '.join(BACKENDS)}")
+            if name == "ort" and model is None:
+                raise RNNXError("no ONNX model given")
+            proto = load_model(model, lazy=True) if name == "ort" and model is not None else None
+            drive = plan(proto, weights.spec, input_map, batch_first) if proto is not None else None
+            # torch casts only weights not float32 already: no second copy of a large model
+            runner = make(name, Subject(weights, model, proto=proto, dtype="float32" if name == "torch" else None))
+            runners[name] = DrivenRunner(runner, drive) if drive is not None else runner
             status.append(BackendResult(name, "ran"))
         except RNNXError as exc:
-            if str(exc).startswith("unknown backend") or (name == "ort" and model is not None and model.suffix.lower() != ".engine"):
+            if name == "ort" and model is not None and model.suffix.lower() != ".engine":
                 raise  # the file under test does not load: bad input, not a backend to skip
             status.append(BackendResult(name, "skipped", str(exc)))
     return runners, status
@@ -137,6 +113,18 @@ def verify(
     _check_run_sizes(weights, source, model, seq_lens, batches)
     report = VerifyReport(str(model) if model else "-", str(source), str(weights.spec))
     runners, report.backends = _runners(weights, model, backends, input_map, batch_first)
+    try:
+        _run_cases(report, weights, model, runners, seq_lens, batches, scaled, dtypes, ragged, tolerances, per_backend, seed, progress)
+    finally:
+        for runner in runners.values():
+            close(getattr(runner, "runner", runner))  # a driven file's child process
+    return report
+
+
+def _run_cases(report: VerifyReport, weights: RNNWeights, model: Path | None, runners: dict[str, Any], seq_lens: list[int], batches: list[int],
+               scaled: bool, dtypes: Sequence[str], ragged: bool | None, tolerances: Tolerances, per_backend: dict[str, Tolerance], seed: int,
+               progress: bool) -> None:
+    """Every case at every dtype on every runner, into ``report``; then the diagnosis of each backend's first mismatch."""
     _require_the_artefact_runs(model, runners, report.backends)
     takes_lengths = ragged if ragged is not None else _model_takes("seq_lens", runners.get("ort"))
     takes_states = "ort" not in runners or _model_takes("h0", runners["ort"])
@@ -167,7 +155,7 @@ def verify(
                                           dtype="float64" if dtype == "float64" else "float32")
             feed = {key: round_to(v, dtype) for key, v in inputs.items()}
             exact = {key: (v.astype(np.float64) if v.dtype.kind == "f" else v) for key, v in feed.items()}
-            want = parity.reference_outputs(weights, exact)
+            want = stack_reference(weights, exact)
             honest = _honest_runs(weights, exact)
             torch_out = None
             if torch_ref is not None:
@@ -185,19 +173,20 @@ def verify(
                 for out_name, ref in want.items():
                     if out_name not in got:  # the file does not return it (say, a model returning only Y)
                         continue
-                    tol = _tolerance(tolerances, per_backend, name, out_name, runs_in)
-                    floor_from = None
                     if quantized is not None and name == "ort":
-                        tol = quantized.tolerance(exact, out_name)  # each output its own bound: c_n carries the most noise
-                    elif name not in per_backend and tolerances.calibrates(out_name):
-                        floor_from = honest(runs_in).get(out_name)
-                    row = _row(name, out_name, got[out_name], ref, T, B, dtype_name, "reference", tol, floor_from, runs_in)
+                        rule = Rule(quantized.tolerance(exact, out_name))  # each output its own bound: c_n carries the most noise
+                    elif name in per_backend:
+                        rule = Rule(_tolerance(tolerances, per_backend, name, out_name, runs_in))
+                    else:
+                        rule = Rule.of(tolerances, out_name, runs_in, honest(runs_in).get(out_name))
+                    row = _row(name, out_name, got[out_name], ref, T, B, dtype_name, "reference", rule)
                     report.rows.append(row)
                     if not row.passed and name not in first_mismatch and out_name == "Y":
-                        held = calibrated(row.floor, row.multiple) if row.floor is not None and row.multiple is not None else tol
+                        held = calibrated(row.floor, row.multiple) if row.floor is not None and row.multiple is not None else rule.fixed
                         first_mismatch[name] = (exact, got["Y"], held, runs_in)
                     if torch_out is not None and name != "torch":
-                        report.rows.append(_row(name, out_name, got[out_name], np.asarray(torch_out[out_name], np.float64), T, B, dtype_name, "torch", tol))
+                        report.rows.append(_row(name, out_name, got[out_name], np.asarray(torch_out[out_name], np.float64), T, B, dtype_name, "torch",
+                                                Rule(rule.fixed)))
     _require_an_artefact_row(model, report, dtypes)
     for name, (inputs, y, tol, runs_in) in first_mismatch.items():
         # a quantized model's bound is already loose: a mistake must reproduce its output within the bound itself
@@ -205,7 +194,6 @@ def verify(
         found = explain(weights, inputs, y, atol=limit, tol=tol, stored=stored_weights(model, weights.spec) if name == "ort" else None)
         report.diagnosis.append({"backend": name, "matches": found.matches, "hypotheses": [asdict(h) for h in found.hypotheses],
                                  "not_offered": found.not_offered, "lines": found.lines()})
-    return report
 
 
 def _honest_runs(weights: RNNWeights, inputs: dict[str, np.ndarray]) -> Callable[[str], dict[str, np.ndarray]]:
@@ -215,7 +203,7 @@ def _honest_runs(weights: RNNWeights, inputs: dict[str, np.ndarray]) -> Callable
 
     def run(dtype: str) -> dict[str, np.ndarray]:
         if dtype not in runs:
-            runs[dtype] = parity.honest_outputs(weights, inputs, dtype) or {}
+            runs[dtype] = stack_honest(weights, inputs, dtype)
         return runs[dtype]
     return run
 
@@ -246,10 +234,8 @@ def _computes_in(runner: Any, dtype: str) -> str:
 
 
 def _tolerance(tolerances: Tolerances, per_backend: Mapping[str, Tolerance], backend: str, output: str, dtype: str) -> Tolerance:
-    tol = tolerances.get(output, dtype)
-    if backend in per_backend:
-        tol = replace(tol, atol=per_backend[backend].atol, rtol=per_backend[backend].rtol)
-    return tol
+    """``--tol BACKEND=ATOL,RTOL`` laid over the output's tolerance (its statistic kept)."""
+    return replace(tolerances.get(output, dtype), atol=per_backend[backend].atol, rtol=per_backend[backend].rtol)
 
 
 def _backend_tolerances(given: Mapping[str, Tolerance | tuple[float, float]] | None) -> dict[str, Tolerance]:
@@ -279,7 +265,7 @@ def _runners_for(dtype_name: str, runners: dict[str, Any], weights: RNNWeights, 
             continue
         if name == "torch" and dtype != "float32":
             try:
-                runner = TorchRunner(weights, dtype=dtype)
+                runner = make("torch", Subject(weights, dtype=dtype))
             except RNNXError as exc:
                 why = str(exc)
         elif name == "cudnn" and dtype != "float32":

@@ -5,38 +5,17 @@ and dtype, each backend's status, and the report that prints them, as text and J
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from rnnx.fileio import atomic_output
+from rnnx.check import Row, Verdict
 from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance
 
 
-@dataclass
-class Row:
-    backend: str
-    output: str
-    seq_len: int
-    batch: int
-    dtype: str
-    against: str  # "reference" or "torch"
-    max_abs: float
-    mean_abs: float
-    max_rel: float
-    mean_rel: float
-    atol: float
-    rtol: float
-    passed: bool
-    per_step: list[float] = field(default_factory=list)
-    p99_abs: float = 0.0  # the 99th percentile of the absolute errors (the quantile of the tolerance's, if set)
-    p99_rel: float = 0.0
-    stat: str = "elemwise"  # what the tolerance was applied to: elemwise, max, mean, median or p99
-    note: str = ""  # why it failed where the numbers do not say (NaN, shape)
-    floor: float | None = None  # the calibrated rule's rounding floor (None where a fixed tolerance held)
-    multiple: float | None = None
-    ratio: float | None = None  # max abs over the floor
+#: A row's fields in the JSON report, in order (rnnx/cli/schema/verify.json pins them): the labels
+#: run.py gives each row (backend, output, seq_len, batch, dtype, against, per_step), then its statistics.
+ROW_FIELDS = ("backend", "output", "seq_len", "batch", "dtype", "against", "max_abs", "mean_abs", "max_rel", "mean_rel", "atol", "rtol",
+              "passed", "per_step", "p99_abs", "p99_rel", "stat", "note", "floor", "multiple", "ratio")
 
 
 @dataclass
@@ -47,28 +26,20 @@ class BackendResult:
 
 
 @dataclass
-class VerifyReport:
+class VerifyReport(Verdict):
     model: str
     source: str
     spec: str
     backends: list[BackendResult] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # rnnx.check rows, labelled as ROW_FIELDS says
     diagnosis: list[dict[str, Any]] = field(default_factory=list)
     driven: dict[str, Any] = field(default_factory=dict)  # how the file's inputs and outputs were mapped
     shapes: dict[str, Any] = field(default_factory=dict)  # the lengths and batches that ran
     tolerances: dict[str, Any] = field(default_factory=dict)  # by dtype, what the user set, and per-backend overrides
     notes: list[str] = field(default_factory=list)  # what the reader must know to read the rows (a quantized model's tolerance)
 
-    @property
-    def passed(self) -> bool:
-        return bool(self.rows) and all(r.passed for r in self.rows)
-
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "passed": self.passed}
-
-    def dump(self, path: Path) -> None:
-        with atomic_output(path) as tmp:
-            tmp.write_text(json.dumps(self.to_json(), indent=2))
+        return {**asdict(replace(self, rows=[])), "rows": [r.to_json(ROW_FIELDS) for r in self.rows], "passed": self.passed}
 
     def __str__(self) -> str:
         lines = [f"verify {self.model} against {self.source} ({self.spec})"]
