@@ -126,10 +126,15 @@ def _reroll(proto: Any, naming: Any, notes: list[str], asked_static: frozenset[t
     label where one was given), so the audit and the self-check vary it."""
     rolled = reroll(proto, seq_label=record.free_label(naming, "seq"), keep=asked_static, labels=labels)
     for info in rolled.rewritten:
-        dims = naming.input_dims.get(info["source"])
-        if info.get("dynamic_seq") and dims is not None:
-            dims[info["axis"]] = info["seq_label"]
+        for source, axis in info["sources"] if info.get("dynamic_seq") else []:
+            dims = naming.input_dims.get(source)
+            if dims is None:  # a sequence computed inside the graph has no input dimension to name
+                continue
+            dims[axis] = info["seq_label"]
             naming.roles[info["seq_label"]] = LENGTH
+            batch = dims[1 - axis] if len(dims) > 1 else None
+            if isinstance(batch, str) and naming.roles.get(batch) == OTHER:  # a loop's batch that reached no nn module
+                naming.roles[batch] = BATCH
         notes.append(f"a Python loop over {info['source']} dim {info['axis']}, unrolled by the trace ({info['steps']} steps), re-rolled into one ONNX Loop "
                      f"({info['carried']} carried value(s), {len(info['stacked'])} stacked output(s))"
                      + (", its length dynamic" if info.get("dynamic_seq") else ""))

@@ -296,10 +296,12 @@ def _make_sequence_dynamic(model: Any, info: dict[str, Any], label: str) -> None
 
     graph = model.graph
     info["dynamic_seq"] = False
+    sliced = {tuple(s) for s in info["sources"]}  # every sequence the steps slice shares the loop's length
     for vi in graph.input:
-        if vi.name == info["source"] and len(vi.type.tensor_type.shape.dim) > info["axis"]:
-            vi.type.tensor_type.shape.dim[info["axis"]].dim_param = label
-            info["dynamic_seq"], info["seq_label"] = True, label
+        for name, axis in sliced:
+            if vi.name == name and len(vi.type.tensor_type.shape.dim) > axis:
+                vi.type.tensor_type.shape.dim[axis].dim_param = label
+                info["dynamic_seq"], info["seq_label"] = True, label
     del graph.value_info[:]
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
