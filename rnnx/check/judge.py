@@ -32,11 +32,12 @@ class Rule:
     dtype: str = "float32"
 
     @classmethod
-    def of(cls, tolerances: Tolerances | None, output: str = "", dtype: str = "float32", honest: Any = None) -> Rule:
+    def of(cls, tolerances: Tolerances | None, output: str = "", dtype: str = "float32", honest: Any = None, fixed_in: str | None = None) -> Rule:
         """The rule for ``output`` run in ``dtype``: calibrated on ``honest`` where the caller set no
-        tolerance for it and there is an honest run; else the tolerance set, or ``dtype``'s."""
+        tolerance for it and there is an honest run; else the tolerance set, laid over that of
+        ``fixed_in`` (default ``dtype``: the whole-model checks hold every output to float32's)."""
         tolerances = tolerances or Tolerances()
-        return cls(tolerances.get(output, dtype), honest if tolerances.calibrates(output) else None, dtype)
+        return cls(tolerances.get(output, fixed_in or dtype), honest if tolerances.calibrates(output) else None, dtype)
 
 
 @dataclass

@@ -31,10 +31,12 @@ from rnnx.engines.chunk_divergence import first_divergence
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters.call_record import read_call
-from rnnx.exporters.selfcheck import float64_copy
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.streaming import graph_ranks, read_streaming
-from rnnx.tolerance import ErrorStats, Tolerances, compare_arrays, compare_calibrated
+from rnnx.tolerance import Tolerances
+from rnnx.check import Row, Rule, Verdict, judge
+from rnnx.check.runners import Subject, running
+from rnnx.check.truths import TorchTruth
 from rnnx.shapes.roles import BATCH, LENGTH
 from rnnx.shapes.sizes import STREAM_BATCHES, VERIFY_CHUNKS, multiple_of
 from rnnx.shapes.cases import plan_cases
@@ -51,46 +53,26 @@ class Pair:
     output: str
 
 
-@dataclass
-class ChunkRow:
-    frames: int
-    batch: int | None
-    chunk: int
-    output: str
-    stats: ErrorStats | None
-    error: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return not self.error and self.stats is not None and self.stats.passed
-
-    def to_json(self) -> dict[str, Any]:
-        return {"frames": self.frames, "batch": self.batch, "chunk": self.chunk, "output": self.output, "passed": self.passed,
-                "error": self.error, "stats": None if self.stats is None else self.stats.to_json()}
+#: A row's fields in the JSON report (rnnx/cli/schema/verify.json): its labels, the verdict, why it did
+#: not run (a chunk ONNX Runtime refused), and its statistics (null where it did not run).
+ROW_FIELDS = ("frames", "batch", "chunk", "output", "passed", "error", "stats")
 
 
 @dataclass
-class ChunkedReport:
+class ChunkedReport(Verdict):
     model: str
     against: str
     time: str
     pairs: list[Pair]
     paired_by: str
     chunks: list[int]
-    rows: list[ChunkRow] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # labelled frames, batch, chunk and output
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.rows) and all(r.passed for r in self.rows)
-
-    def first_failure(self) -> ChunkRow | None:
-        return next((r for r in self.rows if not r.passed), None)
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "against": self.against, "check": "chunked", "time": self.time, "paired_by": self.paired_by,
                 "states": [{"input": p.input, "output": p.output} for p in self.pairs], "chunks": self.chunks,
-                "passed": self.passed, "rows": [r.to_json() for r in self.rows], "notes": self.notes}
+                "passed": self.passed, "rows": [r.to_json(ROW_FIELDS) for r in self.rows], "notes": self.notes}
 
     def __str__(self) -> str:
         lines = [f"{self.model}, chunk by chunk, against {self.against} on the whole sequence",
@@ -219,7 +201,6 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
                           planned: tuple[Any, list[Pair], str, Any] | None = None) -> ChunkedReport:
     import torch
 
-    from rnnx.formats.onnx_read import file_bytes
     from rnnx.verify.calls import plan_call, torch_outputs
 
     model_path = Path(model_path)
@@ -285,13 +266,11 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     report = ChunkedReport(str(model_path), against, time, pairs, paired_by, list(chunks), notes=list(call.notes))
     if not has_batch:
         report.notes.append("no dimension of the file reads as a batch: run at its one batch size")
-    model64 = float64_copy(torch_model, report.notes, "outputs compared with torch in float32 only")
+    torch64 = TorchTruth(torch_model, report.notes, "outputs compared with torch in float32 only")
     tolerances = tolerances or Tolerances()
-    runner = IsolatedOnnxRuntime(for_runtime(proto, model_path.resolve().parent).SerializeToString(), str(model_path),
-                                 data_folder=model_path.resolve().parent, data_bytes=file_bytes(model_path))
     spec_of = {s.name: s for s in specs}
     failed: tuple[dict[str, np.ndarray], int] | None = None  # the first chunked run that failed: its feed and chunk
-    try:
+    with running("ort", Subject(model=model_path, proto=proto)) as runner:  # a file from elsewhere: isolated
         for k, (frames, batch) in enumerate((f, b) for f in frames_list for b in batch_list):
             case = plan_cases(specs, roles, shapes, [frames], [batch] if batch is not None else None, dims or {})[0]
             feed = make_feed(specs, case, call.example_arrays, seed + k)
@@ -299,13 +278,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
                 feed[p.input] = np.zeros(case.shapes[p.input], dtype=spec_of[p.input].dtype)
             whole = {n: feed[n] for n in called}
             want32 = torch_outputs(torch_model, call, whole)
-            want64 = None
-            if model64 is not None:
-                try:
-                    want64 = torch_outputs(model64, call, whole, dtype=torch.float64)
-                except Exception as exc:  # noqa: BLE001  e.g. a forward that makes float32 tensors of its own
-                    model64 = None
-                    report.notes.append(f"the float64 copy of the torch model raised {type(exc).__name__}; outputs compared with torch in float32 only")
+            want64 = torch64.float64(lambda model64: torch_outputs(model64, call, whole, dtype=torch.float64))
             if len(want32) == len(plain_outputs):
                 compared = plain_outputs
             elif len(want32) == len(graph_outputs):
@@ -316,23 +289,16 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
             for chunk in chunks:
                 got, error = _run_chunks(runner, feed, pairs, names, time_axes, out_axes, frames, chunk, spec_of, case.shapes, first)
                 for i, out in enumerate(compared):
+                    where = {"frames": frames, "batch": batch, "chunk": chunk, "output": out}
                     if error:
-                        report.rows.append(ChunkRow(frames, batch, chunk, out, None, error))
-                        continue
-                    tol = tolerances.get(out, "float32")
-                    if want64 is not None:
-                        dtype = np.asarray(want32[i]).dtype.name
-                        stats = (compare_calibrated(got[out], want64[i], want32[i], dtype, tol) if tolerances.calibrates(out)
-                                 else compare_arrays(got[out], want64[i], tol))
+                        report.rows.append(Row(where, None, error=error))
+                    elif want64 is not None:  # torch in float32 is the honest run, its float64 copy the truth
+                        rule = Rule.of(tolerances, out, np.asarray(want32[i]).dtype.name, want32[i], fixed_in="float32")
+                        report.rows.append(judge(got.get(out), want64[i], rule, **where))
                     else:
-                        stats = compare_arrays(got[out], want32[i], tol)
-                    report.rows.append(ChunkRow(frames, batch, chunk, out, stats))
+                        report.rows.append(judge(got.get(out), want32[i], Rule(tolerances.get(out, "float32")), **where))
                 if failed is None and chunk < frames and any(not r.passed for r in report.rows if r.chunk == chunk):
                     failed = (feed, chunk)
-    finally:
-        close = getattr(runner, "close", None)
-        if close is not None:
-            close()
     if failed is not None and first is None:  # the walk feeds every chunk alike: each would recompute the initial states
         where = _divergence(proto, model_path, failed[0], time_axes, pairs, failed[1], names)
         if where:

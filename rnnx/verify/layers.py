@@ -29,7 +29,8 @@ from rnnx.formats.onnx_quantized import Quantization, error_bound, is_dequantize
 from rnnx.layouts import onnx as onnx_layout
 from rnnx.layouts.onnx import NODE_OUTPUTS, OP_TYPES, STATE_INPUTS
 from rnnx.spec import RNNSpec
-from rnnx.tolerance import Tolerance, calibrated, compare_arrays, compare_calibrated, per_step_max
+from rnnx.check import Rule, judge
+from rnnx.tolerance import Tolerance, calibrated, per_step_max
 from rnnx.verify.diagnose import differing, explain, one_layer, renumbered
 from rnnx.weights import RNNWeights
 
@@ -247,13 +248,14 @@ def check_layers(layers: list[Layer], truths: dict[str, Truth], runs: list[tuple
                 if role not in want:
                     continue
                 dtype = np.asarray(values[tensor]).dtype.name
-                stats = (compare_calibrated(values[tensor], want[role], honest[role], dtype, run_tol) if role in honest
-                         else compare_arrays(values[tensor], want[role], run_tol))
+                row = judge(values[tensor], want[role], Rule(run_tol, honest.get(role), dtype))
+                stats = row.stats
+                assert stats is not None  # a truth was given
                 check.outputs[role] = max(check.outputs.get(role, 0.0), stats.max_abs)
                 if stats.floor is not None:
                     check.ratio = max(check.ratio or 0.0, stats.ratio or 0.0)
                     check.tolerance = f"max abs within {stats.multiple:g}x the rounding floor (the reference in {dtype})"
-                if not stats.passed:
+                if not row.passed:
                     check.status = "drifts"
                 if role == "Y" and (worst is None or stats.max_abs > worst[0]):
                     time_axis = 1 if layer.layout == 1 and not layer.merged_y else 0

@@ -4,36 +4,26 @@ first layer that drifts."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from rnnx.tolerance import ErrorStats
+from rnnx.check import Row, Verdict
 from rnnx.shapes.cases import Case
 from rnnx.verify.layers import LayerCheck
-from rnnx.fileio import atomic_output
+
+
+#: A row's fields in the JSON report (rnnx/cli/schema/verify.json): its labels, then every statistic.
+ROW_FIELDS = ("case", "output", "against", "**stats")
 
 
 @dataclass
-class OutputRow:
-    case: str
-    output: str
-    against: str  # "torch float64" or "torch float32"
-    stats: ErrorStats
-
-    def to_json(self) -> dict[str, Any]:
-        return {"case": self.case, "output": self.output, "against": self.against, **self.stats.to_json()}
-
-
-@dataclass
-class WholeModelReport:
+class WholeModelReport(Verdict):
     model: str
     against: str
     inputs: dict[str, list[int | str]] = field(default_factory=dict)
     roles: dict[str, str] = field(default_factory=dict)
     cases: list[Case] = field(default_factory=list)
-    rows: list[OutputRow] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # labelled case, output, against ("torch float64" or "torch float32")
     layers: list[LayerCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     self_check: bool = False  # no torch model: each layer against its own stored weights only
@@ -51,7 +41,7 @@ class WholeModelReport:
     def first_drift(self) -> LayerCheck | None:
         return next((la for la in self.layers if la.status == "drifts"), None)
 
-    def _judged(self) -> list[OutputRow]:
+    def _judged(self) -> list[Row]:
         """The rows the verdict rests on: against the float64 torch model when it ran."""
         return [r for r in self.rows if r.against == "torch float64"] or self.rows
 
@@ -61,19 +51,15 @@ class WholeModelReport:
         if self.self_check:
             checked = [la for la in self.layers if la.status != "not checked"]
             return bool(self.ran) and not any(c.error for c in self.cases) and bool(checked) and self.first_drift is None
-        return (bool(self.ran) and not any(c.error for c in self.cases) and bool(judged) and all(r.stats.passed for r in judged)
+        return (bool(self.ran) and not any(c.error for c in self.cases) and bool(judged) and all(r.passed for r in judged)
                 and self.first_drift is None)
 
     def to_json(self) -> dict[str, Any]:
         first = self.first_drift
         return {"model": self.model, "against": self.against, "self_check": self.self_check, "passed": self.passed, "inputs": self.inputs, "roles": self.roles,
-                "cases": [asdict(c) for c in self.cases], "rows": [r.to_json() for r in self.rows],
+                "cases": [asdict(c) for c in self.cases], "rows": [r.to_json(ROW_FIELDS) for r in self.rows],
                 "layers": [la.to_json() for la in self.layers], "first_drift": first.name if first else None, "notes": self.notes,
                 "called": self.called, "dimensions": self.dimensions, "refused": self.refused or None}
-
-    def dump(self, path: Path) -> None:
-        with atomic_output(Path(path)) as tmp:
-            tmp.write_text(json.dumps(self.to_json(), indent=2))
 
     def __str__(self) -> str:
         if self.self_check and self.against != "its own weights":  # a weights file given: its groups are the layers' truth

@@ -34,8 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import CAUSE_CHARS, NOTE_CHARS, RNNXError, one_line
-from rnnx.tolerance import Tolerances, compare_arrays, compare_calibrated
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
+from rnnx.tolerance import Tolerances
+from rnnx.check import Rule, judge
+from rnnx.check.truths import TorchTruth
 from rnnx.verify.calls import plan_call, torch_outputs
 from rnnx.shapes.cases import Case, case_at, plan_cases, shape_note
 from rnnx.shapes.roles import LENGTH
@@ -43,11 +45,10 @@ from rnnx.shapes.file_dims import read_file_dims
 from rnnx.verify.feeds import make_feed
 from rnnx.verify.model_dims import ModelDims, ask_model
 from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
-from rnnx.verify.model_report import OutputRow, WholeModelReport
+from rnnx.verify.model_report import WholeModelReport
 from rnnx.verify.quantized import saturation_note
 from rnnx.exporters.precision import cast_edges
 from rnnx.graphs.precision import computes_in_float16
-from rnnx.exporters.selfcheck import float64_copy
 from rnnx import limits
 from rnnx.formats.onnx_read import file_bytes, load_model as load_onnx
 from rnnx.formats.onnx_metadata import read_metadata
@@ -111,7 +112,7 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
     one_shape = shape_note(roles) if asked is None or len(cases) == 1 else ""  # the model's sizes may vary what the file's labels do not
     report.notes += [n for n in [read.wiring_note(), one_shape] if n] + call.notes + (asked.notes if asked is not None else [])
-    model64 = float64_copy(torch_model, report.notes, "outputs compared with torch in float32 only")
+    torch64 = TorchTruth(torch_model, report.notes, "outputs compared with torch in float32 only")
     tolerances = tolerances or Tolerances()
     honest_model = torch_model
     if computes_in_float16(proto):  # --precision fp16: the honest run is the model in float16, fed what the file takes
@@ -125,14 +126,7 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
         except Exception as exc:  # noqa: BLE001  the user's model may raise anything at a shape it does not take
             case.skipped = f"the torch model itself raised {one_line(exc, CAUSE_CHARS, typed=True)}"
             continue
-        want64 = None
-        if model64 is not None:
-            try:
-                want64 = torch_outputs(model64, call, feed, dtype=torch.float64)
-            except Exception as exc:  # noqa: BLE001  e.g. a forward that creates float32 tensors of its own
-                model64 = None
-                report.notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({one_line(exc, NOTE_CHARS)}); "
-                                    "outputs compared with torch in float32 only")
+        want64 = torch64.float64(lambda model64: torch_outputs(model64, call, feed, dtype=torch.float64))
         _refuse_non_finite(want64 if want64 is not None else want32, graph_outputs, case, specs, feed)
         try:
             got = runner(feed)
@@ -144,13 +138,10 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
             raise RNNXError(f"the ONNX file has {len(graph_outputs)} outputs ({', '.join(graph_outputs)}), the torch model returned "
                             f"{len(want32)} tensors; is this the model the file was exported from?")
         for i, out in enumerate(graph_outputs):
-            tol = tolerances.get(out, "float32")
             if want64 is not None:  # the float32 model's distance from it is the rounding floor (rnnx.tolerance)
-                dtype = np.asarray(want32[i]).dtype.name
-                stats = (compare_calibrated(got[out], want64[i], want32[i], dtype, tol) if tolerances.calibrates(out)
-                         else compare_arrays(got[out], want64[i], tol))
-                report.rows.append(OutputRow(case.name, out, "torch float64", stats))
-            report.rows.append(OutputRow(case.name, out, "torch float32", compare_arrays(got[out], want32[i], tol)))
+                rule = Rule.of(tolerances, out, np.asarray(want32[i]).dtype.name, want32[i], fixed_in="float32")
+                report.rows.append(judge(got.get(out), want64[i], rule, case=case.name, output=out, against="torch float64"))
+            report.rows.append(judge(got.get(out), want32[i], Rule(tolerances.get(out, "float32")), case=case.name, output=out, against="torch float32"))
         runs.append((case.name, {**known, **feed, **got}))
     report.cases = cases
     if asked is not None:
