@@ -135,7 +135,8 @@ def _reroll(proto: Any, naming: Any, notes: list[str], asked_static: frozenset[t
             batch = dims[1 - axis] if len(dims) > 1 else None
             if isinstance(batch, str) and naming.roles.get(batch) == OTHER:  # a loop's batch that reached no nn module
                 naming.roles[batch] = BATCH
-        notes.append(f"a Python loop over {info['source']} dim {info['axis']}, unrolled by the trace ({info['steps']} steps), re-rolled into one ONNX Loop "
+        what = f"segments of {info['segment']} steps" if info.get("segment") else "steps"
+        notes.append(f"a Python loop over {info['source']} dim {info['axis']}, unrolled by the trace ({info['steps']} {what}), re-rolled into one ONNX Loop "
                      f"({info['carried']} carried value(s), {len(info['stacked'])} stacked output(s))"
                      + (", its length dynamic" if info.get("dynamic_seq") else ""))
     notes += [f"a loop over time the trace unrolled is not re-rolled ({d})" for d in rolled.left_alone]

@@ -31,6 +31,7 @@ from typing import Any
 
 from rnnx.graphs.index import GraphIndex, _live, rewrite
 from rnnx.graphs.reroll_match import PRELUDE, Steps, Unrolled, match_steps, partition, prev_reads
+from rnnx.graphs.reroll_segments import Segments, body_slice, check_segments, segment_groups, trip_count
 from rnnx.graphs.time_slice import time_slice, time_steps
 from rnnx.pass_result import Declined, PassResult
 
@@ -49,17 +50,20 @@ def reroll(model: Any, seq_label: str = "seq", keep: frozenset[tuple[str, int]] 
     refused: set[tuple[str, int]] = set()
     for _ in range(_MAX_LOOPS):
         g = GraphIndex(model.graph)
-        groups = [grp for grp in _groups(g) if not grp[1] & refused]
+        per_step = _groups(g)
+        stepped = set().union(*(sources for _, sources, _ in per_step))  # x[:, t] read as Slice(x, t, t+1) is no segment loop
+        segments = [(seg.n, seg.sources, seg) for seg in segment_groups(g, stepped)]
+        groups = [grp for grp in per_step + segments if not grp[1] & refused]
         asked = [grp for grp in groups if grp[1] & keep]
-        for _, sources in asked:
+        for _, sources, _ in asked:
             result.left_alone.append(Declined("reroll.asked_static", "its length was asked static").at(", ".join(sorted(s for s, _ in sources))))
             refused |= sources
         groups = [grp for grp in groups if not grp[1] & keep]
         if not groups:
             break
         types = _types(model)
-        for T, sources in groups:
-            plan = _plan(g, T, sources, types, f"reroll{len(result.rewritten)}")
+        for T, sources, seg in groups:
+            plan = _plan(g, T, sources, types, f"reroll{len(result.rewritten)}", seg)
             if isinstance(plan, Declined):
                 result.left_alone.append(plan.at(", ".join(sorted(s for s, _ in sources))))
                 refused |= sources
@@ -74,7 +78,7 @@ def reroll(model: Any, seq_label: str = "seq", keep: frozenset[tuple[str, int]] 
     return result
 
 
-def _groups(g: GraphIndex) -> list[tuple[int, set[tuple[str, int]]]]:
+def _groups(g: GraphIndex) -> list[tuple[int, set[tuple[str, int]], Segments | None]]:
     """Sequences sliced at every t = 0..T-1, T >= 2, grouped by T (one loop may read several)."""
     seen: dict[tuple[str, int], set[int]] = {}
     for node in g.nodes:
@@ -85,7 +89,7 @@ def _groups(g: GraphIndex) -> list[tuple[int, set[tuple[str, int]]]]:
     for source, ts in seen.items():
         if len(ts) >= 2 and ts == set(range(len(ts))):
             by_length.setdefault(len(ts), set()).add(source)
-    return sorted(by_length.items(), key=lambda item: -item[0])
+    return [(T, sources, None) for T, sources in sorted(by_length.items(), key=lambda item: -item[0])]
 
 
 @dataclass
@@ -95,20 +99,28 @@ class _Stack:
     axis: int  # its axis, made non-negative
 
 
-def _plan(g: GraphIndex, T: int, sources: set[tuple[str, int]], types: dict[str, Any], prefix: str) -> Declined | tuple[list[Any], set[int], dict[str, Any]]:
+def _plan(g: GraphIndex, T: int, sources: set[tuple[str, int]], types: dict[str, Any], prefix: str,
+          seg: Segments | None = None) -> Declined | tuple[list[Any], set[int], dict[str, Any]]:
     if T < _MIN_STEPS:
+        if seg is not None:
+            return Declined("reroll.length", f"only {T} segments of {seg.size} steps traced: a loop over segments is re-rolled from "
+                            f"{_MIN_STEPS} or more (an example longer than {(_MIN_STEPS - 1) * seg.size} steps)")
         return Declined("reroll.length", f"only {T} steps traced: a loop is re-rolled from {_MIN_STEPS} or more")
     for S, axis in sorted(sources):
         held = time_steps(g, S, axis)
-        if held is not None and held != T:
+        if seg is None and held is not None and held != T:
             return Declined("reroll.length", f"the steps read {T} of the {held} steps of {S!r} along axis {axis}: a loop over part of it")
-    u = partition(g, T, sources)
+    u = partition(g, T, sources) if seg is None else partition(g, T, sources, seg.find())
     inner = sorted(s for s, _ in sources if g.producer.get(s) is not None and u.step_of[id(g.producer[s])] != PRELUDE)
     if inner:
         return Declined("reroll.length", f"{inner[0]!r} is computed by the steps that slice it")
     steps = match_steps(g, u)
     if isinstance(steps, Declined):
         return steps
+    if seg is not None:
+        why = check_segments(g, u, steps, seg)
+        if why is not None:
+            return why
     used = _used_after(g, u, steps)
     if isinstance(used, Declined):
         return used
@@ -118,14 +130,14 @@ def _plan(g: GraphIndex, T: int, sources: set[tuple[str, int]], types: dict[str,
     untyped = [n for n in wanted if n not in types]
     if untyped:
         return Declined("reroll.types", f"shape inference gives no type for {untyped[0]!r}, a value the loop carries or stacks")
-    return _build(g, u, steps, carried, stacks, lasts, types, prefix)
+    return _build(g, u, steps, carried, stacks, lasts, types, prefix, seg)
 
 
 def _used_after(g: GraphIndex, u: Unrolled, steps: Steps) -> Declined | tuple[list[_Stack], set[str]]:
     """The stacks over the steps and the template values read from the last step after the
     loop; or the value read after the loop from another step."""
     T = u.T
-    step_nodes = set().union(*steps.matched)
+    step_nodes = set().union(*steps.matched) | steps.before  # what computes an initial value from step 0 reads it before the loop
     inverse = [{v: t for t, v in m.items()} for m in steps.maps]
     stacks: dict[int, _Stack] = {}
     lasts: set[str] = set()
@@ -188,7 +200,7 @@ def _rank(types: dict[str, Any], name: str) -> int:
 
 
 def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks: list[_Stack], lasts: set[str], types: dict[str, Any],
-           prefix: str) -> tuple[list[Any], set[int], dict[str, Any]] | Declined:
+           prefix: str, seg: Segments | None = None) -> tuple[list[Any], set[int], dict[str, Any]] | Declined:
     from onnx import TensorProto, helper
 
     t_in, cond_in, cond_out = f"{prefix}/t", f"{prefix}/cond_in", f"{prefix}/cond_out"
@@ -200,7 +212,10 @@ def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks:
         found = u.slices.get(id(n))
         if found is not None:
             S, _, axis = found
-            body.append(helper.make_node("Gather", [S, t_in], [renamed[n.output[0]]], axis=axis, name=f"{prefix}/slice_{S}"))
+            if seg is None:
+                body.append(helper.make_node("Gather", [S, t_in], [renamed[n.output[0]]], axis=axis, name=f"{prefix}/slice_{S}"))
+            else:
+                body += body_slice(prefix, S, axis, seg.size, t_in, renamed[n.output[0]])
             continue
         copy = helper.make_node(n.op_type, [renamed.get(i, i) for i in n.input], [renamed.get(o, o) for o in n.output],
                                 name=f"{prefix}/{n.name or n.output[0]}", domain=n.domain or None)
@@ -208,9 +223,57 @@ def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks:
         body.append(copy)
     body.append(helper.make_node("Identity", [cond_in], [cond_out]))
     outs = [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, [])]
+    ins = [helper.make_tensor_value_info(t_in, TensorProto.INT64, []), helper.make_tensor_value_info(cond_in, TensorProto.BOOL, [])]
     for j, p in enumerate(carried):
         body.append(helper.make_node("Identity", [renamed[steps.carried[p]]], [f"{prefix}/out{j}"]))
         outs.append(_value_info(f"{prefix}/out{j}", types[steps.carried[p]]))
+        ins.append(_value_info(inside[p], types[p]))
+    last = steps.maps[u.T - 1]
+    S, axis = sorted(u.sources)[0]
+    finals, named = [], set()
+    for j, p in enumerate(carried):
+        nxt = steps.carried[p]
+        take = nxt in lasts and nxt not in named
+        named.add(nxt)
+        finals.append(last[nxt] if take else f"{prefix}/final{j}")
+    if seg is None:
+        nodes, extra_ins, extra_finals = _scanned(g, u, steps, stacks, lasts - named, types, prefix, body, outs, renamed)
+        initial = [steps.initial[p] for p in carried]
+        nodes[:0] = [helper.make_node("Constant", [], [f"{prefix}/axis"], value=helper.make_tensor(f"{prefix}/axis", TensorProto.INT64, [], [axis])),
+                     helper.make_node("Shape", [S], [f"{prefix}/shape"]),
+                     helper.make_node("Gather", [f"{prefix}/shape", f"{prefix}/axis"], [f"{prefix}/steps"], axis=0)]
+        trips = f"{prefix}/steps"
+        removed = set().union(*steps.matched) - steps.before  # what computes an initial value stays
+    else:
+        # Segment 0 stays as traced, and every output is carried: a shorter last segment gives a
+        # shorter value, which a Loop's scan outputs (one shape for all iterations) cannot hold.
+        nodes, extra_ins, extra_finals = _accumulated(steps, stacks, lasts - named, types, prefix, body, outs, ins, renamed)
+        initial = list(carried)
+        count, trips = trip_count(prefix, S, axis, seg.size)
+        nodes[:0] = count
+        removed = set().union(*steps.matched[1:])
+    body = _live(body, {o.name for o in outs})
+    graph = helper.make_graph(body, f"{prefix}_body", ins, outs)
+    # a condition given, though the trip count alone ends the loop: ONNX's reference evaluator runs no step without one
+    go = helper.make_node("Constant", [], [f"{prefix}/go"], value=helper.make_tensor(f"{prefix}/go", TensorProto.BOOL, [], [True]))
+    loop = helper.make_node("Loop", [trips, f"{prefix}/go", *initial, *extra_ins], finals + extra_finals, name=prefix, body=graph)
+    nodes[:0] = [go, loop]
+    removed |= {id(s.concat) for s in stacks}
+    info = {"source": S, "axis": axis, "sources": sorted(u.sources), "steps": u.T, "node": prefix, "carried": len(carried),
+            "stacked": [s.concat.output[0] for s in stacks], "body": [n.op_type for n in steps.template],
+            "steps_outputs": {s.concat.output[0]: s.axis for s in stacks}}
+    if seg is not None:
+        info.update(segment=seg.size, steps_outputs={})
+    return nodes, removed, info
+
+
+def _scanned(g: GraphIndex, u: Unrolled, steps: Steps, stacks: list[_Stack], lasts: set[str], types: dict[str, Any], prefix: str,
+             body: list[Any], outs: list[Any], renamed: dict[str, str]) -> tuple[list[Any], list[str], list[str]]:
+    """A loop over steps: each stack is the body's scan output moved to its axis; a last-step
+    value not carried is the last of its scan output. Adds the body's scan outputs; returns the
+    nodes after the Loop, the Loop's extra inputs (none) and its scan outputs."""
+    from onnx import TensorProto, helper
+
     # What is stacked: a stack of Unsqueeze(v, axis) stacks v, the rest concatenate whole.
     scanned: dict[str, str] = {}
     plans = []
@@ -222,45 +285,49 @@ def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks:
         v = unsq.input[0] if squeezed else s.value
         scanned.setdefault(v, f"{prefix}/scan{len(scanned)}")
         plans.append((s, v, axis, squeezed))
-    for v in sorted(lasts - {steps.carried[p] for p in carried}):
+    for v in sorted(lasts):
         scanned.setdefault(v, f"{prefix}/scan{len(scanned)}")
     for v, name in scanned.items():
         body.append(helper.make_node("Identity", [renamed[v]], [name]))
         outs.append(_value_info(name, types[v]))
-    ins = [helper.make_tensor_value_info(t_in, TensorProto.INT64, []), helper.make_tensor_value_info(cond_in, TensorProto.BOOL, [])]
-    ins += [_value_info(inside[p], types[p]) for p in carried]
-    body = _live(body, {o.name for o in outs})
-    graph = helper.make_graph(body, f"{prefix}_body", ins, outs)
-
-    last = steps.maps[u.T - 1]
-    S, axis = sorted(u.sources)[0]
-    nodes = [helper.make_node("Constant", [], [f"{prefix}/axis"], value=helper.make_tensor(f"{prefix}/axis", TensorProto.INT64, [], [axis])),
-             helper.make_node("Shape", [S], [f"{prefix}/shape"]),
-             helper.make_node("Gather", [f"{prefix}/shape", f"{prefix}/axis"], [f"{prefix}/steps"], axis=0),
-             # a condition given, though the trip count alone ends the loop: ONNX's reference evaluator runs no step without one
-             helper.make_node("Constant", [], [f"{prefix}/go"], value=helper.make_tensor(f"{prefix}/go", TensorProto.BOOL, [], [True]))]
-    finals, named = [], set()
-    for j, p in enumerate(carried):
-        nxt = steps.carried[p]
-        take = nxt in lasts and nxt not in named
-        named.add(nxt)
-        finals.append(last[nxt] if take else f"{prefix}/final{j}")
     stacked = [f"{prefix}/stacked{j}" for j in range(len(scanned))]
-    loop = helper.make_node("Loop", [f"{prefix}/steps", f"{prefix}/go", *[steps.initial[p] for p in carried]], finals + stacked, name=prefix, body=graph)
-    nodes.append(loop)
     by_value = dict(zip(scanned, stacked))
+    nodes: list[Any] = []
     for s, v, axis, squeezed in plans:
         nodes += _restack(by_value[v], s.concat.output[0], axis, _rank(types, v) + 1, squeezed, f"{prefix}/{s.concat.name or 'stack'}")
-    for v in sorted(lasts - named):
+    last = steps.maps[u.T - 1]
+    for v in sorted(lasts):
         idx = f"{prefix}/last_index"
         if not any(idx in n.output for n in nodes):
             nodes.append(helper.make_node("Constant", [], [idx], value=helper.make_tensor(idx, TensorProto.INT64, [], [-1])))
         nodes.append(helper.make_node("Gather", [by_value[v], idx], [last[v]], axis=0))
-    removed = set().union(*steps.matched) | {id(s.concat) for s in stacks}
-    info = {"source": S, "axis": axis, "sources": sorted(u.sources), "steps": u.T, "node": prefix, "carried": len(carried),
-            "stacked": [s.concat.output[0] for s in stacks], "body": [n.op_type for n in steps.template],
-            "steps_outputs": {s.concat.output[0]: s.axis for s in stacks}}
-    return nodes, removed, info
+    return nodes, [], stacked
+
+
+def _accumulated(steps: Steps, stacks: list[_Stack], lasts: set[str], types: dict[str, Any], prefix: str,
+                 body: list[Any], outs: list[Any], ins: list[Any], renamed: dict[str, str]) -> tuple[list[Any], list[str], list[str]]:
+    """A loop over segments 1..n-1: each stack is carried, ``Concat(stack so far, segment's value)``,
+    from segment 0's value; a last-segment value is carried, from segment 0's. Adds the body's
+    inputs and outputs; returns the nodes after the Loop (none), its extra inputs and outputs."""
+    from onnx import helper
+
+    first, last = steps.maps[0], steps.maps[len(steps.maps) - 1]
+    extra_ins, extra_finals = [], []
+    for j, s in enumerate(stacks):
+        acc_in, acc_out = f"{prefix}/acc_in{j}", f"{prefix}/acc_out{j}"
+        body.append(helper.make_node("Concat", [acc_in, renamed[s.value]], [acc_out], axis=s.axis))
+        ins.append(_value_info(acc_in, types[s.value]))
+        outs.append(_value_info(acc_out, types[s.value]))
+        extra_ins.append(first[s.value])
+        extra_finals.append(s.concat.output[0])
+    for j, v in enumerate(sorted(lasts)):
+        keep_in, keep_out = f"{prefix}/last_in{j}", f"{prefix}/last_out{j}"
+        body.append(helper.make_node("Identity", [renamed[v]], [keep_out]))
+        ins.append(_value_info(keep_in, types[v]))
+        outs.append(_value_info(keep_out, types[v]))
+        extra_ins.append(first[v])
+        extra_finals.append(last[v])
+    return [], extra_ins, extra_finals
 
 
 def _restack(stacked: str, out: str, axis: int, rank: int, squeezed: bool, prefix: str) -> list[Any]:
@@ -320,5 +387,5 @@ def _make_sequence_dynamic(model: Any, info: dict[str, Any], label: str) -> None
                 d.dim_value = proven[k].dim_value
             elif info["steps_outputs"].get(o.name) in (k, k - len(dims)):
                 d.dim_param = label
-            elif d.HasField("dim_value") and d.dim_value % info["steps"] == 0:
-                d.Clear()
+            elif d.HasField("dim_value") and (info.get("segment") or d.dim_value % info["steps"] == 0):
+                d.Clear()  # a segment's output may be of any length (a strided encoder's), so none is asserted

@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from rnnx.graphs.index import GraphIndex
 from rnnx.graphs.time_slice import time_slice
@@ -48,13 +51,15 @@ class Unrolled:
     slices: dict[int, tuple[str, int, int]]  # id(slice node) -> (S, t, axis)
 
 
-def partition(g: GraphIndex, T: int, sources: set[tuple[str, int]]) -> Unrolled:
-    """Each node's step: its own t for a slice of a source, else the latest of its inputs'."""
+def partition(g: GraphIndex, T: int, sources: set[tuple[str, int]],
+              find: Callable[[GraphIndex, str], tuple[str, int, int] | None] = time_slice) -> Unrolled:
+    """Each node's step: its own t for a slice of a source, else the latest of its inputs'.
+    ``find`` reads a slice as (S, t, axis): one step (``x[:, t]``), or one segment."""
     step_of: dict[int, int] = {}
     slices: dict[int, tuple[str, int, int]] = {}
     regions: list[list[Any]] = [[] for _ in range(T)]
     for node in g.nodes:
-        found = time_slice(g, node.output[0]) if node.output else None
+        found = find(g, node.output[0]) if node.output else None
         if found is not None and (found[0], found[2]) in sources:
             slices[id(node)] = found
             step = found[1]
@@ -97,6 +102,10 @@ class Keys:
                 if todo:
                     pending.extend(todo)
                     continue
+                if node.op_type == "Identity":  # TorchScript reads a weight through an Identity in every call but the first
+                    self._keys[t] = self._keys[node.input[0]]
+                    pending.pop()
+                    continue
                 h = hashlib.blake2b(repr((node.op_type, node.domain, _attrs(node), list(node.output).index(t))).encode(), digest_size=16)
                 for i in node.input:
                     h.update(self._keys[i] if i else b"-")
@@ -115,6 +124,7 @@ class Steps:
     carried: dict[str, str] = field(default_factory=dict)  # value step 1 reads of step 0 -> the template value step 2 reads there
     initial: dict[str, str] = field(default_factory=dict)  # value step 1 reads of step 0 -> the prelude value step 0 reads there
     missing: set[int] = field(default_factory=set)  # ids of template nodes the last step lacks
+    before: set[int] = field(default_factory=set)  # ids of step 0's nodes that compute initial values (kept ahead of the Loop)
 
 
 def _same_outputs(tnode: Any, cand: Any, last: bool) -> bool:
@@ -184,15 +194,35 @@ class Matcher:
             elif k == 2:  # step 2 says which template value each carried one is next
                 if ci not in self.local or binds.setdefault(what, ci) != ci:
                     return False
-            else:  # step 0: the initial value, from the prelude
+            else:  # step 0: the initial value, from the prelude or step 0's own slices (``m = x[:, 0]``)
                 cnode = self.g.producer.get(ci)
-                if cnode is not None and self.u.step_of.get(id(cnode), PRELUDE) != PRELUDE:
+                if cnode is not None and self.u.step_of.get(id(cnode), PRELUDE) != PRELUDE and not self._before_step(cnode, steps):
                     return False
                 bound = steps.initial.get(what) or binds.get(what)
                 if bound is None:
                     binds[what] = ci
                 elif self.keys(bound) != self.keys(ci):
                     return False
+        return True
+
+    def _before_step(self, node: Any, steps: Steps) -> bool:
+        """Whether step 0's ``node`` can be an initial value: computed from step 0's slices and
+        the prelude alone, through no node step 0 matched to the template (else the state
+        would depend on its own step). Its nodes join ``steps.before``, kept ahead of the Loop."""
+        seen: set[int] = set()
+        pending = [node]
+        while pending:
+            n = pending.pop()
+            if id(n) in seen or id(n) in steps.before:
+                continue
+            if id(n) in steps.matched[0] and id(n) not in self.u.slices:
+                return False
+            seen.add(id(n))
+            for i in n.input:
+                p = self.g.producer.get(i)
+                if p is not None and self.u.step_of.get(id(p), PRELUDE) == 0:
+                    pending.append(p)
+        steps.before |= seen
         return True
 
     def match(self, k: int, steps: Steps) -> Declined | None:
@@ -208,9 +238,13 @@ class Matcher:
                 steps.missing.add(id(tnode))  # it reads what the last step lacks
                 continue
             found = None
-            for cand in by_sig.get(self._sig(tnode), []):
+            # an unused node first; else one already matched: where two template nodes compute
+            # the same value at step k (h and c both start as one zero tensor, so ``h * keep``
+            # and ``c * keep`` are one node after the exporter's CSE), one node is both
+            cands = by_sig.get(self._sig(tnode), [])
+            for cand in sorted(cands, key=lambda n: id(n) in used):
                 binds: dict[str, str] = {}
-                if id(cand) not in used and self._fits(tnode, cand, k, steps, binds):
+                if self._fits(tnode, cand, k, steps, binds):
                     found = cand
                     (steps.carried if k == 2 else steps.initial).update(binds)
                     break
@@ -221,7 +255,11 @@ class Matcher:
                 return Declined("reroll.same_step", self._difference(tnode, k, steps))
             used.add(id(found))
             mapping.update((t, c) for t, c in zip(tnode.output, found.output) if t and c)
-        extra = [n for n in self.u.regions[k] if id(n) not in used]
+        looped = [n for n in self.u.regions[k] if k == 0 and id(n) in steps.before and id(n) in used and id(n) not in self.u.slices]
+        if looped:
+            n = looped[0]
+            return Declined("reroll.same_step", f"step 0's {n.op_type} {n.name or n.output[0]!r} is both part of the step and its initial state")
+        extra = [n for n in self.u.regions[k] if id(n) not in used and not (k == 0 and id(n) in steps.before)]
         if extra and not last:
             n = extra[0]
             return Declined("reroll.same_step", f"step {k} computes {n.op_type} {n.name or n.output[0]!r}, which step 1 does not "
@@ -253,9 +291,15 @@ class Matcher:
         for ti, ci in zip(tnode.input, other.input):
             kind, what = self._kind(ti)
             if kind == "pre" and (not ci or self.keys(ci) != what):
-                chosen = " (a weight chosen by the step)" if ti in self.g.constants and ci in self.g.constants else ""
+                weights = ti in self.g.constants and ci in self.g.constants and np.asarray(self.g.constants[ti]).dtype.kind == "f"
+                chosen = " (a weight chosen by the step)" if weights else ""
                 return f"{where}: its {other.op_type} {other.name!r} reads {_describe(self.g, ci)} where step 1's {own} reads {_describe(self.g, ti)}, a different value{chosen}"
         return f"{where}: its {other.op_type} {other.name!r} is wired otherwise than step 1's {own} (it reads other steps' values)"
+
+
+def difference(g: GraphIndex, u: Unrolled, steps: Steps, tnode: Any, k: int) -> str:
+    """What step k has where the template has ``tnode``, in words (for a refusal)."""
+    return Matcher(g, u)._difference(tnode, k, steps)
 
 
 def match_steps(g: GraphIndex, u: Unrolled) -> Steps | Declined:

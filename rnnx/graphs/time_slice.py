@@ -10,6 +10,9 @@ An unrolled loop reads step t of one sequence S along axis 0 (time-major) or 1
   exporter's ``unbind``);
 - ``SequenceAt(SplitToSequence(S, axis, keepdims=0), t)`` with no split sizes (the
   sequence form of ``unbind``), or a ``Squeeze`` of it with keepdims=1.
+
+A loop over segments (``for i in range(0, T, S): enc(x[:, i:i + S])``) reads segment k as
+``Slice(x, [k*S], [k*S + S], [axis])``; :func:`segment_slice` reads that form.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.formats.onnx_read import value_dims
 from rnnx.graphs.index import GraphIndex
 
 Step = tuple[str, int, int]  # (S, t, axis)
@@ -94,6 +98,27 @@ def time_slice(g: GraphIndex, name: str) -> Step | None:
     return None
 
 
+Segment = tuple[str, int, int, int]  # (S, start, end, axis)
+
+
+def segment_slice(g: GraphIndex, name: str) -> Segment | None:
+    """(S, start, end, axis) when tensor ``name`` is ``S[start:end]`` along one axis, all
+    constant, step 1, S a graph input (``x[:, i:i + S]`` in a loop over segments; the axis made
+    non-negative by S's rank). A segment of a value computed in the graph is not one: a chunk
+    of gates is sliced so too."""
+    node = g.producer.get(name)
+    if node is None or node.op_type != "Slice" or node.input[0] not in g.input_order:
+        return None
+    starts, ends, axes, steps = (_const_ints(g, node, k) for k in (1, 2, 3, 4))
+    if starts is None or ends is None or len(starts) != 1 or len(ends) != 1 or steps not in (None, [1]) or axes is None or len(axes) != 1:
+        return None
+    rank = next((len(vi.type.tensor_type.shape.dim) for vi in g.graph.input if vi.name == node.input[0]), None)
+    axis = axes[0] + rank if axes[0] < 0 and rank is not None else axes[0]
+    if axis < 0 or starts[0] < 0 or ends[0] <= starts[0]:
+        return None
+    return node.input[0], starts[0], ends[0], axis
+
+
 def describe_source(g: GraphIndex, name: str) -> str:
     """What ``name`` is computed from, for a refusal: its producer's op and that op's inputs."""
     node = g.producer.get(name)
@@ -108,9 +133,9 @@ def time_steps(g: GraphIndex, S: str, axis: int) -> int | None:
     Split of it into parts along that axis; None when only the run will tell."""
     for vi in (*g.graph.input, *g.graph.value_info, *g.graph.output):
         if vi.name == S:
-            dims = vi.type.tensor_type.shape.dim
-            if len(dims) > axis and dims[axis].HasField("dim_value"):
-                return int(dims[axis].dim_value)
+            dims = value_dims(vi, unnamed=None)
+            if len(dims) > axis and isinstance(dims[axis], int):
+                return dims[axis]
     if S in g.constants:
         shape = np.shape(g.constants[S])
         return int(shape[axis]) if len(shape) > axis else None
