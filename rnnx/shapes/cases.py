@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from itertools import product
 
 from rnnx.errors import RNNXError
-from rnnx.shapes.file_dims import InputSpec, size_of
+from rnnx.shapes.file_dims import InputSpec, label_sizes, size_of
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import VERIFY_BATCHES, VERIFY_LENGTH
 
@@ -24,6 +24,7 @@ class Case:
     shapes: dict[str, list[int]] = field(default_factory=dict)
     skipped: str = ""  # the torch model itself raised at these shapes
     error: str = ""  # ONNX Runtime failed where torch ran: a failure
+    at_example: bool = False  # the example's shapes, run because the torch model took none of the sizes verify chose
 
 
 def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str, list[int]], seq_lens: list[int] | None,
@@ -90,6 +91,17 @@ def case_at(specs: list[InputSpec], name: str, sizes: dict[str, int]) -> Case:
             bad = next(dim for dim, s in zip(spec.dims, shape) if s is None)
             raise RNNXError(f"dimension {bad!r} of input {spec.name!r}: rnnx cannot work out its size; give it with dims=LABEL=SIZE")
         case.shapes[spec.name] = [int(s) for s in shape]  # type: ignore[arg-type]
+    return case
+
+
+def example_case(specs: list[InputSpec], shapes: dict[str, list[int]]) -> Case | None:
+    """The case at the example's ``shapes`` (each label at its size there), run where nothing else
+    is known; None where an input's example shape is not known."""
+    try:
+        case = case_at(specs, "the example's shapes", label_sizes(specs, shapes))
+    except RNNXError:
+        return None
+    case.at_example = True
     return case
 
 

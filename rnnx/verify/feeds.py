@@ -1,7 +1,8 @@
 """The seeded values verify feeds a whole model at one case: floats standard normal (or the
 recorded example's sign), sequence lengths sorted with the longest filling the sequence, token
-ids below the vocabulary of the embedding table the input indexes (else within the example's
-range). What each input is comes from :func:`rnnx.shapes.file_dims.read_file_dims`.
+ids below the vocabulary of the embedding table the input indexes, ids of another input's axis
+(a graph's node ids: :mod:`rnnx.verify.id_axes`) below that axis' size at the case, else within
+the example's range. What each input is comes from :func:`rnnx.shapes.file_dims.read_file_dims`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from rnnx.shapes.cases import Case
 from rnnx.shapes.file_dims import InputSpec
 
 
-def make_feed(specs: list[InputSpec], case: Case, example: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
-    """Seeded values for every input at ``case``'s shapes (``example``: the model's own example, whose sign and range they keep)."""
+def make_feed(specs: list[InputSpec], case: Case, example: dict[str, Any], seed: int,
+              ids: dict[str, tuple[str, int]] | None = None) -> dict[str, np.ndarray]:
+    """Seeded values for every input at ``case``'s shapes (``example``: the model's own example, whose
+    sign and range they keep; ``ids``: id inputs and the (input, dim) whose size bounds them)."""
     rng = np.random.default_rng(seed)
     feed = {}
     for spec in specs:
@@ -38,5 +41,10 @@ def make_feed(specs: list[InputSpec], case: Case, example: dict[str, Any], seed:
             summary = spec.values or (integer_summary(np.asarray(known)) if known is not None else None)
             if summary is not None and spec.vocabulary:
                 summary = {**summary, "max": min(summary["max"], spec.vocabulary - 1)}
+            axis = (ids or {}).get(spec.name)
+            if axis is not None:  # ids of an axis: every row of it at this case's size, and none past it
+                size = case.shapes[axis[0]][axis[1]]
+                low = int(summary["min"]) if summary is not None and 0 <= int(summary["min"]) < size else 0
+                summary = {"min": low, "max": size - 1, "padding": None}
             feed[spec.name] = draw_integers(rng, shape, summary, spec.dtype, spec.vocabulary)
     return feed

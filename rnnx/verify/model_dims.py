@@ -20,12 +20,17 @@ of every input, and the cases follow its answers:
   LABEL=SIZE`` are obeyed, and said.
 
 A dimension whose role the file reads as a batch or a length (rnnx export's record, its name,
-its wiring) is varied as before; the model's answer is reported beside it.
+its wiring) is varied as before; the model's answer is reported beside it. Where the torch model
+raises at a size verify chose for one (a view into a fixed number of regions takes only lengths
+divisible by it), :meth:`ModelDims.instead` offers sizes that keep the divisibility the sizes it
+ran at share.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from math import gcd
 from typing import Any
 
 import numpy as np
@@ -34,9 +39,10 @@ from rnnx.errors import NOTE_CHARS, RNNXError, one_line
 from rnnx.exporters.audit import DimensionAudit
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.shapes import Leaf
-from rnnx.shapes.cases import Case
+from rnnx.shapes.cases import Case, case_at
 from rnnx.shapes.file_dims import FROM_RECORD, FileDims, InputSpec
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
+from rnnx.shapes.sizes import multiple_of
 from rnnx.verify.calls import Call
 
 # Where the sizes a dimension is checked at came from.
@@ -45,6 +51,7 @@ FROM_FILE = "the file"
 UNTRACED = "untraced"  # the model takes other sizes; neither it nor the file says what the dimension is
 NARROWED = "--static"
 GIVEN = "--dim"
+MAX_INSTEAD = 4  # sizes tried per label where the model refuses one verify chose: the smallest multiples, and the sizes' common one
 
 
 @dataclass
@@ -87,6 +94,44 @@ class ModelDims:
     def to_json(self) -> list[dict[str, Any]]:
         return [{**asdict(d), "line": d.line()} for d in self.dims]
 
+    def instead(self, sizes: dict[str, int], given: set[str]) -> list[tuple[str, int, str]]:
+        """Where the torch model raised at ``sizes``: (label, size, why) to try instead, one label
+        at a time, for each batch or length the model ran at two sizes (not the ``given`` ones, which
+        the user chose): the size rounded up to a multiple of each divisor of the sizes' greatest
+        common divisor, smallest first (the lengths 12 and 24 share 12: 28, 36 for a 27 that a
+        model viewing its sequence as 4 regions refuses)."""
+        ran: dict[str, set[int]] = {}
+        for d in self.dims:
+            if d.label and d.label not in given and d.role in (BATCH, LENGTH) and d.accepted is not None:
+                ran.setdefault(d.label, set()).update((d.size, d.accepted))
+        tries: list[tuple[str, int, str]] = []
+        for label, seen in ran.items():
+            size, step = sizes.get(label), gcd(*seen)
+            if size is None or size % step == 0:
+                continue
+            ran_at = " and ".join(map(str, sorted(seen)))
+            rounded = {multiple_of(size, k): k for k in range(step, 1, -1) if step % k == 0 and size % k}  # each size by its smallest divisor
+            ordered = sorted(rounded.items())
+            kept = ordered[:MAX_INSTEAD - 1] + [p for p in ordered[-1:] if p not in ordered[:MAX_INSTEAD - 1]]
+            tries += [(label, new, f"{label}={size} rounded up to a multiple of {k}: the torch model ran at {ran_at}") for new, k in kept]
+        return tries
+
+    def case_instead(self, case: Case, specs: list[InputSpec], given: set[str], runs_at: Callable[[Case], Any]) -> Case | None:
+        """The first of :meth:`instead`'s sizes for ``case`` that ``runs_at`` (the torch model) takes,
+        as a case; ``case`` says so. None where it takes none."""
+        for label, size, why in self.instead(case.sizes, given):
+            spelled = "batch" if self.roles.get(label) == BATCH else label  # verify's case names call every batch "batch"
+            old = f"{spelled}={case.sizes[label]}"
+            name = case.name.replace(old, f"{spelled}={size}") if old in case.name else f"{case.name}, {label}={size}"
+            other = case_at(specs, name, {**case.sizes, label: size})
+            try:
+                runs_at(other)
+            except Exception:  # noqa: BLE001  the user's model may raise anything: not a size it takes either
+                continue
+            case.skipped += f"; checked at {other.name} instead ({why})"
+            return other
+        return None
+
     def refusal(self, case: Case, refused: bool) -> str:
         """One line for a failed case (``refused``: ONNX Runtime did not run it), naming the first
         dimension it ran at a size only the torch model vouched for: the file fixes it, or keeps it
@@ -103,18 +148,28 @@ class ModelDims:
 
 
 def ask_model(model: Any, call: Call, read: FileDims, feed: dict[str, np.ndarray], static: set[tuple[str, int]],
-              given: dict[str, int]) -> ModelDims:
+              given: dict[str, int], example: dict[str, np.ndarray] | None = None) -> ModelDims:
     """Each dimension of each input of the file ``read``, sized as the torch ``model`` takes it
-    (see the module docstring); ``feed``: a case the model runs at, the audit's starting point;
-    ``static``: (input, dim) the user narrowed to the file's size; ``given``: ``--dim`` sizes."""
+    (see the module docstring); ``feed``: a case the model runs at, the audit's starting point,
+    else ``example`` (the inputs at the example's shapes); ``static``: (input, dim) the user
+    narrowed to the file's size; ``given``: ``--dim`` sizes."""
     static = _check_static(static, read.specs)
     found = ModelDims([replace(s, dims=list(s.dims)) for s in read.specs], dict(read.roles))
-    leaves, structure = _leaves(call, feed)
-    try:
-        run_eager(model, [leaf.value for leaf in leaves], structure)
-    except Exception as exc:  # noqa: BLE001  the user's model may raise anything; the cases then say so
+    raised = ""
+    for start in [feed] + ([example] if example is not None else []):
+        leaves, structure = _leaves(call, start)
+        try:
+            run_eager(model, [leaf.value for leaf in leaves], structure)
+        except Exception as exc:  # noqa: BLE001  the user's model may raise anything; the cases then say so
+            raised = raised or one_line(exc, NOTE_CHARS, typed=True)
+            continue
+        if start is not feed:
+            found.notes.append(f"the torch model raised at the first case's shapes ({raised}): it was asked which sizes it takes from the example's")
+        feed = start
+        break
+    else:
         found.notes.append(f"the torch model was not asked which sizes it takes: it raised at the first case's shapes "
-                           f"({one_line(exc, NOTE_CHARS, typed=True)}); the file's own shapes are checked")
+                           f"({raised}); the file's own shapes are checked")
         return found
     sizes = {name: list(a.shape) for name, a in feed.items()}
     _Asking(found, read, DimensionAudit(model, leaves, structure), leaves, sizes, static, given).run()

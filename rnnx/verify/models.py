@@ -13,7 +13,12 @@ file) runs the torch model and the ONNX file in ONNX Runtime on the same seeded 
   example's (the module's ``example_inputs``) or ``--dim LABEL=SIZE``;
 - floats are standard normal; integer inputs that hold sequence lengths get sorted
   lengths whose longest fills the sequence; token ids stay below the vocabulary of the
-  embedding table the input indexes (else within the example's range);
+  embedding table the input indexes; ids of another input's axis (a graph's node ids, as the
+  torch model confirms: :mod:`rnnx.verify.id_axes`) stay below that axis' size at each case;
+  others stay within the example's range;
+- where the torch model raises at a batch or length verify chose, the size is rounded up to a
+  multiple the sizes it ran at share (:meth:`rnnx.verify.model_dims.ModelDims.instead`); where it
+  raises at every case, the example's shapes are run, and the report says so;
 - the torch model is called as the file's ``rnnx.call`` record says ``rnnx export`` called
   it (a state tuple, None, flags, ``*tensors``: :mod:`rnnx.verify.calls`), else through the
   model's ``example_inputs``, else with one tensor per graph input; a forward that binds the
@@ -39,10 +44,11 @@ from rnnx.tolerance import Tolerances
 from rnnx.check import Rule, judge
 from rnnx.check.truths import TorchTruth
 from rnnx.verify.calls import plan_call, torch_outputs
-from rnnx.shapes.cases import Case, case_at, plan_cases, shape_note
-from rnnx.shapes.roles import LENGTH
-from rnnx.shapes.file_dims import read_file_dims
+from rnnx.shapes.cases import Case, case_at, example_case, plan_cases, shape_note
+from rnnx.shapes.roles import BATCH, LENGTH
+from rnnx.shapes.file_dims import InputSpec, read_file_dims
 from rnnx.verify.feeds import make_feed
+from rnnx.verify.id_axes import IdAxes, find_id_axes, torch_runs
 from rnnx.verify.model_dims import ModelDims, ask_model
 from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_report import WholeModelReport
@@ -93,15 +99,21 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
     call = plan_call(proto, torch_model, example, names, str(against))
     example_arrays = call.example_arrays
     shapes = {**read.example, **{k: list(v.shape) for k, v in example_arrays.items()}}
+    ids = find_id_axes(specs, shapes, example_arrays, seed, torch_runs(torch_model, call))  # a graph's node ids: below the node count at every case
+    first = plan_cases(specs, roles, shapes, None, None, dims or {})[0]
+    every = {**first.shapes, **shapes}  # an input the example lacks at the first case's shape
     asked = None
     if ask:  # the torch model decides which shapes count (rnnx.verify.model_dims), asked from the example's shapes
-        first = plan_cases(specs, roles, shapes, None, None, dims or {})[0]
-        asked = ask_model(torch_model, call, read, make_feed(specs, first, example_arrays, seed), static or set(), dims or {})
+        at_example = example_case(specs, every)
+        asked = ask_model(torch_model, call, read, make_feed(specs, first, example_arrays, seed, ids.bounds), static or set(), dims or {},
+                          example=make_feed(specs, at_example, example_arrays, seed, ids.bounds) if at_example is not None else None)
         specs, roles = asked.specs, asked.roles
-        cases = _cases_by_model(asked, {**first.shapes, **shapes}, seq_lens, batches, dims or {})
+        cases = _cases_by_model(asked, every, seq_lens, batches, dims or {})
     else:
         cases = plan_cases(specs, roles, shapes, seq_lens, batches, dims or {})
     cases = cases[:max_cases]
+    at_example = example_case(specs, every) if max_cases is None else None  # run where the model takes no case verify chose
+    given = set(dims or {}) | {k for k, r in roles.items() if (r == LENGTH and seq_lens) or (r == BATCH and batches)}
     report = WholeModelReport(str(model_path), str(against), {s.name: s.dims for s in read.specs}, roles, called=call.shown,
                               dimensions=asked.to_json() if asked is not None else [])
     limits.check_claim("the largest case's inputs", max((sum(int(np.prod(c.shapes[s.name])) * 8 for s in specs) for c in cases), default=0)
@@ -111,7 +123,7 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
     graph_outputs = [o.name for o in proto.graph.output]
     truths, report.notes = layer_truths(torch_model, layers, recurrences)
     one_shape = shape_note(roles) if asked is None or len(cases) == 1 else ""  # the model's sizes may vary what the file's labels do not
-    report.notes += [n for n in [read.wiring_note(), one_shape] if n] + call.notes + (asked.notes if asked is not None else [])
+    report.notes += [n for n in [read.wiring_note(), one_shape] if n] + call.notes + (asked.notes if asked is not None else []) + ids.notes()
     torch64 = TorchTruth(torch_model, report.notes, "outputs compared with torch in float32 only")
     tolerances = tolerances or Tolerances()
     honest_model = torch_model
@@ -119,12 +131,17 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
         honest_model = cast_edges(copy.deepcopy(torch_model).half())
         report.notes.append("the file computes in float16: its rounding floor is the torch model's in float16, against its float64 copy")
     runs = []
-    for k, case in enumerate(_progress(cases, progress)):
-        feed = make_feed(specs, case, example_arrays, seed + k)
+    for k, case in enumerate(_progress(cases, progress)):  # a case the torch model refuses may add one after it (_instead)
+        feed = make_feed(specs, case, example_arrays, seed + k, ids.bounds)
         try:
             want32 = torch_outputs(honest_model, call, feed)
         except Exception as exc:  # noqa: BLE001  the user's model may raise anything at a shape it does not take
             case.skipped = f"the torch model itself raised {one_line(exc, CAUSE_CHARS, typed=True)}"
+
+            def runs_at(other: Case, k: int = k) -> None:
+                torch_outputs(honest_model, call, make_feed(specs, other, example_arrays, seed + k, ids.bounds))
+
+            _instead(cases, k, asked, specs, given, runs_at, at_example, report.notes)
             continue
         want64 = torch64.float64(lambda model64: torch_outputs(model64, call, feed, dtype=torch.float64))
         _refuse_non_finite(want64 if want64 is not None else want32, graph_outputs, case, specs, feed)
@@ -163,6 +180,26 @@ def _cases_by_model(asked: ModelDims, shapes: dict[str, list[int]], seq_lens: li
             name = f"{label}={size}" if cases[0].name == "fixed shapes" else f"{cases[0].name}, {label}={size}"
             cases.append(case_at(asked.specs, name, {**cases[0].sizes, label: size}))
     return cases
+
+
+def _instead(cases: list[Case], k: int, asked: ModelDims | None, specs: list[InputSpec], given: set[str], runs_at: Any,
+             at_example: Case | None, notes: list[str]) -> None:
+    """After the torch model raised at ``cases[k]``: a case it takes put after it (a batch or length
+    verify chose rounded to a multiple: :meth:`ModelDims.case_instead`); else, where it took none
+    of the cases, the example's shapes (appended once, and said)."""
+    other = asked.case_instead(cases[k], specs, given, runs_at) if asked is not None and not cases[k].at_example else None
+    if other is not None and all(c.sizes != other.sizes for c in cases):
+        cases.insert(k + 1, other)
+    elif (at_example is not None and k == len(cases) - 1 and all(c.skipped for c in cases)
+            and not any(c.sizes == at_example.sizes for c in cases)):
+        cases.append(at_example)
+        notes.append(f"the torch model raised at every shape verify chose, and nothing known says how its inputs must change together "
+                     f"(which axis an integer input's values index, which sizes it takes): checked at the example's shapes ({_shapes_text(at_example)}) "
+                     "only; give others it takes with --seq-lens, --batch and --dim")
+
+
+def _shapes_text(case: Case) -> str:
+    return ", ".join(f"{name} {'x'.join(map(str, shape))}" for name, shape in case.shapes.items())
 
 
 def _first_refusal(asked: ModelDims, report: WholeModelReport) -> str:
@@ -216,18 +253,24 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     truths, matched = weights_truths(layers, Path(weights), select) if weights is not None else ({}, [])
     cases = plan_cases(specs, roles, read.example, seq_lens, batches, dims or {})
     runner, known = _layer_runner(proto, layers, model_path, isolated)
+    ids = find_id_axes(specs, read.example, {}, seed, _file_runs(runner))  # with no torch model, the file says which axis ids index
     against = "its own weights" if weights is None else f"the weights in {weights}" + (f" (group {select})" if select else "")
     report = WholeModelReport(str(model_path), against, {s.name: s.dims for s in specs}, roles, cases, self_check=True,
-                              notes=[n for n in [read.wiring_note(), shape_note(roles)] if n] + matched)
+                              notes=[n for n in [read.wiring_note(), shape_note(roles)] if n] + matched + ids.notes("the file"))
     runs = []
+    at_example = example_case(specs, read.example) if ids.unknown else None  # where ids nothing bounds leave no case running
     for k, case in enumerate(_progress(cases, progress)):
-        feed = make_feed(specs, case, {}, seed + k)
+        feed = make_feed(specs, case, {}, seed + k, ids.bounds)
         try:
             got = runner(feed)
         except RNNXError as exc:
             case.error = f"ONNX Runtime failed: {exc}"
+            if at_example is not None and k == len(cases) - 1 and not runs and all(c.sizes != at_example.sizes for c in cases):
+                cases.append(at_example)
             continue
         runs.append((case.name, {**known, **feed, **got}))
+    if cases[-1] is at_example and not at_example.error:
+        _only_example_ran(cases, ids, report.notes)
     if not runs:
         raise RNNXError(f"{model_path}: ONNX Runtime could not run it at any of the shapes tried ({cases[0].error if cases else 'no shapes'})")
     _lengths_it_refuses(cases, roles)
@@ -239,6 +282,27 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
         raise RNNXError(f"{model_path}: it runs, but none of its recurrent layers can be checked on its own "
                         f"({report.layers[0].reason}): nothing to check without against=")
     return report
+
+
+def _file_runs(runner: Any) -> Any:
+    """Asks the file, in ONNX Runtime, whether it runs on a feed (:data:`rnnx.verify.id_axes.Runs`)."""
+    def runs(feed: dict[str, np.ndarray], what: str) -> bool:
+        try:
+            runner(feed)
+        except RNNXError:
+            return False
+        return True
+    return runs
+
+
+def _only_example_ran(cases: list[Case], ids: IdAxes, notes: list[str]) -> None:
+    """With no torch model: the file ran at the example's shapes only, with integer ids nothing
+    bounds. The other cases are not failures: ids from the example's range may index past them."""
+    for case in cases:
+        if case.error:
+            case.skipped, case.error = f"{case.error.removeprefix('ONNX Runtime failed: ')}; {', '.join(ids.unknown)} drawn from the example's range may index past these sizes", ""
+    notes.append(f"the file ran at none of the shapes verify chose, and nothing says which axis the ids in {', '.join(ids.unknown)} index: checked at the "
+                 f"example's shapes ({_shapes_text(cases[-1])}) only; give --against the model code to check others")
 
 
 def _lengths_it_refuses(cases: list[Case], roles: dict[str, str]) -> None:
