@@ -45,6 +45,7 @@ from rnnx.errors import DETAIL_CHARS, one_line
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.selfcheck import run_eager
+from rnnx.exporters.value_branch import branch_at
 from rnnx.exporters.shapes import Leaf, Naming
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import audit_sizes
@@ -265,7 +266,7 @@ class DimensionAudit:
                 continue
             base = self._base_out or []
             if len(out) != len(base) or any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(out, base)):
-                return f"torch's outputs change when {leaf.name} is {what}" + self._reader(index)
+                return f"torch's outputs change when {leaf.name} is {what}" + (branch_at(self, values, f"with {leaf.name} {what}") or self._reader(index))
         if raised and len(raised) == len(variants):
             return f"the model raised at every other value of {leaf.name} tried ({'; '.join(raised)}), so it reads them" + self._reader(index)
         return ""
@@ -379,10 +380,8 @@ def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tu
         if ignored:
             why = audit.ignored_input_moves(leaf.index)
             if why:
-                result.failure = result.failure or (
-                    f"the file ignores input {leaf.name}, but {why}: the trace kept only what the example took (a Python branch on its "
-                    "values, or a write tracing cannot see). Write such a branch with torch.cond, or export the general branch (the per-step "
-                    "path) so that the file reads the input")
+                result.failure = result.failure or (f"the file ignores input {leaf.name}, but {why}: a trace keeps only what the example took (a branch "
+                                                    "on its values, a write tracing cannot see); write the branch as torch.where (or torch.cond) so that the file reads the input")
         for d, v in enumerate(dims):
             size = int(leaf.value.shape[d])
             if isinstance(v, str):
