@@ -50,6 +50,7 @@ from rnnx.exporters.shapes import Leaf, Naming
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import audit_sizes
 from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata
+from rnnx.formats.onnx_read import invented_label
 from rnnx.graphs.index import all_graphs
 
 DYNAMIC, REQUIRED, ASKED, STATIC, MISSED = "dynamic", "static: required", "static: asked", "static", "missed"
@@ -394,7 +395,7 @@ def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tu
                 # nothing in the graph depends on it: any size; a batch keeps its name so the sizes stay tied
                 partner = next((label_at[(o.index, k)] for o in tensors if o is not leaf for k, n in enumerate(o.value.shape)
                                 if n == size and naming.roles.get(label_at.get((o.index, k), "")) == BATCH), None)
-                label = partner or f"{leaf.name}_dim{d}"
+                label = partner or invented_label(leaf.name, d)
                 freed.setdefault(leaf.name, {})[d] = label
                 result.dims.append(DimVerdict(leaf.name, d, size, DYNAMIC, label, BATCH if partner else OTHER,
                                               why="the file never reads this input's values"))

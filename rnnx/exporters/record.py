@@ -28,6 +28,7 @@ from typing import Any
 from rnnx.layouts.onnx import INPUTS, NATIVE_OPS, NODE_OUTPUTS, PROJECTED_LSTM_INPUTS
 from rnnx.graphs import walk
 from rnnx.graphs.index import all_graphs
+from rnnx.formats.onnx_read import invented_label, value_dims
 from rnnx.formats.onnx_scan import read_lowered
 from rnnx.formats.onnx_metadata import EXPORT_KEY, RECURRENCES_KEY, read_metadata, set_metadata
 from rnnx._version import __version__
@@ -224,7 +225,7 @@ def free_output_dims(proto: Any, cases: Sequence[Any]) -> list[str]:
             if not seen or all(size == dim.dim_value for size in seen):
                 continue
             labels = sorted({label for c in ran for label in c.sizes})
-            label = next((lab for lab in labels if all(c.sizes.get(lab) == size for c, size in zip(ran, seen))), f"{out.name}_dim{d}")
+            label = next((lab for lab in labels if all(c.sizes.get(lab) == size for c, size in zip(ran, seen))), invented_label(out.name, d))
             dim.ClearField("dim_value")
             dim.dim_param = label
             freed.append(f"{out.name}[{d}]={label}")
@@ -237,7 +238,7 @@ def free_output_dims(proto: Any, cases: Sequence[Any]) -> list[str]:
 
 
 def _output_dims(proto: Any) -> dict[str, list[int | str]]:
-    return {o.name: [d.dim_param if d.HasField("dim_param") else int(d.dim_value) for d in o.type.tensor_type.shape.dim] for o in proto.graph.output}
+    return {o.name: value_dims(o, unnamed=0) for o in proto.graph.output}
 
 
 def free_label(naming: Any, wanted: str) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rnnx.errors import RNNXError
+from rnnx.formats.onnx_read import invented_label
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 
 _SYMBOL = re.compile(r"\b[su]\d+\b")
@@ -304,7 +305,7 @@ def name_dimensions(program: Any, leaves: Sequence[Leaf], given: dict[tuple[int,
 
     def label_for(sym: str, leaf: Leaf, d: int) -> str:
         role = roles.get(sym, OTHER)
-        wanted = {BATCH: "batch", LENGTH: "seq" if length_count == 1 else f"{leaf.name}_seq"}.get(role, f"{leaf.name}_dim{d}")
+        wanted = {BATCH: "batch", LENGTH: "seq" if length_count == 1 else f"{leaf.name}_seq"}.get(role, invented_label(leaf.name, d))
         label, k = wanted, 2
         while label in used:
             label, k = f"{wanted}_{k}", k + 1

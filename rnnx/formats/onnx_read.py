@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -31,6 +31,36 @@ from rnnx.layouts.onnx import (ACTIVATION_ATTRIBUTES, DEFAULT_OPSET, GATE_ORDER,
 from rnnx.spec import RNNSpec
 
 PASSTHROUGH = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Dropout", "Cast")
+
+#: ``value_dims(value, unnamed=INVENTED)``: a dynamic dimension the file leaves unnamed is given
+#: the label :func:`invented_label` makes, the one rnnx's reports, ``--dim`` and the record use.
+INVENTED = "invented"
+
+
+def invented_label(value: str, axis: int) -> str:
+    """The label of axis ``axis`` of the value named ``value`` where the file names none."""
+    return f"{value}_dim{axis}"
+
+
+@overload
+def value_dims(value: Any, *, unnamed: Literal["invented"] | int) -> list[int | str]: ...
+@overload
+def value_dims(value: Any, *, unnamed: None) -> list[int | str | None]: ...
+def value_dims(value: Any, *, unnamed: Literal["invented"] | int | None) -> list[int | str] | list[int | str | None]:
+    """An ONNX value's dims (a ValueInfoProto: a graph input, output or value_info), one per
+    axis: a fixed size as an int, a dynamic one the file names as its name (dim_param), and one
+    it leaves unnamed as ``unnamed`` says: :data:`INVENTED` for :func:`invented_label`'s label, else
+    the value given (None, 0). As ONNX Runtime reads them: a dim_value of 0 is a size (an empty
+    axis), one below 0 is unnamed (tools write -1 for "any size"). [] where the file gives no shape."""
+    dims: list[int | str | None] = []
+    for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
+            dims.append(int(dim.dim_value))
+        elif dim.dim_param:
+            dims.append(dim.dim_param)
+        else:
+            dims.append(invented_label(value.name, axis) if unnamed == INVENTED else unnamed)
+    return dims
 
 
 def data_files(path: Path) -> list[Path]:

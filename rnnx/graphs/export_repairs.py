@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rnnx.formats.onnx_read import value_dims
 from rnnx.graphs.index import GraphIndex
 from rnnx.pass_result import PassResult
 
@@ -52,9 +53,8 @@ def _static_dims(proto: Any) -> dict[str, list[int | None]]:
     dims: dict[str, list[int | None]] = {}
     g = inferred.graph
     for vi in list(g.input) + list(g.value_info) + list(g.output):
-        t = vi.type.tensor_type
-        if t.HasField("shape"):
-            dims[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if vi.type.tensor_type.HasField("shape"):
+            dims[vi.name] = [d if isinstance(d, int) else None for d in value_dims(vi, unnamed=None)]
     return dims
 
 

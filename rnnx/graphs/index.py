@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.formats.onnx_read import to_array
+from rnnx.formats.onnx_read import to_array, value_dims
 
 
 class _Constants(Mapping[str, np.ndarray]):
@@ -96,9 +96,9 @@ class GraphIndex:
         product over a Concat); read on first use, as few graphs need it."""
         found = {}
         for vi in list(self.graph.input) + list(self.graph.value_info) + list(self.graph.output):
-            dims = vi.type.tensor_type.shape.dim
-            if dims and dims[-1].HasField("dim_value"):
-                found[vi.name] = int(dims[-1].dim_value)
+            last = value_dims(vi, unnamed=None)[-1:]
+            if last and isinstance(last[0], int):
+                found[vi.name] = last[0]
         found.update(self.constants.last_dims())
         return found
 
@@ -198,9 +198,9 @@ def name_dynamic_axes(graph: Any, axes: dict[tuple[str, int], str]) -> None:
     inputs = {vi.name: vi for vi in graph.input}
     rename: dict[str, str] = {}
     for (name, axis), label in axes.items():
-        dims = inputs[name].type.tensor_type.shape.dim if name in inputs else []
-        if axis < len(dims) and dims[axis].dim_param and not dims[axis].HasField("dim_value"):
-            rename.setdefault(dims[axis].dim_param, label)
+        dims = value_dims(inputs[name], unnamed=None) if name in inputs else []
+        if axis < len(dims) and isinstance(dims[axis], str):
+            rename.setdefault(str(dims[axis]), label)
     for vi in [*graph.input, *graph.output, *graph.value_info]:
         for d in vi.type.tensor_type.shape.dim:
             if d.dim_param in rename:

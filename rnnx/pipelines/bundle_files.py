@@ -17,7 +17,7 @@ from rnnx._version import __version__
 from rnnx.engines import trtexec, trtexec_flags
 from rnnx.fileio import file_sha256
 from rnnx.shapes.roles import LENGTH
-from rnnx.formats.onnx_read import load_model
+from rnnx.formats.onnx_read import load_model, value_dims
 from rnnx.graphs.legalize import model_opset
 from rnnx.pipelines.bundle_cases import Case
 from rnnx.pipelines.bundle_folder import WRITTEN_BY
@@ -84,8 +84,8 @@ def _raw(path: Path, value: np.ndarray) -> None:
 def _output_time_axes(proto: Any, roles: dict[str, str]) -> dict[str, int | None]:
     axes: dict[str, int | None] = {}
     for out in proto.graph.output:
-        dims = [d.dim_param for d in out.type.tensor_type.shape.dim]
-        axes[out.name] = next((i for i, d in enumerate(dims) if d and roles.get(d) == LENGTH), None)
+        dims = value_dims(out, unnamed=None)
+        axes[out.name] = next((i for i, d in enumerate(dims) if isinstance(d, str) and roles.get(d) == LENGTH), None)
     return axes
 
 

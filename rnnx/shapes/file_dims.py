@@ -29,6 +29,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError, shown
 from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata
+from rnnx.formats.onnx_read import INVENTED, value_dims
 from rnnx.shapes.roles import LENGTH, OTHER, ROLES, role_of_name
 from rnnx.shapes.sizes import MAX_DIMENSION
 from rnnx.shapes.wiring import axis_roles, lengths_inputs
@@ -112,7 +113,7 @@ def read_file_dims(proto: Any, export: dict[str, Any] | None = None, also: tuple
     record = export if isinstance(export, dict) else {}
     lengths = _entry(record, "lengths_inputs")
     values = _entry(record, "values")
-    specs = [InputSpec(vi.name, _dtype(vi, feeding), _dims(vi), lengths_of=_text(lengths.get(vi.name)), values=_summary(values.get(vi.name)))
+    specs = [InputSpec(vi.name, _dtype(vi, feeding), value_dims(vi, unnamed=INVENTED), lengths_of=_text(lengths.get(vi.name)), values=_summary(values.get(vi.name)))
              for vi in proto.graph.input if vi.name not in {i.name for i in proto.graph.initializer}]
     if feeding:
         for spec in specs:
@@ -258,16 +259,6 @@ def _dtype(vi: Any, feeding: bool) -> np.dtype | None:
         if feeding:
             raise RNNXError(f"graph input {vi.name!r}: element type {elem_type} is not a tensor type rnnx can feed") from None
         return None
-
-
-def _dims(vi: Any) -> list[int | str]:
-    dims: list[int | str] = []
-    for d, dim in enumerate(vi.type.tensor_type.shape.dim):
-        if dim.HasField("dim_value") and dim.dim_value > 0:
-            dims.append(int(dim.dim_value))
-        else:
-            dims.append(dim.dim_param or f"{vi.name}_dim{d}")
-    return dims
 
 
 def _wired_roles(model: Any, specs: list[InputSpec]) -> dict[str, str]:

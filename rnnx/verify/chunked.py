@@ -32,6 +32,7 @@ from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters.call_record import read_call
 from rnnx.formats.onnx_lazy import for_runtime
+from rnnx.formats.onnx_read import value_dims
 from rnnx.streaming import graph_ranks, read_streaming
 from rnnx.tolerance import Tolerances
 from rnnx.check import Row, Rule, Verdict, judge
@@ -221,8 +222,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
         raise RNNXError(f"{model_path}: expected an input other than the states (the frames to cut into chunks), found only {', '.join(state_in)}")
     time, time_axes = _time_axes(record, streamed, roles, model_path)
     roles[time] = LENGTH
-    output_dims = {o.name: [d.dim_param or (d.dim_value if d.HasField("dim_value") else None) for d in o.type.tensor_type.shape.dim]
-                   for o in proto.graph.output}
+    output_dims = {o.name: value_dims(o, unnamed=None) for o in proto.graph.output}
     graph_outputs = list(output_dims)
     plain_outputs = [o for o in graph_outputs if o not in state_out]
     out_axes: dict[str, int | None] = {}
