@@ -45,7 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.engines.ort_options import session_options
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
+from rnnx.graphs.precision import computes_in_float16
 
 STREAMING_KEY = "rnnx.streaming"
 STREAMING_VERSION = 1  # a file whose states all start at zeros
@@ -437,7 +439,7 @@ def _run_part(model: Any, outputs: list[str], feed: Mapping[str, np.ndarray]) ->
     import onnxruntime as ort
 
     try:
-        session = ort.InferenceSession(part.SerializeToString(), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(part.SerializeToString(), session_options(extended_only=computes_in_float16(part)), providers=["CPUExecutionProvider"])
     except Exception:  # noqa: BLE001  a part ONNX Runtime cannot build leaves the dims unknown, and zeros() says so
         return {}
     try:

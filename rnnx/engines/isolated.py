@@ -31,8 +31,8 @@ import numpy as np
 # Only light modules here: the child imports this module too, and each import is paid again
 # at every session's start (rnnx.engines.onnxruntime pulls in the graph inspector).
 from rnnx import limits
-from rnnx.blas_threads import ort_threads
 from rnnx.engines.onnx_reference import ReferenceRun  # light: numpy at import, onnx only when a reference runs
+from rnnx.engines.ort_options import EXTERNAL_DATA_FOLDER, session_options, session_threads
 from rnnx.errors import BudgetExceeded, CAUSE_CHARS, RNNXError, one_line
 
 _LENGTH = struct.Struct("<Q")
@@ -67,10 +67,7 @@ class IsolatedOnnxRuntime:
         ``reference:DTYPE`` (a self-contained model: its data inline)."""
         self.label = label
         self.engine = "ONNX Runtime" if backend == "onnxruntime" else "ONNX's reference evaluator"
-        try:
-            ort_threads()  # a bad RNNX_ORT_THREADS is refused here, in one line, not in the child
-        except ValueError as exc:
-            raise RNNXError(str(exc)) from None
+        session_threads()  # a bad RNNX_ORT_THREADS is refused here, in one line, not in the child
         self.budget = limits.memory_budget(len(model_bytes) + data_bytes)
         self.time = time_budget or TimeBudget(limits.time_limit(len(model_bytes) + data_bytes))
         self._child = subprocess.Popen(
@@ -157,15 +154,8 @@ def _send(pipe: BinaryIO, header: dict[str, Any], arrays: list[np.ndarray]) -> N
 
 
 def _session_config(data_folder: str | Path | None) -> dict[str, str]:
-    """The child's session config entries, chosen here so that the child need not import rnnx's ONNX Runtime module."""
-    from rnnx.engines.onnxruntime import EXTERNAL_DATA_FOLDER
-
-    # Between runs rnnx computes on the same cores (the reference, torch): ONNX Runtime's
-    # workers, spinning while they wait for a next run, would take those cores from it.
-    config = {"session.intra_op.allow_spinning": "0"}
-    if data_folder is not None:
-        config[EXTERNAL_DATA_FOLDER] = str(data_folder)
-    return config
+    """The child's session config entries: where the model's external data lies."""
+    return {EXTERNAL_DATA_FOLDER: str(data_folder)} if data_folder is not None else {}
 
 
 def _read_into(pipe: BinaryIO, buffer: memoryview, deadline: float | None) -> None:
@@ -227,16 +217,9 @@ def serve() -> None:
             return
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.log_severity_level = 4
-        # Every rewrite but the layout transformers: ONNX Runtime 1.32's CPU provider crashes the
-        # process (SIGSEGV) building some float16 graphs (a Conv's) at ORT_ENABLE_ALL, and the
-        # files run here come from anywhere. The layouts it leaves out change no operator's meaning.
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-        if ort_threads():  # RNNX_ORT_THREADS, inherited from the parent's environment
-            options.intra_op_num_threads = ort_threads()
-        for key, value in header.get("config", {}).items():
-            options.add_session_config_entry(key, value)
+        # Threads from RNNX_ORT_THREADS, inherited from the parent's environment; extended_only as
+        # for a float16 graph (ort_options.FLOAT16_NOTE), since the files run here come from anywhere.
+        options = session_options(extended_only=True, config=header.get("config", {}))
         session = ort.InferenceSession(model.tobytes(), options, providers=["CPUExecutionProvider"])
         del model
         names = [o.name for o in session.get_outputs()]

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.blas_threads import MAX_ORT_THREADS, ort_threads
+from rnnx.engines.ort_options import EXTERNAL_DATA_FOLDER, FLOAT16_NOTE, session_options
 from rnnx.engines.rules import BackendRules, Rule
 from rnnx.engines.runner import with_zero_states
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
@@ -24,10 +24,6 @@ KERNEL_RULES = BackendRules(
     "predicted from ONNX Runtime's kernel rules, pinned by a test that runs them; not run on this file",
     (Rule(lambda n: n.layout != 0, lambda n: "layout=1 (batch-major) is not supported; re-export with layout 0"),),
 )
-
-
-#: ONNX Runtime's session option: the folder a model loaded from bytes reads its external data from.
-EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 
 
 _SNIFF_BYTES = 256 << 20  # a larger file is not read twice to learn its dtype
@@ -49,17 +45,6 @@ def _computes_in_float16(model: str | Path | Any) -> bool:
     return any(i.type.tensor_type.elem_type == half for i in graph.input) or any(t.data_type == half for t in graph.initializer)
 
 
-def session_threads(threads: int = 0) -> int:
-    """The intra-op threads for a session: ``threads`` where given, else RNNX_ORT_THREADS; each
-    checked, and refused in one line (0: ONNX Runtime's default)."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads <= MAX_ORT_THREADS:
-        raise RNNXError(f"threads: expected a whole number from 0 (ONNX Runtime's default) to {MAX_ORT_THREADS}, found {threads!r}")
-    try:
-        return threads or ort_threads()
-    except ValueError as exc:
-        raise RNNXError(str(exc)) from None
-
-
 class OnnxRuntimeRunner:
     """Runs an ONNX model (path or ModelProto) in ONNX Runtime, on the CPU unless told otherwise."""
 
@@ -68,23 +53,11 @@ class OnnxRuntimeRunner:
         model given as a proto whose large tensors stay in their files."""
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.log_severity_level = 4  # fatal only: its errors reach the user as one-line exceptions instead
-        threads = session_threads(threads)
-        if threads:
-            options.intra_op_num_threads = threads
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if data_folder is not None:
-            options.add_session_config_entry(EXTERNAL_DATA_FOLDER, str(data_folder))
+        half = _computes_in_float16(model)
+        options = session_options(threads, extended_only=half, config={EXTERNAL_DATA_FOLDER: str(data_folder)} if data_folder is not None else None)
         source = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
         self.providers = providers or ["CPUExecutionProvider"]
-        self.notes: list[str] = []
-        if _computes_in_float16(model):
-            # ONNX Runtime 1.32's CPU session crashes the process (SIGSEGV) building a float16 graph
-            # with a Conv at ORT_ENABLE_ALL (its layout transformer); one level down it runs.
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-            self.notes.append("a float16 graph: run at ORT_ENABLE_EXTENDED (ONNX Runtime 1.32's CPU provider crashes building some float16 "
-                              "graphs, a Conv's among them, at ORT_ENABLE_ALL); set that level where you run it on the CPU")
+        self.notes: list[str] = [FLOAT16_NOTE] if half else []
         try:
             self.session = ort.InferenceSession(source, options, providers=self.providers)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes

@@ -16,6 +16,8 @@ import functools
 
 import numpy as np
 
+from rnnx.engines.ort_options import session_options
+
 INPUT_SIZE = 8
 # W = 127 * W_SCALE on every column of the cell gate (ONNX order i, o, f, c); x = 1.0, which
 # the kernel quantizes to 255. Exact pre-activation: 8 * 1.0 * 0.25 = 2.0; saturated pair
@@ -58,9 +60,7 @@ def int8_pair_sums_saturate() -> bool | None:
     try:
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        session = ort.InferenceSession(_probe_model(), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(_probe_model(), session_options(), providers=["CPUExecutionProvider"])
         got = float(session.run(None, {"X": np.ones((1, 1, INPUT_SIZE), np.float32)})[0].ravel()[0])
     except Exception:  # no ONNX Runtime, or one without the contrib op: nothing to say
         return None

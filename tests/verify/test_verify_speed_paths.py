@@ -28,10 +28,13 @@ def test_the_child_imports_neither_rnnxs_onnx_runtime_module_nor_the_graph_inspe
 
 
 def test_the_child_session_reads_external_data_from_the_folder_and_does_not_spin(tmp_path: Path) -> None:
-    from rnnx.engines.onnxruntime import EXTERNAL_DATA_FOLDER
+    from rnnx.engines.ort_options import EXTERNAL_DATA_FOLDER, session_options
 
-    assert isolated._session_config(tmp_path) == {EXTERNAL_DATA_FOLDER: str(tmp_path), "session.intra_op.allow_spinning": "0"}
+    assert isolated._session_config(tmp_path) == {EXTERNAL_DATA_FOLDER: str(tmp_path)}
     assert EXTERNAL_DATA_FOLDER not in isolated._session_config(None)
+    options = session_options(extended_only=True, config=isolated._session_config(tmp_path))  # as the child builds them
+    assert options.get_session_config_entry(EXTERNAL_DATA_FOLDER) == str(tmp_path)
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
 def _roundtrip(arrays: list[np.ndarray]) -> tuple[dict, list[np.ndarray]]:
