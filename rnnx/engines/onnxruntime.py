@@ -15,6 +15,7 @@ import numpy as np
 from rnnx.engines.ort_options import EXTERNAL_DATA_FOLDER, FLOAT16_NOTE, session_options
 from rnnx.engines.rules import BackendRules, Rule
 from rnnx.engines.runner import with_zero_states
+from rnnx.graphs.precision import computes_in_float16
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.spec import RNNSpec
 
@@ -29,8 +30,8 @@ KERNEL_RULES = BackendRules(
 _SNIFF_BYTES = 256 << 20  # a larger file is not read twice to learn its dtype
 
 
-def _computes_in_float16(model: str | Path | Any) -> bool:
-    """Whether the graph's inputs or weights are float16 (a file is read without its external data, if small)."""
+def _sniffed_float16(model: str | Path | Any) -> bool:
+    """:func:`~rnnx.graphs.precision.computes_in_float16` of a proto, or of a file read without its external data (if small)."""
     import onnx
 
     if isinstance(model, (str, Path)):
@@ -40,9 +41,7 @@ def _computes_in_float16(model: str | Path | Any) -> bool:
             model = onnx.load(str(model), load_external_data=False)
         except Exception:  # noqa: BLE001  an unreadable file: the session's own error says why, below
             return False
-    graph = model.graph
-    half = onnx.TensorProto.FLOAT16
-    return any(i.type.tensor_type.elem_type == half for i in graph.input) or any(t.data_type == half for t in graph.initializer)
+    return computes_in_float16(model)
 
 
 class OnnxRuntimeRunner:
@@ -53,7 +52,7 @@ class OnnxRuntimeRunner:
         model given as a proto whose large tensors stay in their files."""
         import onnxruntime as ort
 
-        half = _computes_in_float16(model)
+        half = _sniffed_float16(model)
         options = session_options(threads, extended_only=half, config={EXTERNAL_DATA_FOLDER: str(data_folder)} if data_folder is not None else None)
         source = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
         self.providers = providers or ["CPUExecutionProvider"]

@@ -14,11 +14,28 @@ _EDGE_SUFFIX = "__fp16"
 
 
 def computes_in_float16(proto: Any) -> bool:
-    """Whether an ONNX model's weights are float16 (what ``--precision fp16`` writes), whatever
-    its inputs and outputs are (float32 with ``--keep-io-types``)."""
+    """Whether an ONNX model's weights are float16: stored so (what ``--precision fp16`` writes), or
+    float32 weights its graph casts to float16 (ONNX Runtime folds those into float16 weights).
+    The weights decide, not the inputs: float16 inputs cast up to meet float32 weights are computed
+    in float32, and float32 inputs cast down at the edges (``--keep-io-types``) in float16. Every
+    caller asks this: the ONNX Runtime runner (the float16 graphs its CPU provider crashes on), and
+    the checks that hold a file to its precision's rounding floor (verify, fuse and lower's check;
+    tests/engines/test_ort_options.py shows each on a file of either kind)."""
     from onnx import TensorProto
 
-    return any(t.data_type == TensorProto.FLOAT16 for t in proto.graph.initializer)
+    half = TensorProto.FLOAT16
+    graph = proto.graph
+    weights = {t.name for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            weights.update(node.output)
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None and value.data_type == half:
+                return True
+        elif node.op_type == "Cast" and node.input and node.input[0] in weights:
+            if any(a.name == "to" and a.i == half for a in node.attribute):
+                return True
+    return any(t.data_type == half for t in graph.initializer)
 
 
 def keep_io_types(proto: Any) -> list[str]:
