@@ -32,7 +32,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,11 @@ from rnnx.exporters.example_values import draw_floats, draw_integers, integer_su
 from rnnx.exporters.shapes import Leaf, Naming
 from rnnx.shapes.roles import BATCH, OTHER
 from rnnx.shapes.sizes import GROWTH, shrunk
-from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance, Tolerances, compare_arrays, compare_calibrated, quantile_label
-from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.errors import CAUSE_CHARS, NOTE_CHARS, RNNXError, one_line
+from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance, Tolerances
+from rnnx.check import Row, Rule, judge, worst_failure
+from rnnx.check.runners import Subject, make
+from rnnx.check.truths import TorchTruth, as_float64, float64_copy  # noqa: F401  (float64_copy: the streaming modules import it from here)
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 
 # The layer-by-layer check of the file about to be written, where a layer above sets one
 # (rnnx.api.export sets verify's: exporters cannot import verify, which imports them): it takes
@@ -58,28 +60,17 @@ LAYER_CHECK: ContextVar[LayerCheckHook | None] = ContextVar("rnnx_layer_check", 
 EXAMPLE_CASE = "the example as given"
 
 
-@dataclass
-class OutputError:
-    output: str
-    max_abs: float
-    max_rel: float
-    passed: bool
-    mean_abs: float = 0.0
-    p99_abs: float = 0.0
-    atol: float = 0.0
-    rtol: float = 0.0
-    stat: str = "elemwise"
-    dtype: str = "float32"
-    note: str = ""
-    floor: float | None = None  # the calibrated rule's rounding floor: torch's own output from its float64 copy's
-    multiple: float | None = None
-    ratio: float | None = None  # max abs over the floor
+#: An output's fields in a case's JSON (rnnx/cli/schema/export.json): its labels (the output, the
+#: dtype torch returned it in), then its statistics.
+OUTPUT_FIELDS = ("output", "max_abs", "max_rel", "passed", "mean_abs", "p99_abs", "atol", "rtol", "stat", "dtype", "note", "floor", "multiple",
+                 "ratio")
 
-    @property
-    def tolerance(self) -> str:
-        if self.floor is not None:
-            return f"{self.ratio:.3g}x the rounding floor {self.floor:.2e}, {self.multiple:g}x allowed"
-        return f"atol {self.atol:g}, rtol {self.rtol:g}, {self.stat}"
+
+def held_to(row: Row) -> str:
+    """The rule an output was held to, as the self-check's lines say it."""
+    if row.floor is not None:
+        return f"{row.ratio:.3g}x the rounding floor {row.floor:.2e}, {row.multiple:g}x allowed"
+    return f"atol {row.atol:g}, rtol {row.rtol:g}, {row.stat}"
 
 
 @dataclass
@@ -87,7 +78,7 @@ class CheckCase:
     name: str
     sizes: dict[str, int]
     shapes: dict[str, list[int]]
-    outputs: list[OutputError] = field(default_factory=list)
+    outputs: list[Row] = field(default_factory=list)  # rnnx.check rows, labelled output and dtype
     error: str | None = None
     skipped: str | None = None
     output_shapes: dict[str, list[int]] = field(default_factory=dict)  # what ONNX Runtime returned, by graph output
@@ -143,9 +134,11 @@ class SelfCheck:
             if case.skipped is None and not case.passed:
                 if case.error:
                     return f"self-check at {case.where()}: {case.error}"
-                worst = max((o for o in case.outputs if not o.passed), key=lambda o: (np.isnan(o.max_abs), o.max_abs))
+                worst = worst_failure(case.outputs)
+                if worst is None:  # no output compared at all
+                    return f"self-check at {case.where()}: nothing was compared"
                 return (f"self-check at {case.where()}: output {worst.output!r} differs from torch by {worst.max_abs:.3e} "
-                        f"(mean {worst.mean_abs:.3e}, p99 {worst.p99_abs:.3e}; {worst.dtype}, {worst.tolerance})"
+                        f"(mean {worst.mean_abs:.3e}, p99 {worst.p99_abs:.3e}; {worst.dtype}, {held_to(worst)})"
                         + (f": {worst.note}" if worst.note else ""))
         if self.layer_failure:
             return f"self-check: every output within tolerance, but {self.layer_failure}"
@@ -156,7 +149,8 @@ class SelfCheck:
                 "calibrated_multiple": CALIBRATED_MULTIPLE, "tolerances": self.tolerances.to_json(), "notes": self.notes,
                 "layers": self.layers, "layer_failure": self.layer_failure or None,
                 "dimensions": self.dims, "audit_failure": self.audit_failure or None, "nondeterministic": self.nondeterministic,
-                "cases": [asdict(c) | {"passed": c.passed} for c in self.cases]}
+                "cases": [asdict(replace(c, outputs=[])) | {"outputs": [o.to_json(OUTPUT_FIELDS) for o in c.outputs], "passed": c.passed}
+                          for c in self.cases]}
 
     def __str__(self) -> str:
         given = f"; set: {', '.join(f'{k}: {v}' for k, v in self.tolerances.to_json().items())}" if self.tolerances else ""
@@ -180,7 +174,7 @@ class SelfCheck:
                 if worst is not None:
                     ratio = f", {worst.ratio:.2g}x its floor" if worst.ratio is not None and c.passed else ""
                     verdict += (f" (max abs err {worst.max_abs:.1e}, mean {worst.mean_abs:.1e}, p99 {worst.p99_abs:.1e}{ratio}"
-                                f"{'' if c.passed else f' in {worst.output!r}, {worst.tolerance}'})")
+                                f"{'' if c.passed else f' in {worst.output!r}, {held_to(worst)}'})")
             lines.append(f"  {c.where()}: {verdict}")
         for la in self.layers:
             if la["status"] == "not checked":
@@ -315,7 +309,7 @@ def torch_truths(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Nam
 
     notes = [] if notes is None else notes
     bounds = Bounds.of(model, [leaf.value for leaf in leaves])
-    model64 = float64_copy(model, notes)
+    torch64 = TorchTruth(model, notes, keep=STOPPED)
     truths = []
     for k, (name, sizes) in enumerate([(EXAMPLE_CASE, example_sizes(naming, leaves))] + plan_cases(naming, leaves)):
         progress.step(f"running the torch model at {name}")
@@ -329,16 +323,8 @@ def torch_truths(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Nam
         except Exception as exc:  # the user's model may raise anything at a shape it does not take
             truth.skipped = f"the torch model itself raised {one_line(exc, CAUSE_CHARS, typed=True)}"
             continue
-        if model64 is not None:
-            try:
-                truth.want64 = bounded(lambda: tensors(model64, as_float64(truth.values)),
-                                       f"the self-check's run of the model's float64 copy at {name} ({shapes})", bounds)
-            except STOPPED:
-                raise
-            except Exception as exc:  # noqa: BLE001  e.g. a forward that makes float32 tensors of its own
-                model64 = None
-                notes.append(f"the float64 copy of the torch model raised {type(exc).__name__} ({one_line(exc, NOTE_CHARS)}); "
-                             "outputs held to the fixed tolerance against torch in its own dtype")
+        truth.want64 = torch64.float64(lambda model64: bounded(lambda: tensors(model64, as_float64(truth.values)),
+                                                               f"the self-check's run of the model's float64 copy at {name} ({shapes})", bounds))
     return truths
 
 
@@ -355,11 +341,11 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
     if truths is None:
         truths = torch_truths(model, leaves, structure, naming, seed, check.notes)
     try:
-        runner = OnnxRuntimeRunner(path)
+        runner = make("ort", Subject(model=path, trusted=True))  # the file rnnx just wrote
     except RNNXError as exc:  # rnnx wrote a graph ONNX Runtime cannot load: the check has failed
         check.cases.append(CheckCase("loading", {}, {leaf.name: list(leaf.value.shape) for leaf in leaves if leaf.is_tensor}, error=str(exc)))
         return check
-    check.notes += runner.notes
+    check.notes += getattr(runner, "notes", [])
     # The user's own example exactly as given comes first: a file that refuses it (a size-1
     # column that a grown trace made 2) is never written, whatever the other shapes show.
     for truth in truths:
@@ -398,45 +384,26 @@ def example_finite(check: SelfCheck) -> bool:
     return first is not None and first.name == EXAMPLE_CASE and first.skipped is None and all(np.isfinite(o.max_abs) for o in first.outputs)
 
 
-def float64_copy(model: Any, notes: list[str], without: str = "outputs held to the fixed tolerance against torch in its own dtype") -> Any:
-    """A float64 copy of the torch model (the reference of the calibrated rule), or None, with
-    a note saying ``without`` (what is compared instead), where it cannot be copied or cast."""
-    import copy
-
-    try:
-        return copy.deepcopy(model).double()
-    except Exception as exc:  # noqa: BLE001  a model that cannot be copied or cast: the caller's fallback holds
-        notes.append(f"no float64 copy of the torch model ({type(exc).__name__}): {without}")
-        return None
-
-
-def as_float64(values: Sequence[Any]) -> list[Any]:
-    """The flattened inputs with every floating tensor in float64 (the same values, widened exactly)."""
-    import torch
-
-    return [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
-
-
-def compare_output(name: str, got: np.ndarray, want: Any, check: SelfCheck, want64: Any = None, given: float | None = None) -> OutputError:
+def compare_output(name: str, got: np.ndarray, want: Any, check: SelfCheck, want64: Any = None, given: float | None = None) -> Row:
     """ONNX Runtime's output against torch's (a tensor, in whatever dtype the model returned):
     against the float64 model's under the calibrated rule, torch's own output the honest run
-    that sets the rounding floor, where the float64 model ran and nobody set a tolerance. An
-    output the model itself moves between runs is held to ``given``, the caller's max abs error,
-    never to a floor its own move would widen."""
+    that sets the rounding floor, where the float64 model ran and nobody set a tolerance; else
+    against torch's own output under the tolerance. An output the model itself moves between runs
+    is held to ``given``, the caller's max abs error, never to a floor its own move would widen."""
     import torch
 
     want = want.detach().cpu()
     dtype = str(want.dtype).removeprefix("torch.")
     want = want.float().numpy() if want.dtype == torch.bfloat16 else want.numpy()  # numpy has no bfloat16; widening is exact
-    tol = check.tolerances.get(name, dtype)
     if given is not None:
-        stats = compare_arrays(got, want, Tolerance(given, 0.0, "max"))
-        stats.note = stats.note or "held to the tolerance given for an output the model itself moves (nondeterministic_atol)"
-    elif want64 is not None and check.tolerances.calibrates(name) and want.dtype.kind == "f":
-        stats = compare_calibrated(got, want64.detach().cpu().numpy(), want, dtype, tol)
+        row = judge(got, want, Rule(Tolerance(given, 0.0, "max")))
+        if row.stats is not None:
+            row.stats.note = row.stats.note or "held to the tolerance given for an output the model itself moves (nondeterministic_atol)"
     else:
-        stats = compare_arrays(got, want, tol)
+        rule = Rule.of(check.tolerances, name, dtype, want if want64 is not None and want.dtype.kind == "f" else None)
+        row = judge(got, want64.detach().cpu().numpy() if rule.honest is not None else want, rule)
     label = name if got.shape == want.shape else f"{name} (shape {list(got.shape)}, torch {list(want.shape)})"
-    stat = quantile_label(stats.quantile) if stats.stat == "quantile" else stats.stat
-    return OutputError(label, stats.max_abs, stats.max_rel, stats.passed, stats.mean_abs, stats.quantile_abs, stats.atol, stats.rtol, stat, dtype,
-                       "" if got.shape != want.shape else stats.note, stats.floor, stats.multiple, stats.ratio)
+    if got.shape != want.shape and row.stats is not None:
+        row.stats.note = ""  # the label says it
+    row.labels = {"output": label, "dtype": dtype}
+    return row
