@@ -49,6 +49,7 @@ class RunningCall:
     input: Any
     dim: Any
     out: Any
+    line: str = ""  # ", at net.py:9 (code)": the user's line that made the call, where the probe found it
 
 
 @dataclass
@@ -195,7 +196,7 @@ def plan_running(first: Sequence[RunningCall], second: Sequence[RunningCall], fr
             continue  # along another axis: nothing carries from chunk to chunk
         if a.kind != "cumsum":
             raise RNNXError(f"streaming: expected running operations rnnx carries across chunks (cumsum, a frame counter), found {a.kind} along "
-                            f"time in {where}; carry it yourself as an input and output, or export without streaming")
+                            f"time in {where}{a.line}; carry it yourself as an input and output, or export without streaming")
         shape = list(a.input.shape)
         shape[axis] = 1
         states.append(RunningState(f"{a.owner + '.' if a.owner else ''}cumsum{order}", "cumsum", order, axis - a.input.dim(),

@@ -52,6 +52,7 @@ from rnnx.exporters import shapes
 from rnnx.exporters.stream_context import cached_conv_forward, study
 from rnnx.exporters.stream_plan import StreamPlan, _Slot
 from rnnx.exporters.stream_running import carry_mode
+from rnnx.exporters.stream_source import at, called_at, user_frame
 from rnnx.exporters.selfcheck import run_eager
 
 # --- the streaming model ---------------------------------------------------------------------
@@ -158,8 +159,9 @@ class _Call:
     hx: Any = None
 
 
-def _refuse(name: str, found: str, why: str, do: str) -> RNNXError:
-    return RNNXError(f"streaming: expected recurrences that run frame by frame from zero states, found {found} at {name or '(the model)'} ({why}); {do}")
+def _refuse(name: str, found: str, why: str, do: str, where: str = "") -> RNNXError:
+    return RNNXError(f"streaming: expected recurrences that run frame by frame from zero states, found {found} at {name or '(the model)'} ({why})"
+                     f"{where}; {do}")
 
 
 def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic_axes: Any) -> tuple[Any, tuple[Any, ...], Any, StreamPlan]:
@@ -187,11 +189,12 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         if isinstance(m, RECURRENT_MODULES):
             if m.bidirectional:
                 raise _refuse(name, f"a bidirectional nn.{type(m).__name__}", "its output at frame t needs the frames after t, which a chunk "
-                              "does not have", "make it unidirectional, or export without streaming")
+                              "does not have", "make it unidirectional, or export without streaming", called_at(model, example, name))
             if not swappable(m):
                 base = next(b for b in RECURRENT_MODULES if isinstance(m, b)).__name__
                 raise _refuse(name, f"a {type(m).__name__} (an nn.{base} subclass) with a forward of its own",
-                              "rnnx cannot tell which of its arguments are the states", "use the plain module, or pass the states as inputs yourself")
+                              "rnnx cannot tell which of its arguments are the states", "use the plain module, or pass the states as inputs yourself",
+                              called_at(model, example, name))
             recurrent.append((name, m))
     if not recurrent:
         raise RNNXError("streaming: expected at least one nn.LSTM, nn.GRU or nn.RNN or a cell, found none; a model without recurrences has no "
@@ -207,14 +210,16 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
             continue  # not on this model's path: it holds no state to carry
         cell = isinstance(m, CELL_MODULES)
         if call.times > 1 and not cell:
-            raise _refuse(name, f"a module called {call.times} times in one forward", "streaming carries one state per module", "call it once per forward")
+            raise _refuse(name, f"a module called {call.times} times in one forward", "streaming carries one state per module", "call it once per forward",
+                          called_at(model, args, name, 2))
         if isinstance(call.x, PackedSequence):
-            raise _refuse(name, "a PackedSequence input", "per-sequence lengths end the sequences at different frames", "feed it padded chunks")
+            raise _refuse(name, "a PackedSequence input", "per-sequence lengths end the sequences at different frames", "feed it padded chunks",
+                          called_at(model, args, name))
         given = [h for h in (call.hx if isinstance(call.hx, (tuple, list)) else (call.hx,)) if isinstance(h, torch.Tensor)]
         if any(id(h) in example_ids for h in given):
             raise _refuse(name, "initial states taken from the inputs", "the model already streams",
                           "export it without streaming (--streaming / streaming=True) and check it chunk by chunk with "
-                          "rnnx verify FILE --against CODE --chunks N,N --state IN=OUT")
+                          "rnnx verify FILE --against CODE --chunks N,N --state IN=OUT", called_at(model, args, name))
         computed = False
         if given:  # the model starts it from a state of its own: zeros it made, a learned h0, one computed from an input or another state
             if sources is None:
@@ -267,8 +272,9 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
     options["input_names"] = given_in + tensors[len(given_in):] + plan.state_inputs + ([plan.first] if plan.first else [])
     names_out = _output_names(out)
     given_out = list(options.get("output_names") or [])
-    if given_out and len(given_out) not in (len(names_out), len(names_out) + len(plan.state_outputs)):
-        raise RNNXError(f"output names: expected {len(names_out)} (the model's output tensors; rnnx names the states), found {given_out}")
+    if given_out and len(given_out) != len(names_out) and given_out[len(names_out):] != plan.state_outputs:  # the record names the states so
+        raise RNNXError(f"output names: expected {len(names_out)} (the model's output tensors; rnnx names the states "
+                        f"{', '.join(plan.state_outputs)}), found {given_out}")
     options["output_names"] = given_out if len(given_out) > len(names_out) else (given_out or names_out) + plan.state_outputs
     caches = {f"{c.module}.cache_in": [c.axis % len(c.shape)] for c in context.caches}
     caches |= {f"{r.name}_in": [r.axis % len(r.shape)] for r in context.running}
@@ -402,19 +408,9 @@ def _state_sources(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str,
 
 
 def _caller() -> str:
-    """", at file.py:N: code" for the line outside torch and rnnx that is running (the
-    forward calling a module), or "" where there is none."""
-    import os
-    import traceback
-
-    import torch
-
-    skip = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # torch's and rnnx's own frames
-    for frame in reversed(traceback.extract_stack()):
-        if not frame.filename.startswith(skip) and not frame.filename.startswith("<"):
-            code = (frame.line or "").split("  #")[0].strip()  # the call, not the comment after it
-            return f", at {os.path.basename(frame.filename)}:{frame.lineno} ({code[:120]})"
-    return ""
+    """", at file.py:N (code)" for the user's line that is running (the forward calling a
+    module), or "" where there is none."""
+    return at(user_frame())
 
 
 def _output_names(out: Any) -> list[str]:

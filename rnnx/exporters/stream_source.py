@@ -1,0 +1,98 @@
+"""Where in the user's code a streaming refusal's operation runs: the line it names.
+
+A refusal names the operation, the module whose forward runs it, and the user's line of code.
+That line is read from the running stack when the operation runs (its innermost frame outside
+torch, rnnx and Python's own library: the forward that calls the module or makes the torch
+call), never from the class or a fixed place, so a line that moves in the source moves in the
+message. Frames are kept as (file, line) and read as text only when a message shows one.
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+Frame = tuple[str, int]  # (file, line)
+
+CODE_SHOWN = 120  # characters of the line's code a message shows
+
+
+@functools.cache
+def _skipped() -> tuple[str, ...]:
+    """The folders whose frames are not the user's: torch's, rnnx's, the standard library's."""
+    import torch
+
+    rnnx_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return tuple(p + os.sep for p in (os.path.dirname(torch.__file__), rnnx_dir, os.path.dirname(os.__file__)))
+
+
+def _users(filename: str) -> bool:
+    if filename.startswith("<"):  # code made at run time (torch.fx, exec) has no line to show; a notebook cell has
+        return filename.startswith("<ipython-input")
+    installed = "site-packages" in filename or "dist-packages" in filename  # another package's model is code to name
+    return not filename.startswith(_skipped()) or (installed and not filename.startswith(_skipped()[:2]))
+
+
+def user_frame() -> Frame | None:
+    """The innermost frame of the running stack in the user's code, or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if _users(frame.f_code.co_filename):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def shown(frame: Frame | None) -> str:
+    """``net.py:14 (return self.rnn(x))``: the file's name, the line, and its code without a
+    trailing comment; "" for no frame."""
+    if frame is None:
+        return ""
+    filename, line = frame
+    code = linecache.getline(filename, line).split("  #")[0].strip()
+    code = "".join(c if c.isprintable() else repr(c)[1:-1] for c in code)  # one line, whatever the file holds
+    code = code if len(code) <= CODE_SHOWN else code[:CODE_SHOWN] + "..."
+    return f"{os.path.basename(filename)}:{line}" + (f" ({code})" if code else "")
+
+
+def at(frame: Frame | None, word: str = "at") -> str:
+    """``, at net.py:14 (code)`` to put after what a message names; "" for no frame."""
+    return f", {word} {shown(frame)}" if frame is not None else ""
+
+
+def module_calls(model: Any, values: Sequence[Any], structure: Any, name: str, calls: int = 1) -> list[Frame | None]:
+    """Where the user's code calls the submodule ``name``: the frames of its first ``calls``
+    calls, running the model once on the flattened ``values`` (eval, no gradients). Empty where
+    the model does not run so: the refusal that asks still stands, without its line."""
+    from rnnx.exporters.selfcheck import run_eager
+
+    module = model.get_submodule(name) if name else model
+    found: list[Frame | None] = []
+
+    def hook(m: Any, a: Any) -> None:
+        if len(found) < calls:
+            found.append(user_frame())
+
+    handle = module.register_forward_pre_hook(hook)
+    try:
+        run_eager(model, values, structure)
+    except Exception:  # noqa: BLE001  the user's model may raise anything; the line is a courtesy of the refusal
+        pass
+    finally:
+        handle.remove()
+    return found
+
+
+def called_at(model: Any, example: Any, name: str, calls: int = 1) -> str:
+    """``, called at net.py:14 (code)`` (``... and net.py:15 (code)`` for ``calls=2``): where the
+    user's code calls the submodule ``name``, running the model once on ``example`` (its
+    forward's arguments); "" where it does not run so."""
+    from torch.utils._pytree import tree_flatten
+
+    flat, structure = tree_flatten(tuple(example) if isinstance(example, (tuple, list)) else (example,))
+    frames = [f for f in module_calls(model, flat, structure, name, calls) if f is not None]
+    return ", called at " + " and ".join(shown(f) for f in frames) if frames else ""
