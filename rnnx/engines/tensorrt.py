@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -36,6 +35,7 @@ import numpy as np
 
 from rnnx.engines.shape_probe import shape_probe
 from rnnx.engines.runner import with_zero_states
+from rnnx.engines.tensorrt_version import TensorRTVersion
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, file_sha256, require_file
 from rnnx.formats.onnx_build import build_stack_model, save_model
@@ -86,10 +86,10 @@ def _import_trt() -> Any:
 def check_tensorrt_version(version: str) -> int:
     """The major version of TensorRT ``version`` (``tensorrt.__version__``), or a refusal naming
     it where this code was not written against that major (:data:`KNOWN_MAJORS`)."""
-    found = re.match(r"\s*(\d+)\.", str(version))
+    found = TensorRTVersion.reported(version)
     if found is None:
         raise RNNXError(f"TensorRT reports its version as {version!r}, which rnnx cannot read; rnnx builds with TensorRT 8.6 to 10.x")
-    major = int(found.group(1))
+    major = found.major
     if major in KNOWN_MAJORS:
         return major
     if major > KNOWN_MAJORS[-1]:

@@ -27,7 +27,6 @@ itself is data in :mod:`rnnx.engines.tensorrt_parser_rules`.
 from __future__ import annotations
 
 import math
-import re
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -59,6 +58,7 @@ from rnnx.engines.tensorrt_parser_rules import (
     _SLOT_NAMES,
     _TRT_READS,
 )
+from rnnx.engines.tensorrt_version import TensorRTVersion, bracket, read_columns
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_read import read_lowered
 from rnnx.graphs.inspect import NodeReport
@@ -79,11 +79,6 @@ def resolve_version(version: str | None) -> str:
     return v
 
 
-def release_key(version: str) -> tuple[int, ...]:
-    """(major, minor) of a release number: ``10.3.0`` is (10, 3)."""
-    return tuple(int(p) for p in re.findall(r"\d+", version)[:2])
-
-
 def parser_for(version: str | None) -> tuple[str, str]:
     """The table version that judges the nodes for TensorRT ``version`` (any release, ``8.6.1``,
     ``10.3``), and a note where it is not that version's own: a version between two read ones of
@@ -94,23 +89,18 @@ def parser_for(version: str | None) -> tuple[str, str]:
         alias = text in ALIASES and text != DEFAULT_VERSION and not text.endswith(".x")
         return table, (f"TensorRT {text}'s parser is judged by {table}'s rules (both tags read; they agree on every rule rnnx keeps)"
                        if alias else "")
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)*", text):
+    wanted = TensorRTVersion.parse(text)
+    if wanted is None:
         raise RNNXError(f"tensorrt: expected a TensorRT version like 8.6 or 10.3.0 (or one of {', '.join(KNOWN_VERSIONS)}), found {version!r}")
-
-    key = release_key
-    wanted = key(text)
-    read = [v for v in VERSIONS if re.fullmatch(r"\d+\.\d+", v)]
-    exact = [v for v in read if key(v) == wanted]
-    if exact:
-        return exact[0], ""
-    below = [v for v in read if key(v) < wanted and key(v)[0] == wanted[0]]
-    above = [v for v in read if key(v) > wanted and key(v)[0] == wanted[0]]
-    if not below or not above:
+    read = read_columns(VERSIONS)
+    near = bracket(wanted, read)
+    if near.own is not None:
+        return near.own, ""
+    if near.below is None or near.above is None:
         raise RNNXError(f"tensorrt: expected a TensorRT whose ONNX parser rnnx has read ({', '.join(read)}), or a release between two read "
                         f"ones of the same major, found {text}; give one of those")
-    lower, upper = max(below, key=key), min(above, key=key)
-    return lower, (f"TensorRT {text}'s parser source was not read: its nodes are judged by {lower}'s rules (the read version below it; "
-                   f"{upper} is the one above)")
+    return near.below, (f"TensorRT {text}'s parser source was not read: its nodes are judged by {near.below}'s rules (the read version below it; "
+                        f"{near.above} is the one above)")
 
 
 def version_label(version: str | None) -> str:

@@ -9,14 +9,14 @@ The JetPack each version ships is :mod:`rnnx.engines.jetpack`'s table.
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from rnnx.engines import jetpack as jetpack_table
 from rnnx.engines import trtexec_flags
-from rnnx.engines.tensorrt_parser import ALIASES as PARSER_ALIASES, VERSIONS as PARSER_VERSIONS, parser_for, release_key
+from rnnx.engines.tensorrt_parser import ALIASES as PARSER_ALIASES, VERSIONS as PARSER_VERSIONS, parser_for
+from rnnx.engines.tensorrt_version import TensorRTVersion, bracket, read_columns
 from rnnx.errors import RNNXError, shown
 
 # What each precision a bundle builds in adds to trtexec's build line. trtexec enables TF32 unless told
@@ -44,7 +44,7 @@ class Target:
 
     @property
     def tensorrt_major_minor(self) -> str:
-        return ".".join(self.tensorrt.split(".")[:2])
+        return ".".join(map(str, _release(self.tensorrt).major_minor))
 
     def describe(self) -> str:
         return f"TensorRT {self.tensorrt}" + (f" (JetPack {self.jetpack})" if self.jetpack else "")
@@ -70,11 +70,12 @@ def resolve_target(tensorrt: str | None, jetpack: str | None) -> Target:
             raise RNNXError(f"jetpack: JetPack {wanted} ships TensorRT {row['tensorrt']}, which rnnx cannot target "
                             f"({str(exc).partition(': ')[2]})") from None
     if tensorrt is None:  # the newest version whose parser rnnx has read
-        return _target(max((v for v in PARSER_VERSIONS if re.fullmatch(r"\d+\.\d+", v)), key=release_key), None)
+        read = read_columns(PARSER_VERSIONS)
+        return _target(max(read, key=read.__getitem__), None)
     text = str(tensorrt).strip()
     if text.endswith(".x") and text in PARSER_ALIASES:  # the parser table's name for its newest read: 10.x is 10.15
         text = PARSER_ALIASES[text]
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)*", text):
+    if TensorRTVersion.parse(text) is None:
         raise RNNXError(f"tensorrt: expected a TensorRT release from 8.2 to 10.x, like 8.6 or 10.3.0, found {tensorrt!r} "
                         "(rnnx has not read TensorRT 11's ONNX parser)")
     return _target(text, None)
@@ -93,28 +94,33 @@ def supported_jetpacks() -> list[str]:
     return out
 
 
+def _release(version: str) -> TensorRTVersion:
+    found = TensorRTVersion.parse(version)
+    if found is None:  # the callers read it already: a user's text is checked, a table's is a release
+        raise RNNXError(f"tensorrt: expected a TensorRT release like 8.6 or 10.3.0, found {shown(version)}")
+    return found
+
+
 def _target(version: str, jetpack: str | None) -> Target:
-    major_minor = release_key(version)
-    flags, flags_above = _flag_columns(major_minor)
+    release = _release(version)
+    flags, flags_above = _flag_columns(release)
     parser, note = parser_for(version)
-    opset = 13 if major_minor < (8, 5) else 17
+    opset = 13 if release.major_minor < (8, 5) else 17
     return Target(version, parser, flags, opset, jetpack, note, flags_above)
 
 
-def _flag_columns(major_minor: tuple[int, ...]) -> tuple[str, str | None]:
-    """The flag table's column for ``major_minor``: its own, else the nearest read below it within
+def _flag_columns(release: TensorRTVersion) -> tuple[str, str | None]:
+    """The flag table's column for ``release``: its own, else the nearest read below it within
     the same major, with the nearest read above it (which must accept each flag too; None where
     the release has its own column or nothing above was read)."""
-    read = {v: release_key(str(source.get("version", v))) for v, source in trtexec_flags.SOURCES.items()}
-    same = [v for v, k in read.items() if k == major_minor]
-    if same:
-        return same[0], None
-    below = [v for v, k in read.items() if k < major_minor and k[0] == major_minor[0]]
-    above = [v for v, k in read.items() if k > major_minor and k[0] == major_minor[0]]
-    if not below:
+    read = {v: _release(str(source.get("version", v))) for v, source in trtexec_flags.SOURCES.items()}
+    near = bracket(release, read)
+    if near.own is not None:
+        return near.own, None
+    if near.below is None:
         raise RNNXError(f"tensorrt: expected a TensorRT whose trtexec's options rnnx has read ({', '.join(read)}), or a release above one "
-                        f"of the same major, found {'.'.join(map(str, major_minor))}; give one of those")
-    return max(below, key=lambda v: read[v]), (min(above, key=lambda v: read[v]) if above else None)
+                        f"of the same major, found {'.'.join(map(str, release.major_minor))}; give one of those")
+    return near.below, near.above
 
 
 def accepts(version: str, flag: str) -> bool:
