@@ -283,7 +283,7 @@ def verify(args: argparse.Namespace) -> int:
         args.against, args.model, backends=args.backends, seq_lens=args.seq_lens, batches=args.batch, dtypes=args.dtype or ["fp32"],
         tolerances=tolerances, backend_tolerances=BackendToleranceArgs.parse(args), seed=args.seed, select=args.select, spec=args.spec,
         input_map=parse_map(args.input_map), batch_first=True if args.batch_first else None,
-        progress=sys.stderr.isatty() and not args.json,
+        progress=sys.stderr.isatty() and not args.json,  # verify/run.py's own bar per case, under the verb's line, until it says rnnx.progress steps
     )
     if args.report:
         report.dump(args.report)
@@ -314,16 +314,15 @@ def _verify_whole(args: argparse.Namespace, tolerances: Any) -> int:
     inputs = [args.model, *data_files(args.model)] + [p for p in (Path(str(args.against)) if args.against else None, args.checkpoint) if p is not None and p.is_file()]
     refuse_overwriting(inputs, {"--report": args.report, "--html": args.html})
     dims = ShapeArgs.dims(args)
-    progress = sys.stderr.isatty() and not args.json
     if getattr(args, "chunks", None) is not None or getattr(args, "state", None) or (args.against is not None and _is_streaming(args.model)):
         return _verify_chunks(args, tolerances, dims)  # a streaming file against its model: chunk by chunk (the default chunks unless given)
     if args.against is None:
         for flag, given in (("--checkpoint", args.checkpoint), ("--static", args.static)):
             if given:
                 raise RNNXError(f"{flag} needs --against file.py:NAME (the model code {'to load it into' if flag == '--checkpoint' else 'asked which sizes it takes'})")
-        report = verify_file(args.model, args.seq_lens, args.batch, dims, args.seed, tolerances, progress)
+        report = verify_file(args.model, args.seq_lens, args.batch, dims, args.seed, tolerances)
     else:
-        report = verify_model(args.model, str(args.against), args.checkpoint, args.seq_lens, args.batch, dims, args.seed, tolerances, progress,
+        report = verify_model(args.model, str(args.against), args.checkpoint, args.seq_lens, args.batch, dims, args.seed, tolerances,
                               static=ShapeArgs.static(args))
     return _whole_report(args, report)
 
@@ -334,8 +333,7 @@ def _verify_whole_against_weights(args: argparse.Namespace, tolerances: Any) -> 
     if args.tol:
         raise RNNXError(f"--tol applies to a recurrent stack verified against its weights file; {args.model} is a whole model "
                         "(its inputs are not a stack's): its layers are checked against the weights, use --atol/--rtol")
-    report = verify_file(args.model, args.seq_lens, args.batch, ShapeArgs.dims(args), args.seed, tolerances, sys.stderr.isatty() and not args.json,
-                         weights=args.against, select=args.select)
+    report = verify_file(args.model, args.seq_lens, args.batch, ShapeArgs.dims(args), args.seed, tolerances, weights=args.against, select=args.select)
     return _whole_report(args, report)
 
 

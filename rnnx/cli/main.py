@@ -32,7 +32,7 @@ from rnnx.errors import CAUSE_CHARS, ParityError, RNNXError, one_line
 from rnnx.fileio import remove_partial_outputs, write_failure
 
 INTERNAL_ERROR = 3
-_STEPPED_VERBS = ("convert", "export", "fuse", "lower")
+_STEPPED_VERBS = ("convert", "export", "fuse", "lower", "verify")
 _running = ["rnnx"]  # the verb, for the signal handler's message
 
 
@@ -223,7 +223,6 @@ def _main(argv: Sequence[str] | None) -> int:
     _running[0] = verb = args.command
     prefix = f"rnnx {verb}: "
     # What a long verb is doing, for a person at a terminal; pipelines and --json get none.
-    # verify draws its own bar per case.
     shown = verb in _STEPPED_VERBS and sys.stderr.isatty() and not getattr(args, "json", False)
     stdout = _Watched(sys.stdout) if getattr(args, "json", False) else None
     real_stdout = sys.stdout

@@ -33,7 +33,7 @@ file) runs the torch model and the ONNX file in ONNX Runtime on the same seeded 
 from __future__ import annotations
 
 import copy
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from rnnx.verify.model_report import WholeModelReport
 from rnnx.verify.quantized import saturation_note
 from rnnx.exporters.precision import cast_edges
 from rnnx.graphs.precision import computes_in_float16
-from rnnx import limits
+from rnnx import limits, progress
 from rnnx.formats.onnx_read import file_bytes, load_model as load_onnx
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.engines.isolated import IsolatedOnnxRuntime
@@ -71,16 +71,15 @@ from rnnx.verify.torch_side import is_model_code, layer_truths, load_torch_model
 
 def verify_model(model_path: Path, against: str, checkpoint: Path | None = None, seq_lens: list[int] | None = None,
                  batches: list[int] | None = None, dims: dict[str, int] | None = None, seed: int = 0,
-                 tolerances: Tolerances | None = None, progress: bool = False, static: set[tuple[str, int]] | None = None) -> WholeModelReport:
+                 tolerances: Tolerances | None = None, static: set[tuple[str, int]] | None = None) -> WholeModelReport:
     """The ONNX file at ``model_path`` against the torch model ``against`` (see the module docstring)."""
     torch_model, example = load_torch_model(against, checkpoint)
-    return verify_loaded(Path(model_path), torch_model, example, str(against), seq_lens, batches, dims, seed, tolerances, progress,
-                         static=static)
+    return verify_loaded(Path(model_path), torch_model, example, str(against), seq_lens, batches, dims, seed, tolerances, static=static)
 
 
 def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str, seq_lens: list[int] | None = None,
                   batches: list[int] | None = None, dims: dict[str, int] | None = None, seed: int = 0,
-                  tolerances: Tolerances | None = None, progress: bool = False, max_cases: int | None = None,
+                  tolerances: Tolerances | None = None, max_cases: int | None = None,
                   isolated: bool = True, layers_calibrated: bool = False, static: set[tuple[str, int]] | None = None,
                   ask: bool = True) -> WholeModelReport:
     """:func:`verify_model` with the torch model already loaded (``against`` names it in
@@ -131,7 +130,7 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
         honest_model = cast_edges(copy.deepcopy(torch_model).half())
         report.notes.append("the file computes in float16: its rounding floor is the torch model's in float16, against its float64 copy")
     runs = []
-    for k, case in enumerate(_progress(cases, progress)):  # a case the torch model refuses may add one after it (_instead)
+    for k, case in enumerate(_stepped(cases)):  # a case the torch model refuses may add one after it (_instead)
         feed = make_feed(specs, case, example_arrays, seed + k, ids.bounds)
         try:
             want32 = torch_outputs(honest_model, call, feed)
@@ -230,7 +229,7 @@ def _refuse_non_finite(want: list[Any], names: list[str], case: Any, specs: list
 
 
 def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: list[int] | None = None, dims: dict[str, int] | None = None,
-                seed: int = 0, tolerances: Tolerances | None = None, progress: bool = False, isolated: bool = True,
+                seed: int = 0, tolerances: Tolerances | None = None, isolated: bool = True,
                 weights: Path | None = None, select: str | None = None) -> WholeModelReport:
     """The file alone: it runs in ONNX Runtime at varied shapes, and each recurrent layer
     computes what the float64 reference computes with the weights the file stores. This
@@ -259,7 +258,7 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
                               notes=[n for n in [read.wiring_note(), shape_note(roles)] if n] + matched + ids.notes("the file"))
     runs = []
     at_example = example_case(specs, read.example) if ids.unknown else None  # where ids nothing bounds leave no case running
-    for k, case in enumerate(_progress(cases, progress)):
+    for k, case in enumerate(_stepped(cases)):
         feed = make_feed(specs, case, {}, seed + k, ids.bounds)
         try:
             got = runner(feed)
@@ -391,12 +390,12 @@ def _layer_runner(proto: Any, layers: list[Layer], model_path: Path, isolated: b
     return runner, {i.name: to_array(i) for i in proto.graph.initializer if i.name in wanted}
 
 
-def _progress(items: list[Any], shown: bool) -> Any:
-    if not shown:
-        return items
-    from tqdm import tqdm
-
-    return tqdm(items, desc="verify model", unit="case", file=sys.stderr, leave=False)
+def _stepped(cases: list[Case]) -> Iterator[Case]:
+    """Each case in turn, said as the step under way (:func:`rnnx.progress.step`: shown where the
+    CLI opened a display, free elsewhere); a case appended while running is run too."""
+    for k, case in enumerate(cases):
+        progress.step(f"case {k + 1} of {len(cases)}: {case.name}")
+        yield case
 
 
 EXPORT_LAYER_CASES = 1  # the export's layer check: verify's first case (the recorded example's shape); a wrong layer shows at any shape, and the self-check varies the shapes
