@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from torch import nn
 from rnnx.formats.files import from_format
 from rnnx.errors import RNNXError
 from rnnx.exporters import ops  # noqa: F401  (registers torch.ops.rnnx.*)
+from rnnx.layouts import torch as torch_layout
 from rnnx.layouts.onnx import layer_arrays
 from rnnx.spec import RNNSpec
 
@@ -128,7 +130,105 @@ def data_writes_traced() -> Iterator[None]:
             torch.Tensor.data = own  # type: ignore[method-assign]
 
 
-class NativeRecurrence:
+def forward_weights(module: nn.Module, spec: RNNSpec, where: str, cell_style: bool = False) -> dict[str, torch.Tensor]:
+    """The weights ``module`` computes with, by torch's names, read as its forward reads them:
+    as attributes, not from ``state_dict()``. A weight-drop wrapper takes the recurrent matrix
+    out of the registry and assigns it before every call (AWD-LSTM's WeightDrop and fastai's
+    WeightDropout a plain tensor, ``torch.nn.utils.parametrize`` a property computed from
+    ``parametrizations.<name>.original``), so the state_dict lacks it. In eval mode, as export
+    swaps a copy, the attribute holds the raw weight: the model ran on the example in eval mode
+    just before, and a parametrization computes it on reading."""
+    out = {}
+    for key, *_ in torch_layout.keys(spec, cell_style):
+        try:
+            value = getattr(module, key, None)
+        except Exception as exc:  # noqa: BLE001  a parametrization is the user's code
+            raise RNNXError(f"{where} ({type(module).__name__}): reading {key} raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}; "
+                            "fix the code that computes it") from None
+        if not isinstance(value, torch.Tensor):
+            found = "nothing" if value is None else f"a {type(value).__name__}"
+            raise RNNXError(f"{where} ({type(module).__name__}): expected {key} as a tensor attribute, the weight its forward reads, "
+                            f"found {found}; a wrapper that assigns it at each call (weight drop) must have run once: "
+                            "call the model on the example in eval mode before swapping, or export through rnnx.export, which does")
+        out[key] = value.detach()
+    return out
+
+
+class ForwardTimeWeights:
+    """Mixed in before both stand-ins: a wrapper may assign a swapped module's weight at every
+    call, which the native forward does not read (it computes with the weights read at the swap).
+    AWD-LSTM's WeightDrop assigns ``F.dropout(raw, p, training)``; in eval mode that is the raw
+    Parameter itself, which nn.Module then registers under the weight's name, and the next call,
+    traced, assigns a plain tensor there, which nn.Module refuses. Such an assignment makes the
+    name the plain attribute the wrapper meant it to be."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        params = self.__dict__.get("_parameters")
+        if (params is not None and name in params and name in self.__dict__.get("_rnnx_weight_names", ())
+                and isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter)):
+            del params[name]
+        super().__setattr__(name, value)
+
+
+def _native_layers(module: nn.Module, spec: RNNSpec, where: str, cell_style: bool) -> list[dict[str, torch.Tensor]]:
+    """Each layer's W, R, B (and proj) in ONNX layout, on the module's device, from the weights
+    its forward reads."""
+    state = forward_weights(module, spec, where, cell_style)
+    device = next(iter(state.values())).device
+    weights = from_format({k: v.cpu() for k, v in state.items()}, "torch", spec=spec)
+    module.__dict__["_rnnx_weight_names"] = frozenset(state)
+    layers = []
+    for k in range(spec.num_layers):
+        arrays = layer_arrays(weights, k)
+        layers.append({key: torch.from_numpy(arrays[key].copy()).to(device) for key in ("W", "R", "B", "proj") if key in arrays})
+    return layers
+
+
+def _mark_call(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """The first forward pre-hook of a module given :func:`_forward_through_call`: the forward
+    that follows comes through ``__call__``, its hooks already run."""
+    module.__dict__["_rnnx_calls"] = module.__dict__.get("_rnnx_calls", 0) + 1
+
+
+def _forward_through_call(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """An instance's forward: called by ``__call__`` (after :func:`_mark_call`), the class's
+    forward; called directly, ``__call__``, so that the hooks run."""
+    pending = self.__dict__.get("_rnnx_calls", 0)
+    if pending:
+        self.__dict__["_rnnx_calls"] = pending - 1
+        return type(self).forward(self, *args, **kwargs)
+    try:
+        return self(*args, **kwargs)
+    finally:
+        self.__dict__["_rnnx_calls"] = 0  # a hook that raised after the mark leaves no count behind
+
+
+@contextlib.contextmanager
+def direct_calls_seen(model: Any) -> Iterator[int]:
+    """While rnnx runs the user's model, a recurrent module whose forward is called directly
+    (AWD-LSTM's WeightDrop calls ``self.module.forward(*args)``, skipping ``__call__``) runs its
+    forward pre-hooks all the same: rnnx tells which inputs reach a recurrence as states, and the
+    dimension audit which dimension is a batch or a length, by hooks on the recurrent modules.
+    Each is given an instance forward bound to itself (a deep copy made meanwhile, such as the
+    float64 truth, is bound to itself too) and removed after. The model itself is left as it is:
+    rnnx calls it, and its forward's signature names the inputs. Yields how many were given one."""
+    patched = []
+    modules = model.named_modules() if isinstance(model, nn.Module) else ()
+    for name, module in modules:
+        if name and isinstance(module, RECURRENT_MODULES + CELL_MODULES) and "forward" not in module.__dict__:
+            handle = module.register_forward_pre_hook(_mark_call, prepend=True, with_kwargs=True)
+            module.__dict__["forward"] = types.MethodType(_forward_through_call, module)
+            patched.append((module, handle))
+    try:
+        yield len(patched)
+    finally:
+        for module, handle in patched:
+            handle.remove()
+            module.__dict__.pop("forward", None)
+            module.__dict__.pop("_rnnx_calls", None)
+
+
+class NativeRecurrence(ForwardTimeWeights):
     """Mixed in before nn.LSTM / GRU / RNN: the module keeps its class, attributes, parameters
     and methods, and only its forward calls rnnx's ops, one per layer.
 
@@ -137,17 +237,10 @@ class NativeRecurrence:
     ``parameters()`` read exactly as before; torch.export lifts them as constants.
     """
 
-    def _rnnx_prepare(self) -> None:
+    def _rnnx_prepare(self, where: str = "") -> None:
         spec = spec_of_module(self)
-        state = {k: v.detach().cpu() for k, v in nn.Module.state_dict(self).items()}
-        weights = from_format(state, "torch", spec=spec)
-        device = next(self.parameters()).device
-        layers = []
-        for k in range(spec.num_layers):
-            arrays = layer_arrays(weights, k)
-            layers.append({key: torch.from_numpy(arrays[key].copy()).to(device) for key in ("W", "R", "B", "proj") if key in arrays})
+        self.__dict__["_rnnx_layers"] = _native_layers(self, spec, where or type(self).__name__, cell_style=False)
         self.__dict__["_rnnx_spec"] = spec
-        self.__dict__["_rnnx_layers"] = layers
 
     def _rnnx_layer(self, k: int, x: torch.Tensor, lens: torch.Tensor | None, h0: torch.Tensor | None, c0: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         spec, arrays = self._rnnx_spec, self._rnnx_layers[k]
@@ -212,17 +305,14 @@ def spec_of_cell(module: nn.Module) -> RNNSpec:
     return RNNSpec(cell=cell, input_size=module.input_size, hidden_size=module.hidden_size, bias=module.bias)
 
 
-class NativeCell:
+class NativeCell(ForwardTimeWeights):
     """Mixed in before nn.LSTMCell / GRUCell / RNNCell: each call exports as a one-step native
     node; the module is otherwise the original (see :class:`NativeRecurrence`)."""
 
-    def _rnnx_prepare(self) -> None:
+    def _rnnx_prepare(self, where: str = "") -> None:
         spec = spec_of_cell(self)
-        state = {k: v.detach().cpu() for k, v in nn.Module.state_dict(self).items()}
-        arrays = layer_arrays(from_format(state, "torch", spec=spec), 0)
-        device = next(self.parameters()).device
+        self.__dict__["_rnnx_layers"] = _native_layers(self, spec, where or type(self).__name__, cell_style=True)
         self.__dict__["_rnnx_spec"] = spec
-        self.__dict__["_rnnx_layers"] = [{k: torch.from_numpy(arrays[k].copy()).to(device) for k in ("W", "R", "B") if k in arrays}]
 
     def forward(self, input: torch.Tensor, hx: Any = None) -> Any:
         spec, arrays = self._rnnx_spec, self._rnnx_layers[0]
@@ -273,7 +363,7 @@ def swap_recurrent_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     for name, module in model.named_modules():
         if swappable(module):
             module.__class__ = _stand_in_class(type(module))
-            module._rnnx_prepare()  # type: ignore[attr-defined]
+            module._rnnx_prepare(name or "(the model)")  # type: ignore[attr-defined]
             swapped.append((name, module))
     return swapped
 

@@ -73,7 +73,7 @@ def export(
     except ImportError as exc:
         raise RNNXError(f"rnnx export needs {exc.name}, which is not installed: pip install 'rnnx[torch]'") from None
 
-    from rnnx.exporters.modules import swap_recurrent_modules, swappable
+    from rnnx.exporters.modules import direct_calls_seen
 
     check_opset(opset)
     path = Path(path)
@@ -86,6 +86,21 @@ def export(
                                tolerances=tolerances, nondeterministic_atol=nondeterministic_atol)
     if not isinstance(model, torch.nn.Module):
         raise RNNXError(f"model: expected a torch.nn.Module, found a {type(model).__name__}")
+    # A recurrent module the model calls by .forward() (AWD-LSTM's WeightDrop) must still run the
+    # hooks that tell which inputs reach it, and as what.
+    with direct_calls_seen(model):
+        return _export_module(model, args, path, opset, dynamic_shapes, dynamic, static, input_names, output_names, check, seed, tolerances,
+                              nondeterministic_atol)
+
+
+def _export_module(model: Any, args: tuple[Any, ...], path: Path, opset: int, dynamic_shapes: Any, dynamic: Mapping[str, Mapping[int, str | None]] | None,
+                   static: Mapping[str, Sequence[int]] | None, input_names: Sequence[str] | None, output_names: Sequence[str] | None, check: bool,
+                   seed: int, tolerances: Tolerances | None, nondeterministic_atol: float | None) -> ExportReport:
+    """:func:`export` of an nn.Module, its arguments checked."""
+    import torch
+
+    from rnnx.exporters.modules import swap_recurrent_modules, swappable
+
     if path.is_dir():
         raise RNNXError(f"{path}: is a folder; give the ONNX file to write, e.g. {path / 'model.onnx'}")
     doubles = sorted({name for name, p in model.named_parameters() if p.dtype == torch.float64 and in_recurrence(model, name)})

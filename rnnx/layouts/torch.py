@@ -41,6 +41,20 @@ def suffix(layer: int, direction: str, cell_style: bool = False) -> str:
     return f"_l{layer}" + ("_reverse" if direction == "reverse" else "")
 
 
+def keys(spec: RNNSpec, cell_style: bool = False) -> list[tuple[str, int, str, str]]:
+    """(key, layer, direction, canonical kind) of every parameter a module of ``spec`` holds,
+    in the order of its ``_flat_weights_names``."""
+    out = []
+    for layer in range(spec.num_layers):
+        for direction in spec.directions:
+            sfx = suffix(layer, direction, cell_style)
+            for param, kind in PARAMS:
+                if (kind == "proj" and not spec.proj_size) or (kind in ("bW", "bR") and not spec.bias):
+                    continue
+                out.append((f"{param}{sfx}", layer, direction, kind))
+    return out
+
+
 def refusals(spec: RNNSpec, cell: bool = False) -> list[str]:
     """Why a torch module (or, with ``cell``, a torch Cell) cannot hold ``spec`` (empty when it can)."""
     reasons = []
@@ -168,31 +182,20 @@ def from_group(arrays: Mapping[str, np.ndarray], spec: RNNSpec | None, name: str
     order = GATE_ORDER[spec.cell]
     tensors: dict[str, np.ndarray] = {}
     expected_keys = set()
-    for layer in range(spec.num_layers):
-        for direction in spec.directions:
-            sfx = suffix(layer, direction, cell_style)
-            for param, kind in PARAMS:
-                key = f"{param}{sfx}"
-                if kind == "proj":
-                    if not spec.proj_size:
-                        continue
-                    expected_keys.add(key)
-                    if key not in arrays:
-                        raise RNNXError(f"group {name!r}: expected {key} for spec {spec}, found nothing")
-                    tensors[tensor_name(layer, direction, "proj")] = arrays[key]
-                    continue
-                if kind in ("bW", "bR") and not spec.bias:
-                    continue
-                expected_keys.add(key)
-                if key not in arrays:
-                    raise RNNXError(f"group {name!r}: expected {key} for spec {spec}, found nothing")
-                if arrays[key].shape[0] != len(order) * spec.hidden_size:
-                    raise RNNXError(
-                        f"tensor {key}: expected {len(order)}*{spec.hidden_size} rows for spec {spec}, "
-                        f"found shape {tuple(arrays[key].shape)}"
-                    )
-                for gate, part in split_gates(arrays[key], order).items():
-                    tensors[tensor_name(layer, direction, kind, gate)] = part
+    for key, layer, direction, kind in keys(spec, cell_style):
+        expected_keys.add(key)
+        if key not in arrays:
+            raise RNNXError(f"group {name!r}: expected {key} for spec {spec}, found nothing")
+        if kind == "proj":
+            tensors[tensor_name(layer, direction, "proj")] = arrays[key]
+            continue
+        if arrays[key].shape[0] != len(order) * spec.hidden_size:
+            raise RNNXError(
+                f"tensor {key}: expected {len(order)}*{spec.hidden_size} rows for spec {spec}, "
+                f"found shape {tuple(arrays[key].shape)}"
+            )
+        for gate, part in split_gates(arrays[key], order).items():
+            tensors[tensor_name(layer, direction, kind, gate)] = part
     extra = sorted(set(arrays) - expected_keys)
     if extra:
         raise RNNXError(f"group {name!r}: {extra[0]} is not part of spec {spec}; check layers, bias, direction and proj")
