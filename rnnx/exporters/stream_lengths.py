@@ -76,8 +76,8 @@ def chunk_multiple(run: Callable[[int], Recorder | None], axes: dict[Key, int], 
 def _steady(key: Key, axis: int, runs: list[dict[Key, Any]]) -> bool:
     """Whether the tensor ``key`` has ``k d + c`` frames in the run at ``k`` chunks, ``d >= 1``, ``c >= 0``."""
     found = [r.get(key) for r in runs]
-    if any(t is None or t.dim() <= axis for t in found):
+    counts = [int(t.shape[axis]) for t in found if t is not None and t.dim() > axis]
+    if len(counts) != len(runs):
         return False
-    counts = [int(t.shape[axis]) for t in found]
     step = counts[1] - counts[0]
     return step >= 1 and counts[0] - step >= 0 and all(n == counts[0] + k * step for k, n in enumerate(counts))

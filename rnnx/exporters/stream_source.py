@@ -14,6 +14,7 @@ import linecache
 import os
 import sys
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any
 
 Frame = tuple[str, int]  # (file, line)
@@ -39,7 +40,7 @@ def _users(filename: str) -> bool:
 
 def user_frame() -> Frame | None:
     """The innermost frame of the running stack in the user's code, or None."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if _users(frame.f_code.co_filename):
             return frame.f_code.co_filename, frame.f_lineno
