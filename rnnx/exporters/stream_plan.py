@@ -26,6 +26,7 @@ from rnnx.engines.chunk_divergence import first_divergence
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import shapes
 from rnnx.exporters.stream_context import ConvCache
+from rnnx.exporters.stream_loops import Loop, LoopState
 from rnnx.exporters.stream_running import RunningState
 from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_output, example_sizes, float64_copy, fresh_inputs, run_eager
 from rnnx.formats.onnx_metadata import read_metadata, set_metadata
@@ -55,6 +56,7 @@ class _Slot:
     cell: bool = False  # a cell stepped in Python: the state of its first step comes in, its last step's goes out
     running: RunningState | None = None  # a cumulative sum or a frame counter along time
     computed: bool = False  # its first chunk's states are the model's own (a learned h0, one computed from an input), not zeros
+    loop: LoopState | None = None  # a value a Python loop over the frames hands from step to step
 
 
 @dataclass
@@ -68,6 +70,7 @@ class StreamPlan:
     record: StreamingRecord | None = None  # set by annotate, from the translated graph
     notes: list[str] = field(default_factory=list)
     first: str | None = None  # the boolean input true on a stream's first chunk, where a slot's states are computed
+    loops: tuple[Loop, ...] = ()  # the Python loops over the frames the streaming forward walks, where one carries a value
 
     @property
     def state_inputs(self) -> list[str]:
@@ -97,14 +100,20 @@ class StreamPlan:
         in_dims: dict[str, list[Any]] = export.get("inputs") or {}
         out_dims: dict[str, list[Any]] = export.get("outputs") or {}
         states_in, states_out = {*self.state_inputs, *([self.first] if self.first else [])}, set(self.state_outputs)
+        for slot in self.slots:  # a loop's state has the batch where a frame's values have it: a label no nn module reached is that batch
+            at = slot.loop.batch_axis if slot.loop is not None else None
+            label = in_dims.get(slot.inputs[0], [])[at] if at is not None and len(in_dims.get(slot.inputs[0], [])) > at else None
+            if isinstance(label, str) and roles.get(label) != LENGTH:
+                roles = {**roles, label: BATCH}
         times = sorted({d for name, dims in in_dims.items() if name not in states_in for d in dims if isinstance(d, str) and roles.get(d) == LENGTH})
         if len(times) != 1:
             found = "none (the time axis is static)" if not times else f"{len(times)} independent ones ({', '.join(times)})"
             cells = [s.module for s in self.slots if s.cell]
-            if not times and cells:  # torch.export unrolls a Python loop at the example's length; rnnx fuses it dynamic only over an input
-                raise RNNXError(f"streaming: expected one dynamic time axis in the inputs to cut into chunks, found none: the loop stepping "
-                                f"{cells[0]} was traced at the example's length, and rnnx makes it dynamic only where each step reads an input "
-                                "frame directly (x[:, t]); step the cell over the input, use nn.LSTM/GRU/RNN, or export without streaming")
+            if not times and (cells or self.loops):  # the trace unrolled a Python loop at the example's length, and it stayed so
+                stepping = f" stepping {cells[0]}" if cells else ""
+                raise RNNXError(f"streaming: expected one dynamic time axis in the inputs to cut into chunks, found none: the Python loop over "
+                                f"the frames{stepping} was traced at the example's length and stays unrolled there ({_unrolled(report)}); "
+                                "make its steps one computation and its length dynamic, use nn.LSTM/GRU/RNN, or export without streaming")
             raise RNNXError(f"streaming: expected one dynamic time axis in the inputs to cut into chunks, found {found}; "
                             "make the frames axis dynamic (dynamic={'x': {1: 'frames'}} / --dynamic x:1=frames) or export without streaming")
         time = times[0]
@@ -188,8 +197,8 @@ class StreamPlan:
         if whole_ok and failed is not None:
             values, chunk = failed
             check.hint = ("the whole sequence matches but chunks do not: the model keeps context along time that rnnx does not carry; "
-                          "rnnx carries recurrent states, nn.Conv1d/Conv2d caches, the zeros an F.pad puts before the frames, cumsum and "
-                          "frame counters")
+                          "rnnx carries recurrent states, nn.Conv1d/Conv2d caches, the zeros an F.pad puts before the frames, cumsum, "
+                          "frame counters and the values a Python loop over the frames hands from step to step")
             where = self._divergence(path, leaves, values, chunk)
             check.hint += f"; {where}" if where else " (a functional convolution, a loop over frames, a state kept in an attribute)"
 
@@ -252,6 +261,14 @@ def _reads(dim: str, label: str) -> bool:
     """Whether a dimension is the time label or computed from it (``(frames + 4)//4 - 1`` after
     strides): the outputs' frames, joined chunk after chunk."""
     return re.search(rf"(?<![\w.]){re.escape(label)}(?![\w.])", dim) is not None
+
+
+def _unrolled(report: Any) -> str:
+    """Why the trace's loop over the frames stayed one node per step, as the export's notes
+    say it (the re-roll's and the step fuser's reasons)."""
+    reasons = [note.split(marker, 1)[1].removesuffix(")") for note in getattr(report, "notes", None) or []
+               for marker in ("is not re-rolled (", "fixed at the example's (") if marker in note]
+    return "; ".join(dict.fromkeys(reasons)) or "rnnx found no loop to make one node or Loop"
 
 
 def _case_name(chunk: int, frames: int, batch: int | None) -> str:

@@ -11,12 +11,16 @@ Module names, parameters and the recurrent modules' swap to native nodes are unt
 the rest of the exporter sees an ordinary model that takes and returns states.
 
 A cell stepped in Python takes the state inputs at its first step of the forward, and its
-last step's states are the outputs. A convolution along time keeps the frames its left
-padding stood for; a cumsum along time or an arange over the frames their running sum or
-count; zeros an F.pad put before the frames (a delta feature's previous frame) the frames
-they stand for: each is one more state in and out (:mod:`rnnx.exporters.stream_running`;
-:mod:`rnnx.exporters.stream_context` finds the time axis and proves the model causal by
-running it).
+last step's states are the outputs. Any other Python loop over the frames (a hand-written
+cell, a cell whose h is normalised before the next step, a moving average) carries what each
+step hands the next: :mod:`rnnx.exporters.stream_loops` finds those values by running the
+model, and the streaming forward starts the loop's first step from the state inputs.
+
+A convolution along time keeps the frames its left padding stood for; a cumsum along time
+or an arange over the frames their running sum or count; zeros an F.pad put before the frames
+(a delta feature's previous frame) the frames they stand for: each is one more state in and
+out (:mod:`rnnx.exporters.stream_running`; :mod:`rnnx.exporters.stream_context` finds the
+time axis and proves the model causal by running it).
 
 A recurrence the model starts from a state of its own (a learned ``nn.Parameter`` h0
 expanded to the batch, ``tanh(Linear(speaker_embedding))``) keeps it for a stream's first
@@ -50,9 +54,10 @@ from typing import Any
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import shapes
 from rnnx.exporters.stream_context import cached_conv_forward, study
+from rnnx.exporters.stream_loops import find_loops, loop_carry
 from rnnx.exporters.stream_plan import StreamPlan, _Slot
 from rnnx.exporters.stream_running import carry_mode
-from rnnx.exporters.stream_source import at, called_at, raised_at, user_frame
+from rnnx.exporters.stream_source import at, called_at, user_frame
 from rnnx.exporters.selfcheck import run_eager
 
 # --- the streaming model ---------------------------------------------------------------------
@@ -107,6 +112,7 @@ class _StreamingForward:
         handles = []
         patched = []
         running = []
+        looped = {}
         k = 0
         try:
             for slot in plan.slots:
@@ -114,6 +120,9 @@ class _StreamingForward:
                 k += len(slot.inputs)
                 if slot.running is not None:
                     running.append((slot.running, given[0]))
+                    continue
+                if slot.loop is not None:
+                    looped[slot.loop.name] = given[0]
                     continue
                 module = self.get_submodule(slot.module)  # type: ignore[attr-defined]
                 if slot.conv is not None:  # where nn.Conv1d/2d.forward (or a subclass's) ends: its input, padded as the model padded it
@@ -126,7 +135,9 @@ class _StreamingForward:
                 feed = functools.partial(_feed_first, hx, own, [True]) if slot.cell else functools.partial(_feed, hx, own)
                 handles.append(module.register_forward_pre_hook(feed, prepend=True, with_kwargs=True))
                 handles.append(module.register_forward_hook(functools.partial(_keep, sink, slot.module, slot.cell)))
-            with carry_mode(running, sink) if running else contextlib.nullcontext():
+            # the loops' walk entered last: it sees the model's own calls before carry_mode does
+            with (carry_mode(running, sink) if running else contextlib.nullcontext(),
+                  loop_carry(self, plan.loops, looped, chunk_first, sink) if looped else contextlib.nullcontext()):
                 out = super().forward(*inputs)  # type: ignore[misc]
         finally:
             for handle in handles:
@@ -196,18 +207,24 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
                               "rnnx cannot tell which of its arguments are the states", "use the plain module, or pass the states as inputs yourself",
                               called_at(model, example, name))
             recurrent.append((name, m))
-    if not recurrent:
-        raise RNNXError("streaming: expected at least one nn.LSTM, nn.GRU or nn.RNN or a cell, found none; a model without recurrences has no "
-                        "state to carry: export it without streaming")
     args = tuple(example) if isinstance(example, (tuple, list)) else (example,)
+    from torch.utils._pytree import tree_flatten
+
+    flat, structure = tree_flatten(args)
+    notes: list[str] = []
+    taken = {name for name, _ in model.named_modules()} | {leaf.name for leaf in shapes.leaves_of(model, args)[0]}
+    loops = find_loops(model, flat, structure, recurrent, taken)  # a Python loop over the frames: what each step hands the next
+    if not recurrent and not loops.states:
+        raise RNNXError("streaming: expected at least one nn.LSTM, nn.GRU or nn.RNN, a cell, or a Python loop over the frames that hands a "
+                        "value from step to step, found none; a model without recurrences has no state to carry: export it without streaming")
     calls, out = _probe(model, args, recurrent)
     example_ids = {id(a) for a in torch.utils._pytree.tree_flatten(args)[0]}
     slots, zeros = [], []
     sources: dict[str, _Source] | None = None  # where each recurrence's own initial state comes from, found once where one has one
     for name, m in recurrent:
         call = calls[name]
-        if call.times == 0:
-            continue  # not on this model's path: it holds no state to carry
+        if call.times == 0 or name in loops.covered:
+            continue  # not on this model's path: it holds no state to carry; or stepped in a loop that carries its states
         cell = isinstance(m, CELL_MODULES)
         if call.times > 1 and not cell:
             raise _refuse(name, f"a module called {call.times} times in one forward", "streaming carries one state per module", "call it once per forward",
@@ -247,11 +264,11 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         kinds = ("h", "c") if lstm else ("h",)
         slots.append(_Slot(name, lstm, tuple(f"{name}.{k}_in" for k in kinds), tuple(f"{name}.{k}_out" for k in kinds), cell=cell,
                            computed=computed))
-    from torch.utils._pytree import tree_flatten
-
-    flat, structure = tree_flatten(args)
-    notes: list[str] = []
-    context = study(model, flat, structure, [(name, m) for name, m in recurrent if calls[name].times], notes)
+    for state in loops.states:
+        zeros.append(torch.zeros(state.shape, dtype=state.dtype))
+        slots.append(_Slot(state.name, False, (f"{state.name}_in",), (f"{state.name}_out",), computed=state.computed, loop=state))
+    context = study(model, flat, structure, [(name, m) for name, m in recurrent if calls[name].times], notes,
+                    time=loops.time if loops.states else None)
     for cache in context.caches:
         weight = model.get_submodule(cache.module).weight
         zeros.append(torch.zeros(cache.shape, dtype=weight.dtype, device=weight.device))
@@ -259,7 +276,8 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
     for run in context.running:
         zeros.append(torch.zeros(run.shape, dtype=run.dtype))
         slots.append(_Slot(run.name, False, (f"{run.name}_in",), (f"{run.name}_out",), running=run))
-    plan = StreamPlan(len(args), slots, context.multiple, context.output_axes, notes=notes + context.notes)
+    plan = StreamPlan(len(args), slots, context.multiple, context.output_axes, notes=notes + context.notes,
+                      loops=loops.loops if loops.states else ())
 
     # Names: the user's (or forward's) for the original inputs and outputs, then the states'.
     leaves, _ = shapes.leaves_of(model, args)
@@ -286,6 +304,7 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         # A recurrence's batched states are (layers, batch, hidden); a cache has the batch first, as its conv's input.
         owners = [slot for slot in slots for _ in slot.inputs]  # the zeros are in the states' order
         axes = [slot.conv.batch_axis if slot.conv is not None else slot.running.batch_axis if slot.running is not None
+                else slot.loop.batch_axis if slot.loop is not None
                 else (0 if z.dim() == 2 else None) if slot.cell else (1 if z.dim() == 3 else None) for slot, z in zip(owners, zeros)]
         batch = _batch_label(dynamic_axes, context.time, [leaf.name for leaf in leaves], given_in)
         dynamic_axes = {**dynamic_axes, **{name: {axis: batch} for name, axis in zip(plan.state_inputs, axes) if axis is not None}}
@@ -332,7 +351,7 @@ def _probe(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str, Any]]) 
         out = run_eager(model, flat, structure)
     except Exception as exc:  # noqa: BLE001  the user's model may raise anything
         raise RNNXError(f"streaming: expected the model to run on the example, found it raised {type(exc).__name__}: "
-                        f"{one_line(exc, CAUSE_CHARS)}{at(raised_at(exc))}; check the example inputs") from exc
+                        f"{one_line(exc, CAUSE_CHARS)}; check the example inputs") from exc
     finally:
         for h in handles:
             h.remove()
