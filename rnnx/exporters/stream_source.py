@@ -48,6 +48,17 @@ def user_frame() -> Frame | None:
     return None
 
 
+def raised_at(exc: BaseException) -> Frame | None:
+    """The innermost frame of the user's code in the traceback of ``exc``: where the model raised."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if _users(tb.tb_frame.f_code.co_filename):
+            found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
 def shown(frame: Frame | None) -> str:
     """``net.py:14 (return self.rnn(x))``: the file's name, the line, and its code without a
     trailing comment; "" for no frame."""

@@ -57,7 +57,7 @@ from rnnx.exporters.stream_context import cached_conv_forward, study
 from rnnx.exporters.stream_loops import find_loops, loop_carry
 from rnnx.exporters.stream_plan import StreamPlan, _Slot
 from rnnx.exporters.stream_running import carry_mode
-from rnnx.exporters.stream_source import at, called_at, user_frame
+from rnnx.exporters.stream_source import at, called_at, raised_at, user_frame
 from rnnx.exporters.selfcheck import run_eager
 
 # --- the streaming model ---------------------------------------------------------------------
@@ -351,7 +351,7 @@ def _probe(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str, Any]]) 
         out = run_eager(model, flat, structure)
     except Exception as exc:  # noqa: BLE001  the user's model may raise anything
         raise RNNXError(f"streaming: expected the model to run on the example, found it raised {type(exc).__name__}: "
-                        f"{one_line(exc, CAUSE_CHARS)}; check the example inputs") from exc
+                        f"{one_line(exc, CAUSE_CHARS)}{at(raised_at(exc))}; check the example inputs") from exc
     finally:
         for h in handles:
             h.remove()

@@ -143,6 +143,8 @@ CASES = [
          "no input axis the model runs with doubled lengthens every recurrence's sequence"),
     Case("no_recurrence", net("self.lin = nn.Linear(6, 6)", "return self.lin(x)"),
          ("expected at least one nn.LSTM, nn.GRU or nn.RNN",), "has no state to carry"),
+    Case("raises", net(GRU, f"if x.shape[-1] != 7:\n    raise ValueError('expected 7 features')  {MARK}\nreturn self.rnn(x)[0]"),
+         ("found it raised ValueError: expected 7 features",), "expected the model to run on the example"),
     Case("dynamic_shapes", net(GRU, "return self.rnn(x)[0]"), ("found dynamic_shapes (by forward's parameters",),
          "which the streaming model extends with states", options={"dynamic_shapes": ({1: torch.export.Dim("t")},)}),
     Case("script_module", net(GRU, "return self.rnn(x)[0]"), ("expected a torch.nn.Module (rnnx wraps its Python forward), found a",),
