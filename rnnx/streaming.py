@@ -26,7 +26,8 @@ for an extra ``h_init`` output: a runtime needs no second code path, and a state
 an input fed with every chunk (a speaker embedding) is computed from the chunk's own value.
 A file whose states all start at zeros is still written as version 1, which readers before
 version 2 read; both versions are read here. A convolution's cache is a state like any other (``"module": "frontend.conv"``,
-``.cache_in`` / ``.cache_out``); a model with strides along time takes chunks of a multiple
+``.cache_in`` / ``.cache_out``), and so is a value a Python loop over the frames hands from step to step
+(``"module": "h"``, the variable holding it, ``h_in`` / ``h_out``); a model with strides along time takes chunks of a multiple
 of ``chunk_multiple`` frames. A null ``time_axis`` is an input fed whole with every chunk,
 or an output that holds no frames (its value after the last chunk is the whole sequence's).
 
