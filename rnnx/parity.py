@@ -1,21 +1,18 @@
-"""Parity: run a backend on fresh seeded inputs and hold it against the float64 reference."""
+"""Parity's inputs and truths: fresh seeded inputs for a stack, and the float64 reference's outputs on
+them (and its arithmetic in a lower dtype, the calibrated rule's honest run). Running a backend on
+them and judging it is :mod:`rnnx.check.stack`'s."""
 
 from __future__ import annotations
-
-import json
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from rnnx import reference
-from rnnx.tolerance import BY_DTYPE, CALIBRATED_DTYPES, ErrorStats, Tolerances, compare_arrays, compare_calibrated, quantile_label
+from rnnx.tolerance import BY_DTYPE, CALIBRATED_DTYPES
 from rnnx.weights import RNNWeights
 
 #: (atol, rtol) per dtype, read from :data:`rnnx.tolerance.BY_DTYPE` (the one table; kept
 #: for callers of the older form). Changing it changes nothing: pass ``tolerances``.
 TOLERANCES = {name: (t.atol, t.rtol) for name, t in BY_DTYPE.items()}
-DEFAULT_SHAPES = ((1, 1), (5, 3), (11, 7))  # (seq_len, batch): batch 1, and two more shapes so that nothing baked in passes
 
 
 def random_inputs(
@@ -58,152 +55,3 @@ def honest_outputs(weights: RNNWeights, inputs: dict[str, np.ndarray], dtype: st
     if dtype not in CALIBRATED_DTYPES or dtype == "bfloat16":  # numpy computes no bfloat16 of its own
         return None
     return reference_outputs(weights, inputs, batch_first, dtype=np.dtype(dtype).type)
-
-
-@dataclass
-class Comparison:
-    """One output of one run against what it should be (see :func:`rnnx.tolerance.compare_arrays`)."""
-
-    backend: str
-    output: str
-    seq_len: int
-    batch: int
-    max_abs: float
-    max_rel: float
-    atol: float
-    rtol: float
-    passed: bool
-    ran: bool = True  # False: the file was only read back and the reference run on it, not run by its owner
-    mean_abs: float = 0.0
-    p99_abs: float = 0.0  # the error statistic's quantile (0.99 unless the tolerance says otherwise)
-    mean_rel: float = 0.0
-    p99_rel: float = 0.0
-    stat: str = "elemwise"  # the statistic the tolerance was applied to (Polygraphy's --check-error-stat)
-    dtype: str = "float32"  # what ran, and so whose tolerance applied
-    note: str = ""  # why it failed where the numbers do not say (a shape, NaN, a missing output)
-    floor: float | None = None  # the calibrated rule's rounding floor; None where a fixed tolerance held
-    multiple: float | None = None
-    ratio: float | None = None  # max abs over the floor: how far from honest arithmetic
-
-    @classmethod
-    def from_stats(cls, backend: str, output: str, seq_len: int, batch: int, stats: ErrorStats, dtype: str = "float32", ran: bool = True) -> Comparison:
-        stat = quantile_label(stats.quantile) if stats.stat == "quantile" else stats.stat
-        return cls(backend, output, seq_len, batch, stats.max_abs, stats.max_rel, stats.atol, stats.rtol, stats.passed, ran,
-                   stats.mean_abs, stats.quantile_abs, stats.mean_rel, stats.quantile_rel, stat, dtype, stats.note,
-                   stats.floor, stats.multiple, stats.ratio)
-
-    @property
-    def tolerance(self) -> str:
-        if self.floor is not None:
-            return f"max abs <= {self.multiple:g} x floor {self.floor:.2e} (ratio {self.ratio:.3g})"
-        return f"atol {self.atol:g}, rtol {self.rtol:g}, {self.stat}"
-
-    def describe(self) -> str:
-        """One line: which output, where, how far off, and the tolerance it was held to."""
-        where = f"{self.backend} {self.output}" + (f" at T={self.seq_len}, B={self.batch}" if self.seq_len or self.batch else "")
-        if self.note and not np.isfinite(self.max_abs):
-            return f"{where}: {self.note} ({self.tolerance})"
-        return (f"{where}: max abs error {self.max_abs:.3e} (mean {self.mean_abs:.3e}, p99 {self.p99_abs:.3e}), max rel {self.max_rel:.3e}, "
-                f"beyond {self.tolerance}" + (f"; {self.note}" if self.note else ""))
-
-
-@dataclass
-class ParityReport:
-    """Rows of comparisons; truthy when every row passed."""
-
-    rows: list[Comparison] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.rows) and all(r.passed for r in self.rows)
-
-    def worst(self) -> Comparison | None:
-        return max(self.rows, key=lambda r: r.max_abs, default=None)
-
-    def first_failure(self) -> Comparison | None:
-        """The failing row with the largest absolute error (a NaN counts as the largest)."""
-        failed = [r for r in self.rows if not r.passed]
-        return max(failed, key=lambda r: (np.isnan(r.max_abs), r.max_abs), default=None)
-
-    def failure(self) -> str:
-        """One line naming the worst failing row and its tolerance ("" when everything passed)."""
-        row = self.first_failure()
-        if row is None:
-            return "" if self.rows else "nothing was compared"
-        return row.describe()
-
-    def to_json(self) -> list[dict[str, object]]:
-        return [asdict(r) for r in self.rows]
-
-    def __str__(self) -> str:
-        lines = [f"{'backend':<14} {'output':<6} {'T':>4} {'B':>3} {'max abs':>10} {'mean abs':>10} {'p99 abs':>10} {'max rel':>10}  "
-                 f"{'tolerance (atol, rtol, stat | floor)':<30} result"]
-        for r in self.rows:
-            verdict = ("ok" if r.ran else "read back only") if r.passed else "FAIL" + (f" ({r.note})" if r.note else "")
-            tol = f"{r.multiple:g} x {r.floor:.2e}: {r.ratio:.3g}" if r.floor is not None else f"{r.atol:g}, {r.rtol:g}, {r.stat}"
-            lines.append(f"{r.backend:<14} {r.output:<6} {r.seq_len:>4} {r.batch:>3} {r.max_abs:>10.3e} {r.mean_abs:>10.3e} {r.p99_abs:>10.3e} "
-                         f"{r.max_rel:>10.3e}  {tol:<30} {verdict}")
-        return "\n".join(lines)
-
-    def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2)
-
-
-def compare(backend: str, got: dict[str, np.ndarray], want: dict[str, np.ndarray], seq_len: int, batch: int,
-            dtype: str | Mapping[str, str] = "float32", tolerances: Tolerances | None = None,
-            honest: Mapping[str, np.ndarray] | None = None) -> list[Comparison]:
-    """Each output in ``want`` against ``got``'s of that name, with :func:`rnnx.tolerance.compare_arrays`
-    under ``tolerances`` where the caller set one for it; else under the calibrated rule with
-    ``honest``'s outputs as the rounding floor (:func:`rnnx.tolerance.compare_calibrated`),
-    or :data:`rnnx.tolerance.BY_DTYPE`'s tolerance for the dtype that ran (``dtype``, or a
-    dtype per output) where there is no honest run."""
-    tolerances = tolerances or Tolerances()
-    rows = []
-    for name, ref in want.items():
-        kind = dtype if isinstance(dtype, str) else dtype.get(name, "float32")
-        tol = tolerances.get(name, kind)
-        if name not in got:
-            stats = compare_arrays(np.zeros(0), np.asarray(ref), tol)
-            stats.passed, stats.note = False, "the run did not return this output"
-        elif honest is not None and name in honest and tolerances.calibrates(name):
-            stats = compare_calibrated(got[name], ref, honest[name], kind, tol)
-        else:
-            stats = compare_arrays(got[name], ref, tol)
-        rows.append(Comparison.from_stats(backend, name, seq_len, batch, stats, kind))
-    return rows
-
-
-def check(
-    backend: str,
-    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
-    weights: RNNWeights,
-    shapes: Iterable[tuple[int, int]] = DEFAULT_SHAPES,
-    seed: int = 0,
-    ragged: bool = False,
-    batch_first: bool = False,
-    states: bool = True,
-    dtype: str = "float32",
-    ran: bool = True,
-    tolerances: Tolerances | None = None,
-    feed_dtype: str | None = None,
-) -> ParityReport:
-    """Run ``run`` at each (seq_len, batch) on fresh seeded inputs against the reference;
-    ``dtype`` is what the backend takes (a float16 ONNX file takes float16 inputs), and the
-    reference runs on those same rounded inputs. Each output is held to ``tolerances`` where
-    set, else to the calibrated rule, its floor the reference's arithmetic run in ``dtype``
-    (:func:`honest_outputs`; :data:`rnnx.tolerance.BY_DTYPE`'s entry for a dtype with none).
-    ``feed_dtype``: what the backend is fed where it differs from the dtype it computes in."""
-    report = ParityReport()
-    for k, (seq_len, batch) in enumerate(shapes):
-        inputs = random_inputs(weights, seq_len, batch, seed=seed + k, ragged=ragged, states=states, dtype=dtype)
-        if feed_dtype is not None:  # a float16 file that takes float32 (Casts at its edges): values float16 holds exactly
-            inputs = {key: (v.astype(feed_dtype) if v.dtype.kind == "f" else v) for key, v in inputs.items()}
-        feed = dict(inputs)
-        if batch_first:
-            feed["X"] = inputs["X"].transpose(1, 0, 2).copy()
-        want = reference_outputs(weights, feed, batch_first=batch_first)
-        honest = honest_outputs(weights, feed, dtype, batch_first) if (tolerances or Tolerances()).calibrates() else None
-        rows = compare(backend, run(feed), want, seq_len, batch, dtype, tolerances, honest)
-        for row in rows:
-            row.ran = ran
-        report.rows += rows
-    return report

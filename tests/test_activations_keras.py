@@ -16,7 +16,8 @@ os.environ.setdefault("KERAS_BACKEND", "torch")
 keras = pytest.importorskip("keras")
 
 import rnnx  # noqa: E402
-from rnnx import RNNSpec, RNNWeights, parity  # noqa: E402
+from rnnx import RNNSpec, RNNWeights  # noqa: E402
+from rnnx.check import stack  # noqa: E402
 from rnnx.layouts.keras import layer_activations  # noqa: E402
 from rnnx.spec import Activation  # noqa: E402
 
@@ -62,8 +63,8 @@ def test_keras3_layers_compute_what_the_reference_does(family: str, activation: 
             got["c_n"] = np.stack([f[1] for f in finals])
         return got
 
-    report = parity.check("keras", run, weights, shapes=SHAPES)
+    report = stack.check("keras", run, weights, shapes=SHAPES)
     assert report and report.worst().max_abs < 1e-5, str(report)
     if "hard_sigmoid" in (activation, recurrent):  # Keras 2's hard_sigmoid in its place misses Keras 3's outputs
         keras2 = tuple(Activation("HardSigmoid", 0.2, 0.5) if a.name == "HardSigmoid" else a for a in spec.activations)
-        assert not parity.check("keras", run, RNNWeights(spec.with_(activations=keras2), weights.tensors), shapes=SHAPES)
+        assert not stack.check("keras", run, RNNWeights(spec.with_(activations=keras2), weights.tensors), shapes=SHAPES)

@@ -14,6 +14,7 @@ import pytest
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity
+from rnnx.check import stack
 from rnnx.formats.onnx_build import build_stack_model
 from rnnx.tolerance import BY_DTYPE, STATS, Tolerance, Tolerances, compare_arrays, parse_tol_items
 
@@ -93,10 +94,10 @@ def test_per_output_override_applies_to_that_output_only() -> None:
     assert tolerances.get("Y") == Tolerance(0.0, 0.0) and tolerances.get("h_n") == BY_DTYPE["float32"]
     want = {"Y": np.full((3, 2, 4), 0.5), "h_n": np.full((1, 2, 4), 0.5)}
     got = {k: v + 1e-7 for k, v in want.items()}
-    rows = {r.output: r for r in parity.compare("ort", got, want, 3, 2, tolerances=tolerances)}
+    rows = {r.output: r for r in stack.compare("ort", got, want, 3, 2, tolerances=tolerances)}
     assert not rows["Y"].passed and rows["h_n"].passed
     assert (rows["Y"].atol, rows["h_n"].atol) == (0.0, BY_DTYPE["float32"].atol)
-    assert all(r.passed for r in parity.compare("ort", got, want, 3, 2))  # the default lets 1e-7 through
+    assert all(r.passed for r in stack.compare("ort", got, want, 3, 2))  # the default lets 1e-7 through
 
 
 def test_a_field_not_given_keeps_the_dtype_of_the_run() -> None:
@@ -151,10 +152,10 @@ def test_each_dtype_tolerance_lets_its_rounding_through_and_not_a_gate_swap(spec
         inputs = {k: round_to(v, dtype) for k, v in parity.random_inputs(weights, T, 4, seed=T).items()}
         got = runner(inputs)
         exact = {k: v.astype(np.float64) for k, v in inputs.items()}
-        good = parity.compare("torch", got, parity.reference_outputs(weights, exact), T, 4, dtype)
-        bad = parity.compare("torch", got, parity.reference_outputs(swapped, exact), T, 4, dtype)
-        assert all(r.passed for r in good), parity.ParityReport(good)
-        assert not all(r.passed for r in bad), parity.ParityReport(bad)
+        good = stack.compare("torch", got, parity.reference_outputs(weights, exact), T, 4, dtype)
+        bad = stack.compare("torch", got, parity.reference_outputs(swapped, exact), T, 4, dtype)
+        assert all(r.passed for r in good), stack.StackReport(good)
+        assert not all(r.passed for r in bad), stack.StackReport(bad)
         assert {r.atol for r in good} == {BY_DTYPE[dtype].atol}
 
 

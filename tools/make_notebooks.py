@@ -101,6 +101,7 @@ ENGINE = [
     new_code_cell(SETUP),
     new_code_cell("""import collections, importlib.util, onnx, rnnx
 from rnnx import RNNSpec, RNNWeights, parity
+from rnnx.check import stack
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.formats.onnx_build import build_stack_model, save_model
 from rnnx.pipelines.lower import lower_file
@@ -112,7 +113,7 @@ result = lower_file("stack.onnx", "stack_lowered.onnx")  # what `rnnx lower stac
 print(f"lowered {', '.join(result.lowered)}; checked against stack.onnx in ONNX Runtime before writing: {'passed' if result.check else 'FAILED'}")
 lowered = onnx.load("stack_lowered.onnx")
 print(collections.Counter(n.op_type for n in lowered.graph.node))
-print(parity.check("onnxruntime (lowered)", OnnxRuntimeRunner(lowered), weights, shapes=[(1, 1), (50, 8), (200, 4)]))"""),
+print(stack.check("onnxruntime (lowered)", OnnxRuntimeRunner(lowered), weights, shapes=[(1, 1), (50, 8), (200, 4)]))"""),
     new_markdown_cell("Error per time step, on one seeded batch of 200 steps. Like with like: each lowered node keeps the ONNX node's `Y` layout, (seq, dirs, batch, hidden), and the stack graph's `Transpose` + `Reshape` after it (still there after lowering) merge it to (seq, batch, dirs·hidden), the reference's layout; the cell shows that on the last node's `Y` and checks the shapes before subtracting."),
     new_code_cell("""import numpy as np, matplotlib.pyplot as plt
 
@@ -168,7 +169,7 @@ else:
         print(f"  TensorRT {precision:<15} worst step {err.max():.3e} (step {int(err.argmax())}), mean {err.mean():.3e}")
     axes[1].set_ylim(1e-9, 1); axes[1].legend(fontsize=8, loc="upper left")
     display(fig)
-    print(parity.check("tensorrt fp32", TensorRTRunner("stack_fp32.engine"), weights, shapes=[(1, 1), (50, 8), (200, 32)]))"""),
+    print(stack.check("tensorrt fp32", TensorRTRunner("stack_fp32.engine"), weights, shapes=[(1, 1), (50, 8), (200, 32)]))"""),
 ]
 
 NOTEBOOK_CELLS = {"01_export_and_verify.ipynb": EXPORT, "02_cudnn_layout.ipynb": LAYOUT, "03_build_and_check_engine.ipynb": ENGINE}

@@ -8,6 +8,8 @@
 - :mod:`rnnx.check.judge`: ``judge(got, truth, rule) -> Row``, the calibrated-or-fixed decision;
 - :mod:`rnnx.check.report`: a :class:`Report` (``passed``, ``first_failure``, ``to_json``, ``dump``),
   where nothing passes unchecked.
+- :mod:`rnnx.check.stack`: a stack's check (a runner on seeded inputs at a few shapes against the
+  float64 reference): convert's, and every runner test's.
 """
 
 from rnnx.check.case import Case

@@ -25,6 +25,8 @@ import time
 import numpy as np
 
 from rnnx import formats, parity, progress
+from rnnx.check import Row, stack
+from rnnx.check.stack import StackReport
 from rnnx.formats import cudnn_raw, files, keras as keras_files
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, refuse_overwriting
@@ -54,7 +56,7 @@ class ConvertResult:
     output_format: str
     spec: str
     parameters: int
-    report: parity.ParityReport | None = None
+    report: StackReport | None = None
     notes: list[str] = field(default_factory=list)
     written: bool = True  # False when the check failed: the output was not renamed into place
     tolerances: dict[str, Any] = field(default_factory=dict)  # what the caller set (Tolerances.to_json); the rest is by dtype
@@ -109,14 +111,14 @@ class ConvertResult:
 
 def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], batch_first: bool, seq_lens: bool, states: bool,
                    tolerances: Tolerances | None = None, dtype: str | None = None, precision: str = "fp32",
-                   keep_io: bool = False) -> parity.ParityReport:
+                   keep_io: bool = False) -> StackReport:
     why = f"{fmt_name} has no runtime here"
     if fmt_name == "onnx":
         # The file's inputs have its weights' dtype (float16, float32 or float64); an fp16 file
         # computes in float16 and takes float16, or float32 with Casts at its edges.
         computes = "float16" if precision == "fp16" else weights.dtype.name
         try:
-            return parity.check("ort", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first, states=states,
+            return stack.check("ort", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first, states=states,
                                 dtype=computes, tolerances=tolerances, feed_dtype="float32" if keep_io else None)
         except RNNXError as exc:
             if "does not support" not in str(exc) or weights.dtype == np.float32:
@@ -125,11 +127,11 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
     if fmt_name in ("jax", "keras", "flax"):  # run by the framework that owns the format, where installed
         try:
             if fmt_name == "jax":
-                return parity.check("jax", JaxRunner(path, weights.spec), weights, ragged=True, tolerances=tolerances)
+                return stack.check("jax", JaxRunner(path, weights.spec), weights, ragged=True, tolerances=tolerances)
             if fmt_name == "flax":
-                return parity.check("flax", FlaxRunner(path, weights.spec), weights, tolerances=tolerances)
+                return stack.check("flax", FlaxRunner(path, weights.spec), weights, tolerances=tolerances)
 
-            return parity.check("keras", KerasRunner(path, weights.spec), weights, tolerances=tolerances)
+            return stack.check("keras", KerasRunner(path, weights.spec), weights, tolerances=tolerances)
         except RNNXError as exc:
             why = f"{fmt_name} cannot run it here ({exc})"
     reread = files.load(path, format=fmt_name, spec=weights.spec, dtype=dtype)
@@ -138,28 +140,28 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
     if fmt_name == "torch":
         try:
             held = reread if reread.dtype == np.float32 else reread.astype(np.float32)
-            return parity.check("torch", TorchRunner(held), weights, ragged=True, tolerances=tolerances)
+            return stack.check("torch", TorchRunner(held), weights, ragged=True, tolerances=tolerances)
         except RNNXError as exc:
             notes.append(f"torch check skipped: {exc}")
     # The reference on the re-read weights must reproduce the reference on the source.
     notes.append(f"{why}: read back only (the file re-read and the reference run on it; nothing ran the file itself)")
-    return parity.check(f"{fmt_name} (reread)", lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False, tolerances=tolerances)
+    return stack.check(f"{fmt_name} (reread)", lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False, tolerances=tolerances)
 
 
 def _check_raw(weights: RNNWeights, reread: RNNWeights, fmt_name: str, dtype: str, notes: list[str],
-               tolerances: Tolerances | None) -> parity.ParityReport:
+               tolerances: Tolerances | None) -> StackReport:
     """A headerless blob re-read: its values are the source's, exactly or within the rounding of
     the dtype it stores; then the reference on them reproduces the reference on the source
     within that dtype's tolerance. Nothing here runs cuDNN."""
     exact = dtype != "bfloat16" and np.can_cast(weights.dtype, np.dtype(cudnn_raw.STORED[dtype]), "safe")  # widening loses nothing
     rounding = Tolerance(0.0, 0.0) if exact else cudnn_raw.ROUNDING[dtype]
     backend = f"{fmt_name} (reread)"
-    report = parity.ParityReport()
+    report = StackReport()
     report.rows.append(_values_row(backend, reread, weights, rounding, dtype))
     notes.append(f"no runtime for a {dtype} cuDNN blob here: read back only (its values compared with the source's "
                  f"{'exactly' if exact else f'within {dtype} rounding'} and the reference run on them; cuDNN did not run)")
     held = tolerances or Tolerances({"": BY_DTYPE[dtype]})
-    report.rows += parity.check(backend, lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False, tolerances=held).rows
+    report.rows += stack.check(backend, lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False, tolerances=held).rows
     return report
 
 
@@ -175,7 +177,7 @@ def _identities(paths: list[Path]) -> dict[Path, tuple[int, ...]]:
     return found
 
 
-def _values_row(backend: str, reread: RNNWeights, weights: RNNWeights, rounding: Tolerance, dtype: str) -> parity.Comparison:
+def _values_row(backend: str, reread: RNNWeights, weights: RNNWeights, rounding: Tolerance, dtype: str) -> Row:
     """One "values" row for a re-read blob: tensor by tensor (never a whole model in float64),
     the first tensor beyond ``rounding``, else the one furthest off."""
     found: tuple[str, ErrorStats] | None = None
@@ -184,9 +186,9 @@ def _values_row(backend: str, reread: RNNWeights, weights: RNNWeights, rounding:
         if found is None or (not stats.passed and found[1].passed) or (stats.passed == found[1].passed and stats.max_abs > found[1].max_abs):
             found = (name, stats)
     assert found is not None
-    row = parity.Comparison.from_stats(backend, "values", 0, 0, found[1], dtype, ran=False)
-    row.note = row.note or f"worst tensor {found[0]}"
-    return row
+    found[1].note = found[1].note or f"worst tensor {found[0]}"
+    return Row({"backend": backend, "output": "values", "seq_len": 0, "batch": 0, "ran": False, "dtype": dtype}, found[1],
+               weights.num_parameters())
 
 
 def convert(
@@ -385,7 +387,7 @@ def _write_quantized(weights: RNNWeights, output: Path, written: Path, result: C
     progress.step("checking the quantized file against the float64 reference")
     runner = OnnxRuntimeRunner(written)
     own = files.from_format(_dequantized(written), "onnx")  # the bound reads the file's own weights
-    report = parity.ParityReport()
+    report = StackReport()
     worst = {"max_abs": 0.0, "largest": 0.0, "bound": 0.0}
     for k, (T, B) in enumerate(QUANTIZED_SHAPES):
         inputs = parity.random_inputs(weights, T, B, seed=seed + k, ragged=seq_lens, states=states)
@@ -395,7 +397,7 @@ def _write_quantized(weights: RNNWeights, output: Path, written: Path, result: C
         want = parity.reference_outputs(weights, feed, batch_first=batch_first)
         got = runner(feed)
         bound = error_bound(layers, own, inputs, from_float=True)
-        report.rows += parity.compare("ort (int8)", got, want, T, B, "float32", Tolerances({"": Tolerance(bound, 0.0)}))
+        report.rows += stack.compare("ort (int8)", got, want, T, B, "float32", Tolerances({"": Tolerance(bound, 0.0)}))
         worst["max_abs"] = max([worst["max_abs"]] + [float(np.abs(got[n] - w).max()) for n, w in want.items() if n in got])
         worst["largest"] = max([worst["largest"]] + [float(np.abs(w).max()) for w in want.values()])
         worst["bound"] = max(worst["bound"], bound)

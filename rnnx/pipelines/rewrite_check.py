@@ -25,13 +25,16 @@ shapes tried and how to give one.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rnnx import limits, parity
+from rnnx import limits
+from rnnx.check import Row, worst_failure
+from rnnx.check.report import NOTHING_CHECKED
+from rnnx.check.stack import ROW_FIELDS, compare, describe
 from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
 from rnnx.errors import ParityError, RNNXError, shown
 from rnnx.graphs.precision import computes_in_float16
@@ -67,7 +70,7 @@ class CheckCase:
     name: str
     sizes: dict[str, int]  # each dynamic dimension's label -> its size
     shapes: dict[str, list[int]]  # each graph input's shape
-    rows: list[parity.Comparison] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     skipped: str = ""  # the input model refuses this shape: not the rewrite's doing
     error: str = ""  # the rewrite failed where the input model ran: a failure
 
@@ -90,10 +93,10 @@ class RewriteCheck:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def rows(self) -> list[parity.Comparison]:
+    def rows(self) -> list[Row]:
         return [r for c in self.cases for r in c.rows]
 
-    def worst(self) -> parity.Comparison | None:
+    def worst(self) -> Row | None:
         """The row with the largest absolute error."""
         return max(self.rows, key=lambda r: r.max_abs, default=None)
 
@@ -113,15 +116,15 @@ class RewriteCheck:
                 continue
             if case.error:
                 return f"at {case.name} ({self.where(case)}): {case.error}"
-            row = max((r for r in case.rows if not r.passed), key=lambda r: (np.isnan(r.max_abs), r.max_abs))
-            return f"at {case.name} ({self.where(case)}): {row.describe()}"
-        return "" if self else "nothing was compared"
+            row = worst_failure(case.rows)
+            return f"at {case.name} ({self.where(case)}): {describe(row) if row is not None else NOTHING_CHECKED}"
+        return "" if self else NOTHING_CHECKED
 
     def to_json(self, tolerances: dict[str, Any] | None = None) -> dict[str, Any]:
         rows = []
         for case in self.cases:
             for r in case.rows:
-                row = {k: v for k, v in asdict(r).items() if k not in ("seq_len", "batch")}
+                row = {k: v for k, v in r.to_json(ROW_FIELDS).items() if k not in ("seq_len", "batch")}
                 rows.append({"case": case.name, "shapes": case.shapes, **row})
         return {
             "passed": bool(self), "tolerances": tolerances or {}, "dims": self.dims, "roles": self.roles,
@@ -319,7 +322,7 @@ def _compare(check: RewriteCheck, case: CheckCase, runs: list[dict[str, np.ndarr
             case.error = f"the rewritten model failed where the input model ran{f' ({which})' if which else ''}: {got}"
             return
         dtypes = {name: "float16" if half and np.asarray(v).dtype.kind == "f" else np.asarray(v).dtype.name for name, v in expected.items()}
-        rows = parity.compare("ort", got, expected, 0, 0, dtypes, tolerances, nudged_run)
-        for row in rows if which else []:
-            row.note = f"{row.note}; {which}" if row.note else which
+        rows = compare("ort", got, expected, 0, 0, dtypes, tolerances, nudged_run)
+        for stats in (r.stats for r in rows if which and r.stats is not None):
+            stats.note = f"{stats.note}; {which}" if stats.note else which
         case.rows += rows

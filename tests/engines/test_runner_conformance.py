@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from rnnx import RNNSpec, RNNWeights, parity
+from rnnx.check import stack
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.engines.reference import ReferenceRunner
 from rnnx.engines.runner import Runner
@@ -93,13 +94,13 @@ def feeds(weights: RNNWeights, seq_len: int, batch: int, ragged: bool, states: s
     return {k: v for k, v in full.items() if k in keep}
 
 
-def conformance(runner: Runner, reference_weights: RNNWeights, feed: dict[str, np.ndarray], label: str) -> parity.ParityReport:
+def conformance(runner: Runner, reference_weights: RNNWeights, feed: dict[str, np.ndarray], label: str) -> stack.StackReport:
     """The runner's outputs on ``feed`` against the float64 reference of ``reference_weights``."""
     got = runner(dict(feed))
     want = parity.reference_outputs(reference_weights, feed)
     assert set(runner.output_names) == set(want), f"{label}: outputs {runner.output_names}, expected {sorted(want)}"
     T, B = feed["X"].shape[:2]
-    return parity.ParityReport(parity.compare(label, got, want, T, B, "float32"))
+    return stack.StackReport(stack.compare(label, got, want, T, B, "float32"))
 
 
 @pytest.mark.parametrize("backend", list(RUNNERS))

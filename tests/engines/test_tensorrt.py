@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from rnnx import RNNSpec, RNNWeights, RNNXError, parity
+from rnnx import RNNSpec, RNNWeights, RNNXError
+from rnnx.check import stack
 from rnnx.engines.tensorrt import Profile, check_metadata, default_profile
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
@@ -102,7 +103,7 @@ def test_engine_from_weights_matches_reference(tmp_path, text: str) -> None:
     meta = build_from_weights(weights, tmp_path / "m.engine", BuildOptions())
     assert meta["spec"] == str(weights.spec)
     with TensorRTRunner(tmp_path / "m.engine") as runner:
-        report = parity.check("tensorrt", runner, weights, shapes=[(1, 1), (50, 8), (200, 32)])
+        report = stack.check("tensorrt", runner, weights, shapes=[(1, 1), (50, 8), (200, 32)])
     assert report, str(report)
 
 

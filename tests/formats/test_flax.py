@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, formats, parity
+from rnnx.check import stack
 from tests.test_spec import specs
 
 flax = pytest.importorskip("flax")
@@ -104,7 +105,7 @@ def _load_nnx(module: nnx.Module, pure: dict) -> None:
 
 
 def _assert_parity(name: str, run, weights: RNNWeights, seed: int) -> None:
-    report = parity.check(name, run, weights, shapes=SHAPES, seed=seed)
+    report = stack.check(name, run, weights, shapes=SHAPES, seed=seed)
     assert report, str(report)
 
 
@@ -378,7 +379,7 @@ def test_a_swapped_gate_in_the_layout_fails_against_flax(monkeypatch) -> None:
         for c in layout.CELLS
     )
     monkeypatch.setattr(layout, "CELLS", planted)
-    report = parity.check("planted", run, rnnx.from_format(variables, "flax"), shapes=SHAPES, seed=32)
+    report = stack.check("planted", run, rnnx.from_format(variables, "flax"), shapes=SHAPES, seed=32)
     assert not report
 
 

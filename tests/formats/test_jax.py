@@ -7,6 +7,7 @@ import pytest
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity
+from rnnx.check import stack
 
 jax = pytest.importorskip("jax")
 from jax.experimental import rnn as jrnn  # noqa: E402
@@ -33,7 +34,7 @@ def _run_lstm_ref(weights: RNNWeights, inputs: dict[str, np.ndarray], vector: np
 @pytest.mark.parametrize("spec", JAX_SPECS, ids=str)
 def test_jax_lstm_ref_matches_reference(spec: RNNSpec) -> None:
     weights = RNNWeights.random(spec, seed=2)
-    report = parity.check("jax lstm_ref", lambda inputs: _run_lstm_ref(weights, inputs), weights, shapes=[(1, 1), (7, 3), (12, 2)])
+    report = stack.check("jax lstm_ref", lambda inputs: _run_lstm_ref(weights, inputs), weights, shapes=[(1, 1), (7, 3), (12, 2)])
     assert report, str(report)
     assert report.worst().max_abs < ATOL
 
@@ -51,7 +52,7 @@ def test_jax_runs_rnnx_cudnn_blob(spec: RNNSpec) -> None:
     blob rnnx packs, give the reference's outputs: jax holds cuDNN's table for LSTMs on a CPU."""
     weights = RNNWeights.random(spec, seed=6)
     blob = rnnx.to_format(weights, "cudnn")
-    report = parity.check("jax lstm_ref on the cudnn blob", lambda inputs: _run_lstm_ref(weights, inputs, blob), weights, shapes=[(1, 1), (7, 3)])
+    report = stack.check("jax lstm_ref on the cudnn blob", lambda inputs: _run_lstm_ref(weights, inputs, blob), weights, shapes=[(1, 1), (7, 3)])
     assert report, str(report)
     assert report.worst().max_abs < ATOL
 

@@ -21,6 +21,7 @@ keras = pytest.importorskip("keras")
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity, reference
+from rnnx.check import stack
 
 @pytest.fixture(autouse=True)
 def _seeded(request: pytest.FixtureRequest) -> None:
@@ -92,7 +93,7 @@ def _reference_y(weights: RNNWeights, x_batch_first: np.ndarray) -> np.ndarray:
 
 
 def _assert_parity(layer: keras.layers.Layer, weights: RNNWeights) -> None:
-    report = parity.check("keras", lambda inputs: _run_layer(layer, weights.spec, inputs), weights, shapes=SHAPES)
+    report = stack.check("keras", lambda inputs: _run_layer(layer, weights.spec, inputs), weights, shapes=SHAPES)
     assert report, str(report)
     assert report.worst().max_abs < ATOL, str(report)
 

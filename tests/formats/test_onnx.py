@@ -11,6 +11,7 @@ from onnx import helper, numpy_helper
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity
+from rnnx.check import stack
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.engines.reference import ReferenceRunner
 from rnnx.formats.onnx_build import build_stack_model
@@ -39,7 +40,7 @@ ONNX_SPECS = [
 def test_onnx_runtime_matches_reference(spec: RNNSpec, ragged: bool) -> None:
     weights = RNNWeights.random(spec, seed=7, scale=0.8)
     runner = OnnxRuntimeRunner(build_stack_model(weights, sequence_lens=ragged))
-    report = parity.check("onnxruntime", runner, weights, shapes=SHAPES, ragged=ragged)
+    report = stack.check("onnxruntime", runner, weights, shapes=SHAPES, ragged=ragged)
     assert report, str(report)
     assert report.worst().max_abs < ATOL
 
@@ -50,7 +51,7 @@ def test_batch_first_and_opsets(spec: RNNSpec) -> None:
     for opset in (14, 17, 21):
         model = build_stack_model(weights, opset=opset, batch_first=True)
         assert model.opset_import[0].version == opset
-        assert parity.check("onnxruntime", OnnxRuntimeRunner(model), weights, batch_first=True)
+        assert stack.check("onnxruntime", OnnxRuntimeRunner(model), weights, batch_first=True)
 
 
 def test_wrong_gate_order_fails_parity() -> None:
@@ -63,7 +64,7 @@ def test_wrong_gate_order_fails_parity() -> None:
             a = numpy_helper.to_array(init).copy()
             i, o, f, c = np.split(a, 4, axis=1)
             init.CopyFrom(numpy_helper.from_array(np.concatenate([i, f, o, c], axis=1), init.name))
-    assert not parity.check("onnxruntime", OnnxRuntimeRunner(model), weights)
+    assert not stack.check("onnxruntime", OnnxRuntimeRunner(model), weights)
 
 
 @pytest.mark.parametrize("spec", ONNX_SPECS, ids=str)
@@ -200,7 +201,7 @@ def test_projection_lowered_to_scan_matches_reference(spec: RNNSpec, ragged: boo
     ops = {n.op_type for n in model.graph.node}
     assert "Scan" in ops and "LSTM" not in ops and not any(n.domain for n in model.graph.node)
     assert sum(n.op_type == "Scan" for n in model.graph.node) == spec.num_layers * spec.num_directions
-    report = parity.check("onnxruntime", OnnxRuntimeRunner(model), weights, shapes=SHAPES, ragged=ragged)
+    report = stack.check("onnxruntime", OnnxRuntimeRunner(model), weights, shapes=SHAPES, ragged=ragged)
     assert report, str(report)
     path = tmp_path / "proj.onnx"
     rnnx.save(weights, path)
@@ -213,7 +214,7 @@ def test_projection_lowered_to_scan_matches_reference(spec: RNNSpec, ragged: boo
         if not name.split(".")[-2].startswith("b"):  # matrices, peepholes, projections: exactly as written
             assert np.array_equal(back.tensors[name], value), name
     # The Scan adds each gate's two biases once, so they come back summed: the same outputs.
-    same = parity.check("reference", ReferenceRunner(back), weights, shapes=SHAPES, ragged=ragged)
+    same = stack.check("reference", ReferenceRunner(back), weights, shapes=SHAPES, ragged=ragged)
     assert same, str(same)
 
 

@@ -21,7 +21,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 import rnnx
-from rnnx import RNNSpec, RNNWeights, RNNXError, parity, reference
+from rnnx import RNNSpec, RNNWeights, RNNXError, reference
+from rnnx.check import stack
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.formats import registry
 from rnnx.formats.onnx_build import build_stack_model
@@ -63,7 +64,7 @@ def _seed(text: str) -> int:
 def test_onnx_runtime_computes_what_the_reference_does(spec: RNNSpec, ragged: bool) -> None:
     weights = RNNWeights.random(spec, seed=_seed(str(spec)), scale=0.8)
     model = build_stack_model(weights, sequence_lens=ragged)
-    report = parity.check("onnxruntime", OnnxRuntimeRunner(model), weights, shapes=SHAPES, ragged=ragged)
+    report = stack.check("onnxruntime", OnnxRuntimeRunner(model), weights, shapes=SHAPES, ragged=ragged)
     assert report, str(report)
     assert report.worst().max_abs < ATOL
     # and the file reads back as the same spec and tensors
@@ -95,7 +96,7 @@ def test_onnx_runtime_runs_every_function_in_every_slot(cell: str, name: str) ->
     slots = len(DEFAULT_ACTIVATIONS[cell])
     spec = RNNSpec.parse(f"{cell},input=3,hidden=4,bidirectional,clip=4,act=" + "/".join([_with_parameters(name)] * slots))
     weights = RNNWeights.random(spec, seed=_seed(str(spec)), scale=0.6)
-    report = parity.check("onnxruntime", OnnxRuntimeRunner(build_stack_model(weights)), weights, shapes=[(1, 1), (6, 3)])
+    report = stack.check("onnxruntime", OnnxRuntimeRunner(build_stack_model(weights)), weights, shapes=[(1, 1), (6, 3)])
     assert report, str(report)
 
 
@@ -119,7 +120,7 @@ def test_a_changed_activation_clip_or_input_forget_fails_parity(text: str, chang
     weights = RNNWeights.random(spec, seed=_seed(text), scale=1.5)
     runner = OnnxRuntimeRunner(build_stack_model(weights))
     changed = RNNWeights(spec.with_(**change), weights.tensors)
-    report = parity.check("onnxruntime", runner, changed, shapes=[(1, 1), (12, 4)])
+    report = stack.check("onnxruntime", runner, changed, shapes=[(1, 1), (12, 4)])
     assert not report and report.worst().max_abs > 1e-3, str(report)
 
 
@@ -185,10 +186,10 @@ def test_scans_compute_activations_clip_and_input_forget(spec: RNNSpec, tmp_path
         assert lower_recurrences(model).rewritten
     assert not any(n.op_type in ("LSTM", "GRU", "RNN") for n in model.graph.node)
     runner = OnnxRuntimeRunner(model)
-    report = parity.check("onnxruntime", runner, weights, shapes=SHAPES, ragged=True)
+    report = stack.check("onnxruntime", runner, weights, shapes=SHAPES, ragged=True)
     assert report and report.worst().max_abs < ATOL, str(report)
     changed = spec.with_(clip=spec.clip * 2) if spec.clip else spec.with_(input_forget=False)
-    assert not parity.check("onnxruntime", runner, RNNWeights(changed, weights.tensors), shapes=[(12, 4)])
+    assert not stack.check("onnxruntime", runner, RNNWeights(changed, weights.tensors), shapes=[(12, 4)])
     if spec.num_layers == 1:  # read back from the Scans' constants and the lowering's record
         onnx.save(model, str(tmp_path / "scans.onnx"))
         back = rnnx.load(tmp_path / "scans.onnx")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rnnx import RNNSpec, RNNWeights, parity
+from rnnx.check import stack
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -61,7 +62,7 @@ def test_cudnn_forward_matches_reference(spec: RNNSpec, ragged: bool) -> None:
             got["h_n"], got["c_n"] = final[0].cpu().numpy(), final[1].cpu().numpy()
         else:
             got["h_n"] = final.cpu().numpy()
-        rows = parity.compare("torch-cudnn", got, parity.reference_outputs(weights, inputs), T, B)
+        rows = stack.compare("torch-cudnn", got, parity.reference_outputs(weights, inputs), T, B)
         assert all(r.passed for r in rows), rows
 
 
@@ -74,7 +75,7 @@ def test_rnnx_blob_in_cudnnRNNForward_matches_reference(spec: RNNSpec, ragged: b
     weights = RNNWeights.random(spec, seed=9)
     runner = CudnnRunner(weights)
     try:
-        report = parity.check("cudnn", runner, weights, shapes=[(1, 1), (13, 4), (64, 9)], ragged=ragged)
+        report = stack.check("cudnn", runner, weights, shapes=[(1, 1), (13, 4), (64, 9)], ragged=ragged)
     finally:
         runner.close()
     assert report, str(report)

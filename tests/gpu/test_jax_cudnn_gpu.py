@@ -9,6 +9,7 @@ import pytest
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, parity
+from rnnx.check import stack
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch's tests
 jax = pytest.importorskip("jax")
@@ -42,5 +43,5 @@ def test_jax_cudnn_lstm_matches_reference(text: str, ragged: bool) -> None:
             dropout=0.0, bidirectional=spec.direction == "bidirectional", precision=jax.lax.Precision.HIGHEST,
         )
         got = {"Y": np.asarray(y).transpose(1, 0, 2), "h_n": np.asarray(h), "c_n": np.asarray(c)}
-        rows = parity.compare("jax-cudnn", got, parity.reference_outputs(weights, inputs), T, B)
+        rows = stack.compare("jax-cudnn", got, parity.reference_outputs(weights, inputs), T, B)
         assert all(r.passed for r in rows), rows

@@ -12,7 +12,8 @@ import onnx
 import pytest
 
 import rnnx
-from rnnx import RNNSpec, RNNWeights, RNNXError, parity
+from rnnx import RNNSpec, RNNWeights, RNNXError
+from rnnx.check import stack
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.formats.onnx_build import build_stack_model
 from rnnx.graphs.lower import lower_recurrences
@@ -29,7 +30,7 @@ def test_lowered_form_matches_reference(spec: RNNSpec, ragged: bool) -> None:
     assert len(result.rewritten) == spec.num_layers or spec.proj_size  # projected layers were Scans already
     ops = collections.Counter(n.op_type for n in model.graph.node)
     assert ops["Scan"] == spec.num_layers * spec.num_directions and not {"LSTM", "GRU", "RNN"} & set(ops)
-    report = parity.check("onnxruntime", OnnxRuntimeRunner(model), weights, shapes=SHAPES, ragged=ragged)
+    report = stack.check("onnxruntime", OnnxRuntimeRunner(model), weights, shapes=SHAPES, ragged=ragged)
     assert report, str(report)
 
 
