@@ -45,7 +45,7 @@ from rnnx.errors import DETAIL_CHARS, one_line
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.selfcheck import run_eager
-from rnnx.exporters.value_branch import branch_at
+from rnnx.exporters.model_lines import branch_at, loop_at
 from rnnx.exporters.shapes import Leaf, Naming
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import audit_sizes
@@ -408,7 +408,7 @@ def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tu
             elif probe.role in (BATCH, LENGTH):
                 with_ = ", ".join(f"{audit.leaves[i].name} dim {k}" for i, k in probe.partners)
                 why = (f"the model runs with it at {probe.accepted}" + (f" (with {with_})" if with_ else "")
-                       + f", as a {probe.role}: {probe.told}")
+                       + f", as a {probe.role}: {probe.told}" + (loop_at(audit, proto, leaf, d, probe) if probe.role == LENGTH else ""))
                 result.dims.append(DimVerdict(leaf.name, d, size, MISSED, role=probe.role, accepted=probe.accepted, why=why))
                 result.missed.append((leaf, d, probe))
             else:
@@ -419,7 +419,7 @@ def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tu
         result.notes.append("inputs the file never reads take any size: "
                             + "; ".join(f"{n}[{', '.join(f'{d}={lab}' for d, lab in dims.items())}]" for n, dims in freed.items()))
     if result.missed and not result.failure:
-        first = next(v for v in result.dims if v.verdict == MISSED)
+        first = next(v for v in sorted(result.dims, key=lambda v: "re-roll" not in v.why) if v.verdict == MISSED)  # a loop left unrolled first: the cause
         result.failure = (f"input {first.input} dim {first.dim} is fixed at {first.size} in the file, but {first.why}"
                           f"; rnnx could not make it dynamic (give static={{'{first.input}': [{first.dim}]}} / --static {first.input}:{first.dim} "
                           "to accept a file fixed at the example's size)")

@@ -16,7 +16,7 @@ from rnnx.exporters import call_record, record
 from rnnx.exporters.example_values import value_summary
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
-from rnnx.graphs.reroll import reroll
+from rnnx.graphs.reroll import left_unrolled, reroll
 from rnnx.formats.onnx_scan import lower_projections
 from rnnx.graphs.index import all_graphs
 from rnnx.graphs.export_repairs import drop_noop_squeezes, separate_outputs
@@ -88,7 +88,7 @@ def finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swapp
         looped = [name for name in stepped if calls.get(name, 0) > 1]  # a cell called once is one step, not a loop
     # Whatever loop over time is still unrolled (a cell with work between its steps, a loop
     # with no cell at all) is re-rolled into one Loop where its steps are one step repeated.
-    rolled = _reroll(proto, naming, notes, asked_static, labels or {})
+    rolled = _reroll(proto, naming, notes, asked_static, labels or {}, tensors)
     if not rolled and (stepped or cells.rewritten):  # once re-rolled, no step count stays fixed at the example's
         if cells.rewritten and not fused.rewritten:
             notes.append("the hand-written cell's steps stay one node per step, so their step count is fixed at the example's ("
@@ -120,10 +120,14 @@ def finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swapp
     return Finished(dict(op_types), recurrences, lowered.rewritten, fused_info, unrolled, notes)
 
 
-def _reroll(proto: Any, naming: Any, notes: list[str], asked_static: frozenset[tuple[str, int]], labels: dict[tuple[str, int], str]) -> Any:
+def _reroll(proto: Any, naming: Any, notes: list[str], asked_static: frozenset[tuple[str, int]], labels: dict[tuple[str, int], str],
+            tensors: list[Any]) -> Any:
     """Re-roll the loops over time the trace unrolled (rnnx.graphs.reroll), but where the user
     asked the length static; each re-rolled input's time axis is named a length (by the user's
-    label where one was given), so the audit and the self-check vary it."""
+    label where one was given), so the audit and the self-check vary it. A loop left unrolled
+    over an axis the trace declared dynamic (TorchScript's, given the axis) reads only the
+    traced steps at any length: that axis is made static, so that the audit names the loop
+    rather than the file read part of a longer input."""
     rolled = reroll(proto, seq_label=record.free_label(naming, "seq"), keep=asked_static, labels=labels)
     for info in rolled.rewritten:
         for source, axis in info["sources"] if info.get("dynamic_seq") else []:
@@ -140,6 +144,17 @@ def _reroll(proto: Any, naming: Any, notes: list[str], asked_static: frozenset[t
                      f"({info['carried']} carried value(s), {len(info['stacked'])} stacked output(s))"
                      + (", its length dynamic" if info.get("dynamic_seq") else ""))
     notes += [f"a loop over time the trace unrolled is not re-rolled ({d})" for d in rolled.left_alone]
+    sizes = {leaf.name: list(leaf.value.shape) for leaf in tensors}
+    fixed = {}
+    for source, axis, count, segment in left_unrolled(proto):
+        dims, example = naming.input_dims.get(source), sizes.get(source)
+        if dims is None or example is None or len(dims) <= axis or not isinstance(dims[axis], str):
+            continue
+        if -(-example[axis] // segment) == count:  # the traced steps are all of the example's: a loop over the whole axis
+            fixed[dims[axis]] = f"{source} dim {axis}"
+    if fixed:
+        record.fix_dimensions(proto, naming, tensors, set(fixed))
+        notes += [f"{where} is static at the example's size: a Python loop over it stays unrolled, one copy per traced step" for where in fixed.values()]
     return rolled
 
 

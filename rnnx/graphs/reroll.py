@@ -78,6 +78,28 @@ def reroll(model: Any, seq_label: str = "seq", keep: frozenset[tuple[str, int]] 
     return result
 
 
+def unrolled(model: Any) -> list[Declined]:
+    """Why each loop the graph still holds unrolled is not one ONNX Loop: :func:`reroll`'s
+    refusals, planned again and nothing rewritten (for a message that names the loop)."""
+    g = GraphIndex(model.graph)
+    per_step = _groups(g)
+    stepped = set().union(*(sources for _, sources, _ in per_step))
+    groups = per_step + [(seg.n, seg.sources, seg) for seg in segment_groups(g, stepped)]
+    types = _types(model) if groups else {}
+    found = [_plan(g, T, sources, types, "unrolled", seg) for T, sources, seg in groups]
+    return [plan.at(", ".join(sorted(s for s, _ in sources))) for plan, (_, sources, _) in zip(found, groups) if isinstance(plan, Declined)]
+
+
+def left_unrolled(model: Any) -> list[tuple[str, int, int, int]]:
+    """(S, axis, steps, segment) of each sequence a loop the graph still holds unrolled reads
+    whole: ``steps`` slices of one step (segment 1), or ``steps`` segments of ``segment`` steps."""
+    g = GraphIndex(model.graph)
+    per_step = _groups(g)
+    found = [(S, axis, T, 1) for T, sources, _ in per_step for S, axis in sorted(sources)]
+    stepped = set().union(*(sources for _, sources, _ in per_step))
+    return found + [(S, axis, seg.n, seg.size) for seg in segment_groups(g, stepped) for S, axis in sorted(seg.sources)]
+
+
 def _groups(g: GraphIndex) -> list[tuple[int, set[tuple[str, int]], Segments | None]]:
     """Sequences sliced at every t = 0..T-1, T >= 2, grouped by T (one loop may read several)."""
     seen: dict[tuple[str, int], set[int]] = {}
@@ -114,14 +136,14 @@ def _plan(g: GraphIndex, T: int, sources: set[tuple[str, int]], types: dict[str,
     inner = sorted(s for s, _ in sources if g.producer.get(s) is not None and u.step_of[id(g.producer[s])] != PRELUDE)
     if inner:
         return Declined("reroll.length", f"{inner[0]!r} is computed by the steps that slice it")
-    steps = match_steps(g, u)
+    steps = match_steps(g, u, peeled=seg is not None)
     if isinstance(steps, Declined):
         return steps
     if seg is not None:
         why = check_segments(g, u, steps, seg)
         if why is not None:
             return why
-    used = _used_after(g, u, steps)
+    used = _used_after(g, u, steps, peeled=seg is not None)
     if isinstance(used, Declined):
         return used
     stacks, lasts = used
@@ -133,9 +155,9 @@ def _plan(g: GraphIndex, T: int, sources: set[tuple[str, int]], types: dict[str,
     return _build(g, u, steps, carried, stacks, lasts, types, prefix, seg)
 
 
-def _used_after(g: GraphIndex, u: Unrolled, steps: Steps) -> Declined | tuple[list[_Stack], set[str]]:
+def _used_after(g: GraphIndex, u: Unrolled, steps: Steps, peeled: bool = False) -> Declined | tuple[list[_Stack], set[str]]:
     """The stacks over the steps and the template values read from the last step after the
-    loop; or the value read after the loop from another step."""
+    loop; or the value read after the loop from another step (but step 0 where it stays, ``peeled``)."""
     T = u.T
     step_nodes = set().union(*steps.matched) | steps.before  # what computes an initial value from step 0 reads it before the loop
     inverse = [{v: t for t, v in m.items()} for m in steps.maps]
@@ -151,12 +173,14 @@ def _used_after(g: GraphIndex, u: Unrolled, steps: Steps) -> Declined | tuple[li
                     stacks[id(reader)] = stack
                 elif k == T - 1:
                     lasts.add(tname)
-                else:
+                elif not (peeled and k == 0):
                     return Declined("reroll.used_after", f"step {k}'s {name!r} is read after the loop by {reader.op_type} "
                                     f"{reader.name or reader.output[0]!r}, which neither is the next step nor stacks every step's value")
             if name in g.outputs:
-                if k < T - 1:
+                if k < T - 1 and not (peeled and k == 0):
                     return Declined("reroll.used_after", f"step {k}'s {name!r} is a graph output")
+                if k < T - 1:
+                    continue
                 lasts.add(tname)
     return list(stacks.values()), lasts
 
@@ -213,7 +237,7 @@ def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks:
         if found is not None:
             S, _, axis = found
             if seg is None:
-                body.append(helper.make_node("Gather", [S, t_in], [renamed[n.output[0]]], axis=axis, name=f"{prefix}/slice_{S}"))
+                body.append(helper.make_node("Gather", [S, t_in], [renamed[n.output[0]]], axis=axis, name=f"{renamed[n.output[0]]}/slice"))  # a step may read S twice
             else:
                 body += body_slice(prefix, S, axis, seg.size, t_in, renamed[n.output[0]])
             continue

@@ -146,8 +146,9 @@ def _describe(g: GraphIndex, name: str) -> str:
 class Matcher:
     """Matches every step's region against the template (step 1's region)."""
 
-    def __init__(self, g: GraphIndex, u: Unrolled) -> None:
+    def __init__(self, g: GraphIndex, u: Unrolled, peeled: bool = False) -> None:
         self.g, self.u, self.keys = g, u, Keys(g)
+        self.peeled = peeled  # step 0 stays in the graph as traced (a loop over segments): its initial values are its own affair
         self.template = u.regions[1]
         self.local = {o for n in self.template for o in n.output if o}
 
@@ -196,6 +197,8 @@ class Matcher:
                     return False
             else:  # step 0: the initial value, from the prelude or step 0's own slices (``m = x[:, 0]``)
                 cnode = self.g.producer.get(ci)
+                if self.peeled:
+                    continue
                 if cnode is not None and self.u.step_of.get(id(cnode), PRELUDE) != PRELUDE and not self._before_step(cnode, steps):
                     return False
                 bound = steps.initial.get(what) or binds.get(what)
@@ -259,7 +262,7 @@ class Matcher:
         if looped:
             n = looped[0]
             return Declined("reroll.same_step", f"step 0's {n.op_type} {n.name or n.output[0]!r} is both part of the step and its initial state")
-        extra = [n for n in self.u.regions[k] if id(n) not in used and not (k == 0 and id(n) in steps.before)]
+        extra = [n for n in self.u.regions[k] if id(n) not in used and not (k == 0 and (self.peeled or id(n) in steps.before))]
         if extra and not last:
             n = extra[0]
             return Declined("reroll.same_step", f"step {k} computes {n.op_type} {n.name or n.output[0]!r}, which step 1 does not "
@@ -302,11 +305,12 @@ def difference(g: GraphIndex, u: Unrolled, steps: Steps, tnode: Any, k: int) -> 
     return Matcher(g, u)._difference(tnode, k, steps)
 
 
-def match_steps(g: GraphIndex, u: Unrolled) -> Steps | Declined:
+def match_steps(g: GraphIndex, u: Unrolled, peeled: bool = False) -> Steps | Declined:
     """Every step matched against step 1 (step 2 first: it says which values are carried,
-    then steps 3.., then step 0, which binds their initial values)."""
+    then steps 3.., then step 0, which binds their initial values). ``peeled``: step 0 stays
+    in the graph, so what it reads as its initial state and what else it computes are free."""
     steps = Steps(template=u.regions[1], maps=[{} for _ in range(u.T)], matched=[set() for _ in range(u.T)])
-    matcher = Matcher(g, u)
+    matcher = Matcher(g, u, peeled)
     for n in matcher.template:
         steps.matched[1].add(id(n))
         steps.maps[1].update((o, o) for o in n.output if o)

@@ -102,12 +102,27 @@ def check_segments(g: GraphIndex, u: Unrolled, steps: Steps, seg: Segments) -> D
     if seg.last is None or seg.last == seg.size:
         for n in template_ids.values():
             k = _SHAPE_INPUTS.get(n.op_type)
-            value = g.constants.get(n.input[k]) if k is not None and len(n.input) > k else None
-            if value is not None and seg.size in np.atleast_1d(np.asarray(value)).tolist():
-                return Declined("reroll.segment", f"its {n.op_type} {n.name or n.output[0]!r} reads the segment's length {seg.size} as a "
-                                f"constant ({np.asarray(value).tolist()}): a shorter last segment would not run as the model runs it "
-                                f"(trace at a length {seg.size} does not divide to see how the model handles one)")
+            for value in _shape_constants(g, n.input[k]) if k is not None and len(n.input) > k else []:
+                if seg.size in np.atleast_1d(value).tolist():
+                    return Declined("reroll.segment", f"its {n.op_type} {n.name or n.output[0]!r} reads the segment's length {seg.size} as a "
+                                    f"constant ({np.asarray(value).tolist()}): a shorter last segment would not run as the model runs it "
+                                    f"(trace at a length {seg.size} does not divide to see how the model handles one)")
     return None
+
+
+def _shape_constants(g: GraphIndex, name: str) -> list[Any]:
+    """The constants a shape is assembled from: itself, or the parts a Concat joins (TorchScript
+    builds ``reshape(b, S, -1)`` from ``Shape(x)[0]`` and the constants S and -1)."""
+    found, pending, seen = [], [name], 0
+    while pending and seen < 32:
+        t, seen = pending.pop(), seen + 1
+        if t in g.constants:
+            found.append(np.asarray(g.constants[t]))
+            continue
+        node = g.producer.get(t)
+        if node is not None and node.op_type in ("Concat", "Unsqueeze", "Cast", "Identity", "Squeeze"):
+            pending += [i for i in node.input[:1 if node.op_type != "Concat" else None] if i]
+    return found
 
 
 def trip_count(prefix: str, S: str, axis: int, size: int) -> tuple[list[Any], str]:
