@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rnnx import limits
-from rnnx.errors import BudgetExceeded, DETAIL_CHARS, RNNXError, one_line
+from rnnx.errors import DETAIL_CHARS, BudgetExceeded, RNNXError, one_line
 from rnnx.exporters.model_exit import where
 
 T = TypeVar("T")
@@ -83,9 +83,48 @@ class Bounds:
 def bounded(fn: Callable[[], T], what: str, bounds: Bounds) -> T:
     """``fn()`` (a run of the model), its result returned and its exceptions raised as if in-process,
     stopped past ``bounds``; ``what`` names the probe in the error."""
+    return bounded_each([Run(what, fn)], bounds)[0].get()
+
+
+@dataclass(frozen=True)
+class Run:
+    """One probe of :func:`bounded_each`: ``fn`` named ``what``; run only where the run at index
+    ``after`` (an earlier one) returned, as the float64 copy of a case the model refused is not run."""
+
+    what: str
+    fn: Callable[[], Any]
+    after: int | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A probe's answer: ``get()`` returns its value or raises what it raised, as it would
+    in-process; ``ran`` is False where its ``after`` run did not return (or an earlier run ended
+    the model's process with ``sys.exit``)."""
+
+    what: str
+    answer: tuple[Any, ...]
+    bounds: Bounds
+
+    @property
+    def ran(self) -> bool:
+        return self.answer[0] != "skipped"
+
+    def get(self) -> Any:
+        return _answer(self.answer, self.what, self.bounds)
+
+
+def bounded_each(runs: Sequence[Run], bounds: Bounds) -> list[Outcome]:
+    """Every run in turn, each held to ``bounds`` on its own (its time from when it starts), in one
+    forked child: a fork of a process holding torch costs tens of milliseconds (its page tables
+    copied, then torn down), more than a probe at small sizes, and the self-check's cases are a
+    dozen probes. A stop raises at once, naming the run it stopped; the model's own exceptions are
+    each run's answer, raised by :meth:`Outcome.get` in the order the caller asks."""
     if _can_fork():
-        return _in_child(fn, what, bounds)
-    return _in_process(fn, what, bounds)
+        answers = _in_child(runs, bounds)
+    else:
+        answers = _in_process_each(runs, bounds)
+    return [Outcome(run.what, answer, bounds) for run, answer in zip(runs, answers)]
 
 
 def _over_time(what: str, bounds: Bounds) -> BudgetExceeded:
@@ -107,7 +146,7 @@ def _can_fork() -> bool:
     return torch is None or not torch.cuda.is_initialized()
 
 
-def _in_child(fn: Callable[[], T], what: str, bounds: Bounds) -> T:
+def _in_child(runs: Sequence[Run], bounds: Bounds) -> list[tuple[Any, ...]]:
     base = _rss(os.getpid()) or 0
     read_end, write_end = os.pipe()
     with warnings.catch_warnings():  # Python 3.12 warns of fork in a threaded process; the child touches no other thread's locks
@@ -115,23 +154,23 @@ def _in_child(fn: Callable[[], T], what: str, bounds: Bounds) -> T:
         pid = os.fork()
     if pid == 0:  # pragma: no cover  (the child: measured by the tests through the parent)
         os.close(read_end)
-        _child(fn, write_end)
+        _child(runs, write_end)
     os.close(write_end)
     reaped = False
     try:
-        payload = _receive(read_end, pid, base, what, bounds)
+        answers, current = _receive(read_end, pid, base, runs, bounds)
         _, status = os.waitpid(pid, 0)
         reaped = True
     finally:
         os.close(read_end)
         if not reaped:
             _kill(pid)
-    if payload is None:
-        raise _ended(status, what, bounds)
-    return _answer(payload, what, bounds)
+    if len(answers) < len(runs) and not (answers and answers[-1][0] == "exit"):
+        raise _ended(status, runs[current].what, bounds)
+    return answers + [("skipped",)] * (len(runs) - len(answers))
 
 
-def _child(fn: Callable[[], Any], pipe: int) -> None:
+def _child(runs: Sequence[Run], pipe: int) -> None:
     code = _CHILD_FAILED
     try:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the parent's handlers (remove outputs, print) are its own
@@ -141,57 +180,85 @@ def _child(fn: Callable[[], Any], pipe: int) -> None:
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.set_num_threads(1)  # the parent's OpenMP pool is not in the child (see the module's docstring)
-        try:
-            answer: tuple[Any, ...] = ("value", fn())
-        except SystemExit as stop:
-            answer = ("exit", stop.code if isinstance(stop.code, (int, str, type(None))) else repr(stop.code), where(stop))
-        except BaseException as exc:  # noqa: BLE001  everything the model raised crosses back, by name and message
-            answer = ("raised", type(exc).__name__, str(exc), _allocation_failed(exc))
-        try:
-            payload = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:  # noqa: BLE001  a result that does not pickle: say so as a failure of the run
-            payload = pickle.dumps(("raised", type(exc).__name__, f"the model's outputs could not be passed back: {exc}", False))
-        view = memoryview(len(payload).to_bytes(8, "little") + payload)
-        while view:
-            view = view[os.write(pipe, view):]
+        answers: list[tuple[Any, ...]] = []
+        for k, run in enumerate(runs):
+            if run.after is not None and answers[run.after][0] != "value":
+                answers.append(("skipped",))
+            else:
+                _send(pipe, ("begin", k))  # the parent's clock for this run starts here
+                answers.append(_run_here(run.fn))
+            _send(pipe, answers[-1])
+            if answers[-1][0] == "exit":  # in-process, nothing after a sys.exit would run
+                break
         code = 0
     finally:
         os._exit(code)
 
 
-def _receive(pipe: int, pid: int, base: int, what: str, bounds: Bounds) -> bytes | None:
-    """The child's whole answer, or None where it ended without one; kills it past a budget."""
+def _run_here(fn: Callable[[], Any]) -> tuple[Any, ...]:
+    try:
+        return ("value", fn())
+    except SystemExit as stop:
+        return ("exit", stop.code if isinstance(stop.code, (int, str, type(None))) else repr(stop.code), where(stop))
+    except BaseException as exc:  # noqa: BLE001  everything the model raised crosses back, by name and message
+        return ("raised", type(exc).__name__, str(exc), _allocation_failed(exc))
+
+
+def _send(pipe: int, answer: tuple[Any, ...]) -> None:
+    try:
+        payload = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001  a result that does not pickle: say so as a failure of the run
+        payload = pickle.dumps(("raised", type(exc).__name__, f"the model's outputs could not be passed back: {exc}", False))
+    view = memoryview(len(payload).to_bytes(8, "little") + payload)
+    while view:
+        view = view[os.write(pipe, view):]
+
+
+def _receive(pipe: int, pid: int, base: int, runs: Sequence[Run], bounds: Bounds) -> tuple[list[tuple[Any, ...]], int]:
+    """The child's answers as they come, and the index of the run it was on when it ended (all of
+    them where it ended without one, an exit status read by the caller); kills it past a budget,
+    each run's time counted from its ``begin``."""
     deadline = time.monotonic() + bounds.seconds
-    chunks: list[bytes] = []
+    answers: list[tuple[Any, ...]] = []
+    current = 0
+    data = b""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             _kill(pid)
-            raise _over_time(what, bounds)
+            raise _over_time(runs[current].what, bounds)
         ready, _, _ = select.select([pipe], [], [], min(POLL_SECONDS, left))
         if ready:
             chunk = os.read(pipe, 1 << 20)
             if not chunk:
                 break
-            chunks.append(chunk)
+            data += chunk
+            while len(data) >= 8 and len(data) >= 8 + int.from_bytes(data[:8], "little"):
+                end = 8 + int.from_bytes(data[:8], "little")
+                frame = pickle.loads(data[8:end])  # noqa: S301  written by our own forked child, through a pipe only it and we hold
+                data = data[end:]
+                if frame[0] == "begin":
+                    current, deadline = frame[1], time.monotonic() + bounds.seconds
+                else:
+                    answers.append(frame)
         used = _rss(pid)
         if used is not None and used - base > bounds.memory:
             _kill(pid)
-            raise _over_memory(what, bounds)
-    data = b"".join(chunks)
-    if len(data) < 8 or len(data) != 8 + int.from_bytes(data[:8], "little"):
-        return None
-    return data[8:]
+            raise _over_memory(runs[current].what, bounds)
+    return answers, current
 
 
-def _answer(payload: bytes, what: str, bounds: Bounds) -> Any:
-    answer = pickle.loads(payload)  # noqa: S301  written by our own forked child, through a pipe only it and we hold
+def _answer(answer: tuple[Any, ...], what: str, bounds: Bounds) -> Any:
     if answer[0] == "value":
         return answer[1]
+    if answer[0] == "skipped":
+        raise RNNXError(f"{what} was not run: the run it follows did not return")  # a caller reads .ran first
     if answer[0] == "exit":
         stop = SystemExit(answer[1])
         stop.where = answer[2]  # type: ignore[attr-defined]  # model_exit.where reads it: the child's traceback stayed there
         raise stop
+    if answer[0] == "error":  # in-process: the exception itself, its traceback with it
+        raise answer[1]
     _, name, message, allocation = answer
     if allocation:
         raise _over_memory(what, bounds, f" (the model's allocation failed: {one_line(message, DETAIL_CHARS)})")
@@ -263,6 +330,25 @@ def _die_with_parent() -> None:
 class _Alarm(BaseException):
     """Raised by the watchdog inside the model's code: a BaseException, so that no
     ``except Exception`` of the model's (or of the audit's) takes it for an answer."""
+
+
+def _in_process_each(runs: Sequence[Run], bounds: Bounds) -> list[tuple[Any, ...]]:
+    """As the child does, in this process: a stop raises at once; the model's exceptions are kept."""
+    answers: list[tuple[Any, ...]] = []
+    for run in runs:
+        if run.after is not None and answers[run.after][0] != "value":
+            answers.append(("skipped",))
+            continue
+        try:
+            answers.append(("value", _in_process(run.fn, run.what, bounds)))
+        except STOPPED:
+            raise
+        except SystemExit as stop:
+            answers.append(("error", stop))
+            break
+        except Exception as exc:  # noqa: BLE001  the model's own, raised again by Outcome.get
+            answers.append(("error", exc))
+    return answers + [("skipped",)] * (len(runs) - len(answers))
 
 
 def _in_process(fn: Callable[[], T], what: str, bounds: Bounds) -> T:

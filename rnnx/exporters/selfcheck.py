@@ -33,22 +33,23 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rnnx import progress
-from rnnx.exporters.bounded import STOPPED, Bounds, bounded
+from rnnx.check import Row, Rule, judge, worst_failure
+from rnnx.check.runners import Subject, make
+from rnnx.check.truths import TorchTruth, as_float64, float64_copy  # noqa: F401  (float64_copy: the streaming modules import it from here)
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
+from rnnx.exporters.bounded import STOPPED, Bounds, Run, bounded_each
 from rnnx.exporters.example_values import draw_floats, draw_integers, integer_summary, value_summary
 from rnnx.exporters.shapes import Leaf, Naming
 from rnnx.shapes.roles import BATCH, OTHER
 from rnnx.shapes.sizes import GROWTH, shrunk
 from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance, Tolerances
-from rnnx.check import Row, Rule, judge, worst_failure
-from rnnx.check.runners import Subject, make
-from rnnx.check.truths import TorchTruth, as_float64, float64_copy  # noqa: F401  (float64_copy: the streaming modules import it from here)
-from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 
 # The layer-by-layer check of the file about to be written, where a layer above sets one
 # (rnnx.api.export sets verify's: exporters cannot import verify, which imports them): it takes
@@ -310,21 +311,31 @@ def torch_truths(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Nam
     notes = [] if notes is None else notes
     bounds = Bounds.of(model, [leaf.value for leaf in leaves])
     torch64 = TorchTruth(model, notes, keep=STOPPED)
-    truths = []
+    truths, runs = [], []
     for k, (name, sizes) in enumerate([(EXAMPLE_CASE, example_sizes(naming, leaves))] + plan_cases(naming, leaves)):
-        progress.step(f"running the torch model at {name}")
         truth = Truth(name, sizes, [leaf.value for leaf in leaves] if name == EXAMPLE_CASE else fresh_inputs(leaves, naming, sizes, seed + k))
         truths.append(truth)
         shapes = ", ".join(f"{leaf.name} {'x'.join(map(str, v.shape))}" for leaf, v in zip(leaves, truth.values) if isinstance(v, torch.Tensor))
+        runs.append(Run(f"the self-check's run of the model at {name} ({shapes})", partial(tensors, model, truth.values)))
+        if torch64.model64 is not None:
+            runs.append(Run(f"the self-check's run of the model's float64 copy at {name} ({shapes})",
+                            partial(tensors, torch64.model64, as_float64(truth.values)), after=len(runs) - 1))
+    # Every case's runs in one bounded child (a fork per run cost more than the runs themselves).
+    progress.step(f"running the torch model at {len(truths)} sizes")
+    outcomes = iter(bounded_each(runs, bounds))
+    for truth in truths:
+        outcome = next(outcomes)
+        progress.step(f"running the torch model at {truth.name}")  # where a sys.exit in that run is said to be
         try:
-            truth.want = bounded(lambda: tensors(model, truth.values), f"the self-check's run of the model at {name} ({shapes})", bounds)
+            truth.want = outcome.get()
         except STOPPED:
             raise
         except Exception as exc:  # the user's model may raise anything at a shape it does not take
             truth.skipped = f"the torch model itself raised {one_line(exc, CAUSE_CHARS, typed=True)}"
-            continue
-        truth.want64 = torch64.float64(lambda model64: bounded(lambda: tensors(model64, as_float64(truth.values)),
-                                                               f"the self-check's run of the model's float64 copy at {name} ({shapes})", bounds))
+        if len(runs) > len(truths):  # the float64 copy's run of this case, where the copy was made
+            copy = next(outcomes)
+            if copy.ran and truth.skipped is None:
+                truth.want64 = torch64.float64(lambda _: copy.get())
     return truths
 
 
