@@ -42,26 +42,10 @@ from typing import Any
 from rnnx import progress
 from rnnx.errors import RNNXError
 from rnnx.exporters.stream_causal import refuse_non_causal
-from rnnx.exporters.stream_lengths import (
-    CANDIDATES,
-    CHUNKS_ASKED,
-    chunk_multiple,
-    timed,
-)
+from rnnx.exporters.stream_lengths import CANDIDATES, CHUNKS_ASKED, chunk_multiple, timed
 from rnnx.exporters.stream_pools import pad_refusal, plan_pools, windows_refusal
-from rnnx.exporters.stream_probe import (
-    Probe,
-    Recorder,
-    doubled,
-    resized,
-    sequence_lengths,
-)
-from rnnx.exporters.stream_running import (
-    RunningState,
-    plan_lookbacks,
-    plan_running,
-    time_axis,
-)
+from rnnx.exporters.stream_probe import Probe, Recorder, doubled, resized, sequence_lengths
+from rnnx.exporters.stream_running import RunningState, plan_lookbacks, plan_running, time_axis
 from rnnx.exporters.stream_source import at, shown
 
 
