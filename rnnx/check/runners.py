@@ -111,6 +111,8 @@ RUNNERS: dict[str, Callable[[Subject], Runner]] = {
 
 #: The backend that runs a file of each format rnnx writes, in the framework that owns the format.
 FORMAT_BACKENDS = {"onnx": "ort", "jax": "jax", "flax": "flax", "keras": "keras", "torch": "torch"}
+#: The backends that run a stack's weights, not a file: a file of theirs runs as the weights rnnx reads from it.
+RUNS_WEIGHTS = frozenset({"reference", "torch", "cudnn"})
 
 
 def make(backend: str, subject: Subject) -> Runner:

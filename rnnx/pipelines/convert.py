@@ -26,18 +26,15 @@ import numpy as np
 
 from rnnx import formats, parity, progress
 from rnnx.check import Row, stack
+from rnnx.check.runners import FORMAT_BACKENDS, RUNS_WEIGHTS, Subject, running
 from rnnx.check.stack import StackReport
 from rnnx.formats import cudnn_raw, files, keras as keras_files
-from rnnx.errors import RNNXError
+from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import atomic_output, refuse_overwriting
 from rnnx.spec import RNNSpec
 from rnnx.tolerance import Tolerances
 from rnnx.weights import RNNWeights
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.engines.flax import FlaxRunner
-from rnnx.engines.jax import JaxRunner
-from rnnx.engines.keras import KerasRunner
-from rnnx.engines.torch import TorchRunner
 from rnnx.formats.onnx_read import choose_group, data_files, load_model, recurrent_groups
 from rnnx.formats.onnx_quantized import QUANTIZE_OPTIONS, error_bound, is_dequantized, main_graph_quantizations, quantize_file
 from rnnx.tolerance import BY_DTYPE, ErrorStats, Tolerance, compare_arrays
@@ -112,37 +109,29 @@ class ConvertResult:
 def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], batch_first: bool, seq_lens: bool, states: bool,
                    tolerances: Tolerances | None = None, dtype: str | None = None, precision: str = "fp32",
                    keep_io: bool = False) -> StackReport:
+    """The written file run by the backend that owns its format (the check registry's
+    FORMAT_BACKENDS), where it runs here; else, and for a raw blob, read back and the reference
+    run on it. What the runner takes (seq_lens, initial states) is what the check feeds."""
+    if dtype is not None:  # a headerless blob: nothing here runs cuDNN
+        return _check_raw(weights, files.load(path, format=fmt_name, spec=weights.spec, dtype=dtype), fmt_name, dtype, notes, tolerances)
+    backend = FORMAT_BACKENDS.get(fmt_name)
     why = f"{fmt_name} has no runtime here"
-    if fmt_name == "onnx":
-        # The file's inputs have its weights' dtype (float16, float32 or float64); an fp16 file
-        # computes in float16 and takes float16, or float32 with Casts at its edges.
-        computes = "float16" if precision == "fp16" else weights.dtype.name
+    if backend is not None:
+        # Only an ONNX file takes its weights' dtype (float16, float32 or float64; an fp16 file
+        # float16, or float32 with Casts at its edges); the frameworks' runners take float32.
+        computes = ("float16" if precision == "fp16" else weights.dtype.name) if backend == "ort" else "float32"
         try:
-            return stack.check("ort", OnnxRuntimeRunner(path), weights, ragged=seq_lens, batch_first=batch_first, states=states,
-                                dtype=computes, tolerances=tolerances, feed_dtype="float32" if keep_io else None)
+            held = files.load(path, format=fmt_name, spec=weights.spec) if backend in RUNS_WEIGHTS else weights
+            with running(backend, Subject(held, path, trusted=True, dtype="float32" if backend in RUNS_WEIGHTS else None)) as runner:
+                takes = runner.input_names
+                return stack.check(backend, runner, weights, ragged="seq_lens" in takes, batch_first=batch_first, states="h0" in takes,
+                                   dtype=computes, tolerances=tolerances, feed_dtype="float32" if keep_io else None)
         except RNNXError as exc:
-            if "does not support" not in str(exc) or weights.dtype == np.float32:
-                raise
-            why = f"ONNX Runtime has no {weights.dtype.name} kernel for this {weights.spec.cell.upper().split('_')[0]} on the CPU"
-    if fmt_name in ("jax", "keras", "flax"):  # run by the framework that owns the format, where installed
-        try:
-            if fmt_name == "jax":
-                return stack.check("jax", JaxRunner(path, weights.spec), weights, ragged=True, tolerances=tolerances)
-            if fmt_name == "flax":
-                return stack.check("flax", FlaxRunner(path, weights.spec), weights, tolerances=tolerances)
-
-            return stack.check("keras", KerasRunner(path, weights.spec), weights, tolerances=tolerances)
-        except RNNXError as exc:
-            why = f"{fmt_name} cannot run it here ({exc})"
-    reread = files.load(path, format=fmt_name, spec=weights.spec, dtype=dtype)
-    if dtype is not None:
-        return _check_raw(weights, reread, fmt_name, dtype, notes, tolerances)
-    if fmt_name == "torch":
-        try:
-            held = reread if reread.dtype == np.float32 else reread.astype(np.float32)
-            return stack.check("torch", TorchRunner(held), weights, ragged=True, tolerances=tolerances)
-        except RNNXError as exc:
-            notes.append(f"torch check skipped: {exc}")
+            if backend == "ort" and ("does not support" not in str(exc) or weights.dtype == np.float32):
+                raise  # ONNX Runtime refusing a float32 file rnnx wrote is a failure, not a runtime missing here
+            why = (f"ONNX Runtime has no {weights.dtype.name} kernel for this {weights.spec.cell.upper().split('_')[0]} on the CPU"
+                   if backend == "ort" else f"{backend} cannot run it here ({one_line(exc, DETAIL_CHARS)})")
+    reread = files.load(path, format=fmt_name, spec=weights.spec)
     # The reference on the re-read weights must reproduce the reference on the source.
     notes.append(f"{why}: read back only (the file re-read and the reference run on it; nothing ran the file itself)")
     return stack.check(f"{fmt_name} (reread)", lambda inputs: parity.reference_outputs(reread, inputs), weights, ran=False, tolerances=tolerances)

@@ -63,13 +63,16 @@ def test_a_fixed_tolerance_given_holds_and_a_dropped_output_fails(weights: RNNWe
     assert not StackReport() and StackReport().failure() == "nothing was compared"
 
 
-@pytest.mark.parametrize("suffix, backend", [(".onnx", "ort"), (".safetensors", "rnnx (reread)")])
+@pytest.mark.parametrize("suffix, backend", [(".onnx", "ort"), (".pt", "torch"), (".safetensors", "rnnx (reread)")])
 def test_convert_checks_a_written_file_with_its_formats_backend(weights: RNNWeights, tmp_path: Path, suffix: str, backend: str) -> None:
     source = tmp_path / "in.safetensors"
+    if backend == "torch":
+        pytest.importorskip("torch")
     files.save(weights, source)
     result = convert(source, tmp_path / f"out{suffix}")
     assert result.written and result.report
     assert {r.backend for r in result.report.rows} == {backend}
     rows = result.to_json()["check"]["rows"]
     assert rows and all(list(r) == list(ROW_FIELDS) for r in rows)
-    assert all(r["ran"] is (backend == "ort") for r in rows)
+    assert all(r["ran"] is not backend.endswith("(reread)") for r in rows)
+    assert {(r["seq_len"], r["batch"]) for r in rows} == {(1, 1), (5, 3), (11, 7)}  # batch 1 among them
