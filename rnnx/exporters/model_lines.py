@@ -35,8 +35,9 @@ _CODE_SHOWN = 100  # characters of a line's code a message shows
 Call = tuple[str, int, str, str, str]  # file, line, owner ("rnn's forward (Policy)"), torch function, what a conversion gave
 
 
-def _user_frame() -> tuple[str, int, Any] | None:
-    """The innermost frame outside torch, rnnx and Python's library: (file, line, its ``self``)."""
+def _user_frame() -> tuple[str, int, Any, str] | None:
+    """The innermost frame outside torch, rnnx and Python's library: (file, line, its ``self``,
+    its function's qualified name)."""
     import torch
 
     skip = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, os) if m.__file__)
@@ -45,7 +46,7 @@ def _user_frame() -> tuple[str, int, Any] | None:
     while frame is not None:
         name = frame.f_code.co_filename
         if not name.startswith(skip) and not name.startswith("<"):
-            return name, frame.f_lineno, frame.f_locals.get("self")
+            return name, frame.f_lineno, frame.f_locals.get("self"), getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
         frame = frame.f_back
     return None
 
@@ -64,7 +65,8 @@ def _calls(model: Any, values: Sequence[Any], structure: Any) -> list[Call]:
             where = _user_frame()
             if where is not None:
                 owner = names.get(id(where[2])) if where[2] is not None else None
-                label = f"{owner or 'the model'}'s forward ({type(where[2]).__name__})" if owner is not None else ""
+                # a module's forward by the module's name; other code (a staticmethod) by its function's
+                label = f"{owner or 'the model'}'s forward ({type(where[2]).__name__})" if owner is not None else where[3]
                 found.append((where[0], where[1], label, name, repr(out)[:64] if name in _CONVERSIONS else ""))
             return out
 

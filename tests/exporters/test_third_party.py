@@ -388,12 +388,13 @@ CASES = [
         "replace the operator named, or, where a dynamic size is the cause, make it static (static= / --static); "
         "--debug prints the full trace")),
     # RecurrentActorCriticPolicy._process_sequence branches on th.all(episode_starts == 0.0): the trace keeps the
-    # branch the example took, and the audit refuses the file that ignores episode_starts (no route exports the
-    # per-step branch with its resets as an ONNX Loop yet).
+    # branch the example took, and the audit refuses the file that ignores episode_starts, naming the branch's line.
+    # (Traced from an example with an episode start, the per-step branch re-rolls into one Loop, but over features
+    # reshaped from obs's batch*seq axis, which stays fixed.)
     ThirdPartyCase("sb3-recurrent-ppo-lstm", "LSTM", _sb3_recurrent_ppo, "sb3-contrib", xfail=dict.fromkeys(
         EXAMPLE_BATCHES, "ExportCheckFailed: dimension audit: the file ignores input episode_starts, but torch's outputs "
-        "change when episode_starts is all 1s (read in the model's forward, RecurrentActorCriticPolicy): the trace kept "
-        "only what the example took (a Python branch on its values, or a write tracing cannot see)")),
+        "change when episode_starts is all 1s: a Python branch on its values in RecurrentActorCriticPolicy._process_sequence "
+        "at policies.py:190 (if th.all(episode_starts == 0.0):): a trace keeps only what the example took")),
     # The attention convolves with a kernel computed from the decoder state, grouped by the batch (groups=B).
     ThirdPartyCase("tacotron-cbhg-bigru-lstmcell", "GRU", _tacotron, "tacotron", xfail={
         batch: "RNNXError: no translation route could export the model (torch.export + torch.onnx (dynamo): Unsupported "
