@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.check import Rule
 from rnnx.engines.ort_int8 import int8_pair_sums_saturate
 from rnnx.errors import RNNXError
 from rnnx.formats import files
@@ -29,14 +30,15 @@ class QuantizedModel:
     notes: list[str] = field(default_factory=list)
     _last: tuple[dict[str, np.ndarray], dict[str, float]] | None = field(default=None, repr=False)
 
-    def tolerance(self, inputs: dict[str, np.ndarray], output: str | None = None) -> Tolerance:
-        """Every output element within the bound, absolutely (rtol 0: a relative error says
-        nothing here): ``output``'s own bound where it is named (Y, h_n or c_n), else the
-        largest of the three."""
+    def rule(self, inputs: dict[str, np.ndarray], output: str | None = None) -> Rule:
+        """The rule :func:`rnnx.check.judge` holds ONNX Runtime's ``output`` to on this case: every
+        element within the bound, absolutely (rtol 0: a relative error says nothing here), never
+        calibrated (the bound is the rounding the scales predict); ``output``'s own bound where it
+        is named (Y, h_n or c_n: c_n carries the most noise), else the largest of the three."""
         if self._last is None or self._last[0] is not inputs:  # one noise propagation per case, asked for each output
             self._last = (inputs, error_bounds(self.layers, self.weights, inputs, self.from_float))
         bounds = self._last[1]
-        return Tolerance(bounds[output] if output in bounds else max(bounds.values()), 0.0)
+        return Rule(Tolerance(bounds[output] if output in bounds else max(bounds.values()), 0.0))
 
 
 def quantized_model(model: Any, path: Path, source_weights: RNNWeights) -> QuantizedModel | None:

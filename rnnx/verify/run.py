@@ -174,7 +174,7 @@ def _run_cases(report: VerifyReport, weights: RNNWeights, model: Path | None, ru
                     if out_name not in got:  # the file does not return it (say, a model returning only Y)
                         continue
                     if quantized is not None and name == "ort":
-                        rule = Rule(quantized.tolerance(exact, out_name))  # each output its own bound: c_n carries the most noise
+                        rule = quantized.rule(exact, out_name)
                     elif name in per_backend:
                         rule = Rule(_tolerance(tolerances, per_backend, name, out_name, runs_in))
                     else:
