@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import contextvars
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -31,7 +31,7 @@ _MAX_RANK = 32  # numpy holds 64 dimensions at most; no weight has more than a h
 # The temporary file of each output being written in this thread, by final path. A writer
 # nested inside a checked write (convert: write, then run the written file, then rename)
 # writes into the outer temporary file instead of renaming its own over the final name.
-_pending: contextvars.ContextVar[dict[Path, Path]] = contextvars.ContextVar("rnnx_pending_outputs", default={})
+_pending: contextvars.ContextVar[dict[Path, Path]] = contextvars.ContextVar("rnnx_pending_outputs", default={})  # noqa: B039  never mutated: each writer sets a new dict
 # Every temporary output file in this process, for the signal handler (which may run in any context).
 _in_flight: set[str] = set()
 

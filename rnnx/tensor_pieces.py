@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
 import numpy as np
 
 #: Writers take the elements in chunks of at most this many bytes, so that a conversion to

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from rnnx import RNNSpec, RNNXError
 from rnnx.spec import ACTIVATION_PARAMETERS, DEFAULT_ACTIVATIONS, Activation

@@ -4,8 +4,8 @@ in one line (exit 2 from the command line, RNNXError in Python), never ignored."
 
 from __future__ import annotations
 
-import os
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path

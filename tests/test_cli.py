@@ -250,7 +250,8 @@ def test_export_names_inputs_axes_and_outputs(tmp_path: Path) -> None:
 
     proto = onnx.load(str(tmp_path / "m.onnx"))
     assert [i.name for i in proto.graph.input] == ["src", "tgt"] and [o.name for o in proto.graph.output] == ["logits"]
-    for bad, message in ((["--input", "nope:2x3"], "expected a parameter of Net.forward"), (["--input", "src:2x9:int64", "--input", "tgt:2x4:int64", "--dynamic", "tgt:x"], "expected NAME:DIM[=LABEL]"),
+    for bad, message in ((["--input", "nope:2x3"], "expected a parameter of Net.forward"),
+                         (["--input", "src:2x9:int64", "--input", "tgt:2x4:int64", "--dynamic", "tgt:x"], "expected NAME:DIM[=LABEL]"),
                          (["--input", "src:2xq"], "expected a shape like 5x3x8")):
         out = run("export", model, *bad, "-o", tmp_path / "bad.onnx")
         assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
@@ -379,8 +380,8 @@ def test_other_libraries_warnings_stay_out_of_a_refusal(monkeypatch: pytest.Monk
     from rnnx.cli import commands
 
     def noisy(args: object) -> int:
-        warnings.warn("some library's deprecation notice", DeprecationWarning)
-        warnings.warn("another library's user warning", UserWarning)
+        warnings.warn("some library's deprecation notice", DeprecationWarning, stacklevel=2)
+        warnings.warn("another library's user warning", UserWarning, stacklevel=2)
         raise RNNXError("x.onnx: expected an ONNX model, found nothing")
 
     monkeypatch.setattr(commands, "list_formats", noisy)

@@ -10,12 +10,10 @@ import pytest
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError
-from rnnx.cli import build_parser, main
+from rnnx.cli import build_parser, groups, main
 from rnnx.cli.flags import FLAGS, VERB_FLAGS, flagged
-from rnnx.cli import groups
 from rnnx.cli.groups import Option, Renamed
 from rnnx.layouts.onnx import DEFAULT_OPSET
-
 
 DECLARED = [o for o in vars(groups).values() if isinstance(o, Option)]
 

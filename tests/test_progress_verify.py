@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import rnnx
-from rnnx.pipelines.convert import convert
 from rnnx import RNNSpec, RNNWeights
+from rnnx.pipelines.convert import convert
 from rnnx.verify.models import verify_file
 from tests.test_progress import _on_a_terminal
 

@@ -10,7 +10,8 @@ import rnnx
 
 def test_public_names() -> None:
     assert sorted(rnnx.__all__) == sorted(
-        ["ExportCheckFailed", "ParityError", "RNNSpec", "RNNWeights", "RNNXError", "StreamingSession", "__version__", "export", "from_format", "groups", "load", "save", "to_format"]
+        ["ExportCheckFailed", "ParityError", "RNNSpec", "RNNWeights", "RNNXError", "StreamingSession", "__version__", "export", "from_format", "groups", "load", "save",
+         "to_format"]
     )
     assert all(hasattr(rnnx, name) for name in rnnx.__all__)
     assert callable(rnnx.formats.register)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib
 import os
 import subprocess
-import textwrap
 import sys
+import textwrap
 
 import numpy as np
 import pytest

@@ -35,7 +35,6 @@ from rnnx.shapes.roles import BATCH, LENGTH, ROLES  # noqa: E402
 from rnnx.streaming import graph_ranks, read_streaming  # noqa: E402
 from rnnx.verify.feeds import make_feed  # noqa: E402
 
-
 THIRD_PARTY = Path(__file__).resolve().parent / "fixtures" / "third_party"
 FILES = ["rnnx", "rnnx streaming", "torch.onnx, named axes", "torch.onnx, anonymous axes", "torch.onnx, anonymous axes through a Conv",
          "torch.onnx, packed tokens, anonymous axes"] + sorted(p.name for p in THIRD_PARTY.glob("*.onnx"))

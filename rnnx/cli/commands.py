@@ -12,38 +12,36 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rnnx import api
-from rnnx import formats
+from rnnx import api, formats
 from rnnx.cli.flags import flagged
 from rnnx.cli.groups import BackendToleranceArgs, ShapeArgs, ToleranceArgs
 from rnnx.engines import doctor
 from rnnx.engines.acceptance import predict
 from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
 from rnnx.engines.tensorrt_parser import parser_for
-from rnnx.shapes.file_dims import read_file_dims
-from rnnx.shapes.profiles import describe_dimensions, merge_shapes
 from rnnx.errors import ExportCheckFailed, ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
-from rnnx.graphs.precision import computes_in_float16
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats import cudnn_raw
-from rnnx.layouts import cudnn
 from rnnx.formats.onnx_read import data_files, load_model as load_onnx
 from rnnx.graphs.inspect import as_json, as_text, file_format, fusable, inspect_model, inspect_weights, weights_as_json, weights_as_text
+from rnnx.graphs.precision import computes_in_float16
+from rnnx.layouts import cudnn
 from rnnx.pipelines.bundle import make_bundle
 from rnnx.pipelines.convert import convert as convert_file
 from rnnx.pipelines.fuse import fuse_file
 from rnnx.pipelines.lower import lower_file
-from rnnx.pipelines.rewrite_check import check_rewrite_size
+from rnnx.pipelines.rewrite_check import RewriteDiffers, check_rewrite_size
+from rnnx.shapes.file_dims import read_file_dims
+from rnnx.shapes.profiles import describe_dimensions, merge_shapes
 from rnnx.shapes.rewrite_plan import parse_input_shapes
 from rnnx.spec import RNNSpec
+from rnnx.streaming import STREAMING_KEY, graph_ranks, read_streaming
 from rnnx.verify import verify as verify_stack
 from rnnx.verify.drive import parse_map
 from rnnx.verify.models import is_model_code, is_whole_model, verify_file, verify_model
-from rnnx.streaming import STREAMING_KEY, graph_ranks, read_streaming
-from rnnx.verify.run import DTYPES
-from rnnx.pipelines.rewrite_check import RewriteDiffers
 from rnnx.verify.plots import require_plots, write_html
+from rnnx.verify.run import DTYPES
 
 
 def json_report(args: argparse.Namespace, report: dict[str, Any], passed: bool | None = None, default: Any = None) -> str:

@@ -62,7 +62,8 @@ SELECT = Option(("--select",), {"metavar": "GROUP", "help": "the recurrent group
 SPEC = Option(("--spec",), {"metavar": "SPEC", "help": "spec for weights that do not describe themselves (cudnn, jax) or cannot tell tanh from relu"})
 FROM = Option(("--from",), {"dest": "from_format", "metavar": "FORMAT", "help": "format of the weights file (default: from extension and content)"})
 OPSET = Option(("--opset",), {"type": types.opset, "default": DEFAULT_OPSET, "metavar": "N",
-                              "help": f"ONNX opset to write, 13 (TensorRT 8.0/8.2, JetPack 4.6) to the newest onnx knows (default {DEFAULT_OPSET}, what TensorRT 8.5 and later parse)"})
+                              "help": f"ONNX opset to write, 13 (TensorRT 8.0/8.2, JetPack 4.6) to the newest onnx knows "
+                                      f"(default {DEFAULT_OPSET}, what TensorRT 8.5 and later parse)"})
 # What a file or an engine computes in: one flag, one set of choices, in every verb that writes
 # one (an ONNX file takes fp32 or fp16, and says so in one line for the others).
 PRECISION = Option(("--precision",), {"default": "fp32", "choices": PRECISIONS})

@@ -9,8 +9,25 @@ from typing import NoReturn
 from rnnx import __version__
 from rnnx.cli import commands, types
 from rnnx.cli.groups import (
-    BATCH_FIRST, CHECKPOINT, DIM, DTYPE, FROM, OUTPUT, PRECISION, SEED, SELECT, SPEC, STATIC, BackendToleranceArgs, CheckArgs, CommonArgs, OnnxArgs, Renamed, ShapeArgs,
-    SourceArgs, ToleranceArgs,
+    BATCH_FIRST,
+    CHECKPOINT,
+    DIM,
+    DTYPE,
+    FROM,
+    OUTPUT,
+    PRECISION,
+    SEED,
+    SELECT,
+    SPEC,
+    STATIC,
+    BackendToleranceArgs,
+    CheckArgs,
+    CommonArgs,
+    OnnxArgs,
+    Renamed,
+    ShapeArgs,
+    SourceArgs,
+    ToleranceArgs,
 )
 from rnnx.engines import trtexec
 from rnnx.engines.tensorrt_parser import KNOWN_VERSIONS as TENSORRT_PARSER_VERSIONS
@@ -43,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rnnx",
         description="Move recurrent networks (LSTM, GRU, RNN) between frameworks, ONNX and cuDNN, with parity checked.",
-        epilog="Specs are written like lstm,input=8,hidden=16,layers=2,bidirectional,proj=4. Exit status: 0 ok, 1 parity failure, 2 bad input, 3 internal error (a bug: please report it with --debug's traceback).",
+        epilog="Specs are written like lstm,input=8,hidden=16,layers=2,bidirectional,proj=4. "
+               "Exit status: 0 ok, 1 parity failure, 2 bad input, 3 internal error (a bug: please report it with --debug's traceback).",
     )
     parser.add_argument("--version", action="version", version=f"rnnx {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")

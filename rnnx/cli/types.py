@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 from rnnx import limits
 from rnnx.engines.tensorrt import Profile
 from rnnx.engines.tensorrt_parser import DEFAULT_VERSION, KNOWN_VERSIONS, parser_for
-from rnnx.shapes.profiles import parse_shapes
-from rnnx.exporters.loading import parse_dim
 from rnnx.errors import RNNXError, one_line
+from rnnx.exporters.loading import parse_dim
 from rnnx.formats.onnx_build import check_opset
+from rnnx.shapes.profiles import parse_shapes
 from rnnx.tolerance import Tolerance, Tolerances, parse_tol_items
 from rnnx.verify.drive import parse_map
 from rnnx.verify.run import BACKEND_ALIASES, BACKENDS, DTYPES

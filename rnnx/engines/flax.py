@@ -31,8 +31,7 @@ class FlaxRunner:
     def __init__(self, path: Path, spec: RNNSpec) -> None:
         try:
             import jax
-            from flax import linen as nn
-            from flax import serialization
+            from flax import linen as nn, serialization
         except ImportError:
             raise RNNXError("flax is not installed; pip install 'rnnx[flax]'") from None
         if spec.num_layers != 1:

@@ -33,7 +33,7 @@ import numpy as np
 from rnnx import limits
 from rnnx.engines.onnx_reference import ReferenceRun  # light: numpy at import, onnx only when a reference runs
 from rnnx.engines.ort_options import EXTERNAL_DATA_FOLDER, session_options, session_threads
-from rnnx.errors import BudgetExceeded, CAUSE_CHARS, RNNXError, one_line
+from rnnx.errors import CAUSE_CHARS, BudgetExceeded, RNNXError, one_line
 
 _LENGTH = struct.Struct("<Q")
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the rnnx package

@@ -15,8 +15,8 @@ import numpy as np
 from rnnx.engines.ort_options import EXTERNAL_DATA_FOLDER, FLOAT16_NOTE, session_options
 from rnnx.engines.rules import BackendRules, Rule
 from rnnx.engines.runner import with_zero_states
-from rnnx.graphs.precision import computes_in_float16
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
+from rnnx.graphs.precision import computes_in_float16
 from rnnx.spec import RNNSpec
 
 #: What ONNX Runtime's CPU kernels for LSTM/GRU/RNN refuse (tests/graphs/test_inspect.py pins it by running them).

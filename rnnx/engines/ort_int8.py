@@ -26,7 +26,6 @@ W_SCALE = 0.25 / 127
 
 
 def _probe_model() -> bytes:
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     w = np.zeros((1, INPUT_SIZE, 4), np.int8)  # [dirs, input_size, 4*hidden], hidden 1

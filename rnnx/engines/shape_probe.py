@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
-from rnnx.errors import BudgetExceeded, DETAIL_CHARS, RNNXError, one_line
-from rnnx.formats.onnx_lazy import for_runtime
 from rnnx import limits
+from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
+from rnnx.errors import DETAIL_CHARS, BudgetExceeded, RNNXError, one_line
+from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.shapes.file_dims import InputSpec, probe_feed
 from rnnx.shapes.profiles import Probe, shapes_text
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.engines.shape_probe import shape_probe
 from rnnx.engines.runner import with_zero_states
+from rnnx.engines.shape_probe import shape_probe
 from rnnx.engines.tensorrt_version import TensorRTVersion
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, file_sha256, require_file

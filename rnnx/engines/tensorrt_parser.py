@@ -33,6 +33,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rnnx.engines.tensorrt_parser_rules import (
+    _DEFAULT_ACTS,
+    _DT,
+    _DT_NAMES,
+    _PARAMS_LOWER,
+    _RANK,
+    _SLOT_NAMES,
+    _SLOTS,
+    _TRT_READS,
     ACCEPTED,
     ALIASES,
     DEFAULT_VERSION,
@@ -40,29 +48,22 @@ from rnnx.engines.tensorrt_parser_rules import (
     DTYPES,
     IMPORTERS,
     KNOWN_VERSIONS,
-    ParserRule,
     RULES,
     TRT_ACTIVATIONS,
     TRT_DEFAULT_ALPHA,
     TRT_DEFAULT_BETA,
     UNKNOWN,
-    V10,
     V8,
+    V10,
     VERSIONS,
-    _DEFAULT_ACTS,
-    _DT,
-    _DT_NAMES,
-    _PARAMS_LOWER,
-    _RANK,
-    _SLOTS,
-    _SLOT_NAMES,
-    _TRT_READS,
+    ParserRule,
 )
 from rnnx.engines.tensorrt_version import TensorRTVersion, bracket, read_columns
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_read import read_lowered
 from rnnx.graphs.inspect import NodeReport
 from rnnx.spec import ACTIVATION_PARAMETERS
+
 
 def rules_for(version: str) -> tuple[ParserRule, ...]:
     v = resolve_version(version)

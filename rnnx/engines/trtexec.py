@@ -13,8 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from rnnx.engines import jetpack as jetpack_table
-from rnnx.engines import trtexec_flags
+from rnnx.engines import jetpack as jetpack_table, trtexec_flags
 from rnnx.engines.tensorrt_parser import ALIASES as PARSER_ALIASES, VERSIONS as PARSER_VERSIONS, parser_for
 from rnnx.engines.tensorrt_version import TensorRTVersion, bracket, read_columns
 from rnnx.errors import RNNXError, shown

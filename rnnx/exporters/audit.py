@@ -44,14 +44,14 @@ from typing import Any
 from rnnx.errors import DETAIL_CHARS, one_line
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.example_values import draw_integers, integer_summary
-from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.model_lines import branch_at, loop_at
+from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.shapes import Leaf, Naming
-from rnnx.shapes.roles import BATCH, LENGTH, OTHER
-from rnnx.shapes.sizes import audit_sizes
 from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata
 from rnnx.formats.onnx_read import invented_label
 from rnnx.graphs.index import all_graphs
+from rnnx.shapes.roles import BATCH, LENGTH, OTHER
+from rnnx.shapes.sizes import audit_sizes
 
 DYNAMIC, REQUIRED, ASKED, STATIC, MISSED = "dynamic", "static: required", "static: asked", "static", "missed"
 # Bounds on the work a hostile or huge model can make the audit do.

@@ -10,18 +10,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from rnnx.errors import RNNXError
-from rnnx.exporters.writing import first_line
-from rnnx.layouts.onnx import NATIVE_OPS, OP_TYPES
 from rnnx.exporters import call_record, record
 from rnnx.exporters.example_values import value_summary
+from rnnx.exporters.export_trace import unflatten
+from rnnx.exporters.writing import first_line
+from rnnx.formats.onnx_scan import lower_projections
+from rnnx.graphs.export_repairs import drop_noop_squeezes, separate_outputs
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
-from rnnx.graphs.reroll import left_unrolled, reroll
-from rnnx.formats.onnx_scan import lower_projections
 from rnnx.graphs.index import all_graphs
-from rnnx.graphs.export_repairs import drop_noop_squeezes, separate_outputs
-from rnnx.exporters.export_trace import unflatten
+from rnnx.graphs.reroll import left_unrolled, reroll
+from rnnx.layouts.onnx import NATIVE_OPS, OP_TYPES
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
+
 
 @dataclass
 class Finished:

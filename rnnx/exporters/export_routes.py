@@ -14,16 +14,14 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.errors import RNNXError
-from rnnx.exporters.writing import ExportReport, write_checked
-from rnnx.tolerance import Tolerances
-from rnnx.exporters import shapes
-from rnnx.exporters import torchscript_route
-from rnnx.exporters import record
+from rnnx.exporters import record, shapes, torchscript_route
 from rnnx.exporters.audit import DimensionAudit, resize
 from rnnx.exporters.determinism import Variation
 from rnnx.exporters.export_finish import finish_graph
 from rnnx.exporters.export_trace import cause_of, is_structured, module_of_op, recurrent_arguments, runs_program, to_onnx, unflatten
+from rnnx.exporters.writing import ExportReport, write_checked
 from rnnx.shapes.roles import BATCH
+from rnnx.tolerance import Tolerances
 
 DYNAMO = "torch.export + torch.onnx (dynamo)"
 DYNAMO_STATIC = DYNAMO + " with unneeded dimensions static"

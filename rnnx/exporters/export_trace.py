@@ -9,13 +9,13 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
+from rnnx.exporters import ops, shapes, torchscript_route
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
-from rnnx.exporters.writing import first_line, quiet, suggested_fixes
-from rnnx.exporters import ops, shapes
-from rnnx.exporters import torchscript_route
 from rnnx.exporters.selfcheck import run_eager
+from rnnx.exporters.writing import first_line, quiet, suggested_fixes
 from rnnx.graphs.legalize import convert_down
 from rnnx.shapes.roles import OTHER
+
 
 def runs_on_example(model: Any, leaves: list[Any], structure: Any) -> None:
     """The model on the example as given, before any route: an example it refuses (tokens as

@@ -9,18 +9,17 @@ checkpoints, in contrast, are loaded weights-only.
 
 from __future__ import annotations
 
-import math
-
 import importlib
 import importlib.util
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from rnnx import progress
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
-from rnnx.fileio import check_archive, read_safetensors, require_file
 from rnnx.exporters.model_exit import exit_refused
+from rnnx.fileio import check_archive, read_safetensors, require_file
 from rnnx.formats.torch import weights_only_refusal
 
 _DTYPES = ("float32", "float64", "float16", "int64", "int32", "bool")

@@ -22,7 +22,6 @@ from rnnx import progress
 from rnnx.errors import RNNXError
 
 
-
 @contextlib.contextmanager
 def exit_refused() -> Iterator[None]:
     """Run the body; a ``SystemExit`` raised in it becomes an :class:`RNNXError` naming the exit."""

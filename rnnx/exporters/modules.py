@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from rnnx.formats.files import from_format
-from rnnx.errors import RNNXError
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import ops  # noqa: F401  (registers torch.ops.rnnx.*)
+from rnnx.formats.files import from_format
 from rnnx.layouts import torch as torch_layout
 from rnnx.layouts.onnx import layer_arrays
 from rnnx.spec import RNNSpec
@@ -143,7 +143,7 @@ def forward_weights(module: nn.Module, spec: RNNSpec, where: str, cell_style: bo
         try:
             value = getattr(module, key, None)
         except Exception as exc:  # noqa: BLE001  a parametrization is the user's code
-            raise RNNXError(f"{where} ({type(module).__name__}): reading {key} raised {type(exc).__name__}: {' '.join(str(exc).split())[:200]}; "
+            raise RNNXError(f"{where} ({type(module).__name__}): reading {key} raised {one_line(exc, CAUSE_CHARS, typed=True)}; "
                             "fix the code that computes it") from None
         if not isinstance(value, torch.Tensor):
             found = "nothing" if value is None else f"a {type(value).__name__}"
@@ -242,7 +242,8 @@ class NativeRecurrence(ForwardTimeWeights):
         self.__dict__["_rnnx_layers"] = _native_layers(self, spec, where or type(self).__name__, cell_style=False)
         self.__dict__["_rnnx_spec"] = spec
 
-    def _rnnx_layer(self, k: int, x: torch.Tensor, lens: torch.Tensor | None, h0: torch.Tensor | None, c0: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def _rnnx_layer(self, k: int, x: torch.Tensor, lens: torch.Tensor | None, h0: torch.Tensor | None,
+                    c0: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         spec, arrays = self._rnnx_spec, self._rnnx_layers[k]
         W, R, B = arrays["W"], arrays["R"], arrays.get("B")
         if spec.cell == "lstm":

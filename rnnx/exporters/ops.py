@@ -12,13 +12,12 @@ The eager bodies compute the same math in torch, so a swapped model still runs.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
+from rnnx.formats.onnx_scan import DOMAIN as LOWER_DOMAIN, LSTM_PROJECTED
 from rnnx.layouts.onnx import GATE_ORDER, PEEPHOLE_ORDER
-from rnnx.formats.onnx_scan import DOMAIN as LOWER_DOMAIN
-from rnnx.formats.onnx_scan import LSTM_PROJECTED
 
 _ACT = {"tanh": torch.tanh, "relu": torch.relu}
 
@@ -28,8 +27,8 @@ def _gates(stacked: torch.Tensor, cell: str) -> dict[str, torch.Tensor]:
 
 
 def _run(
-    cell: str, x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], seq_lens: Optional[torch.Tensor],
-    h0: Optional[torch.Tensor], c0: Optional[torch.Tensor], p: Optional[torch.Tensor], proj: Optional[torch.Tensor],
+    cell: str, x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None, seq_lens: torch.Tensor | None,
+    h0: torch.Tensor | None, c0: torch.Tensor | None, p: torch.Tensor | None, proj: torch.Tensor | None,
     direction: str, linear_before_reset: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eager ONNX semantics (with masking for ragged batches), gates by name."""
@@ -84,8 +83,8 @@ def _expect(ok: Any, what: str) -> None:
     torch._check(ok, lambda: what)
 
 
-def check_shapes(x: torch.Tensor, w: torch.Tensor, seq_lens: Optional[torch.Tensor], h0: Optional[torch.Tensor],
-                 c0: Optional[torch.Tensor], hidden_size: int, out: int, step: bool = False) -> None:
+def check_shapes(x: torch.Tensor, w: torch.Tensor, seq_lens: torch.Tensor | None, h0: torch.Tensor | None,
+                 c0: torch.Tensor | None, hidden_size: int, out: int, step: bool = False) -> None:
     """What the ONNX node requires of its inputs (and the torch module too)."""
     D = w.shape[0]
     batch = x.shape[0] if step else x.shape[1]
@@ -112,8 +111,8 @@ def _fake(x: torch.Tensor, w: torch.Tensor, hidden_size: int, out: int) -> tuple
 
 @torch.library.custom_op("rnnx::lstm", mutates_args=())
 def lstm(
-    x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], seq_lens: Optional[torch.Tensor],
-    h0: Optional[torch.Tensor], c0: Optional[torch.Tensor], p: Optional[torch.Tensor], proj: Optional[torch.Tensor],
+    x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None, seq_lens: torch.Tensor | None,
+    h0: torch.Tensor | None, c0: torch.Tensor | None, p: torch.Tensor | None, proj: torch.Tensor | None,
     hidden_size: int, direction: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     check_shapes(x, w, seq_lens, h0, c0, hidden_size, proj.shape[1] if proj is not None else hidden_size)
@@ -128,8 +127,8 @@ def _(x, w, r, b, seq_lens, h0, c0, p, proj, hidden_size, direction):  # type: i
 
 @torch.library.custom_op("rnnx::gru", mutates_args=())
 def gru(
-    x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], seq_lens: Optional[torch.Tensor],
-    h0: Optional[torch.Tensor], hidden_size: int, direction: str, linear_before_reset: int,
+    x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None, seq_lens: torch.Tensor | None,
+    h0: torch.Tensor | None, hidden_size: int, direction: str, linear_before_reset: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     check_shapes(x, w, seq_lens, h0, None, hidden_size, hidden_size)
     y, h, _ = _run("gru", x, w, r, b, seq_lens, h0, None, None, None, direction, linear_before_reset)
@@ -144,8 +143,8 @@ def _(x, w, r, b, seq_lens, h0, hidden_size, direction, linear_before_reset):  #
 
 @torch.library.custom_op("rnnx::rnn", mutates_args=())
 def rnn(
-    x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], seq_lens: Optional[torch.Tensor],
-    h0: Optional[torch.Tensor], hidden_size: int, direction: str, activation: str,
+    x: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None, seq_lens: torch.Tensor | None,
+    h0: torch.Tensor | None, hidden_size: int, direction: str, activation: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     check_shapes(x, w, seq_lens, h0, None, hidden_size, hidden_size)
     y, h, _ = _run("rnn_" + activation, x, w, r, b, seq_lens, h0, None, None, None, direction)
@@ -220,7 +219,7 @@ TRANSLATIONS = {
 
 
 @torch.library.custom_op("rnnx::lstm_cell", mutates_args=())
-def lstm_cell(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], hidden_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def lstm_cell(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None, hidden_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     _, y_h, y_c = _run("lstm", x.unsqueeze(0), w, r, b, None, h.unsqueeze(0), c.unsqueeze(0), None, None, "forward")
     return y_h[0], y_c[0]
 
@@ -232,7 +231,7 @@ def _(x, h, c, w, r, b, hidden_size):  # type: ignore[no-untyped-def]
 
 
 @torch.library.custom_op("rnnx::gru_cell", mutates_args=())
-def gru_cell(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], hidden_size: int) -> torch.Tensor:
+def gru_cell(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None, hidden_size: int) -> torch.Tensor:
     _, y_h, _ = _run("gru", x.unsqueeze(0), w, r, b, None, h.unsqueeze(0), None, None, None, "forward", 1)
     return y_h[0]
 
@@ -244,7 +243,7 @@ def _(x, h, w, r, b, hidden_size):  # type: ignore[no-untyped-def]
 
 
 @torch.library.custom_op("rnnx::rnn_cell", mutates_args=())
-def rnn_cell(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: Optional[torch.Tensor], hidden_size: int, activation: str) -> torch.Tensor:
+def rnn_cell(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None, hidden_size: int, activation: str) -> torch.Tensor:
     _, y_h, _ = _run("rnn_" + activation, x.unsqueeze(0), w, r, b, None, h.unsqueeze(0), None, None, None, "forward")
     return y_h[0]
 

@@ -25,14 +25,14 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rnnx.layouts.onnx import INPUTS, NATIVE_OPS, NODE_OUTPUTS, PROJECTED_LSTM_INPUTS
-from rnnx.graphs import walk
-from rnnx.graphs.index import all_graphs
-from rnnx.formats.onnx_read import invented_label, value_dims
-from rnnx.formats.onnx_scan import read_lowered
-from rnnx.formats.onnx_metadata import EXPORT_KEY, RECURRENCES_KEY, read_metadata, set_metadata
 from rnnx._version import __version__
 from rnnx.exporters.call_record import CALL_KEY, only_graph_inputs
+from rnnx.formats.onnx_metadata import EXPORT_KEY, RECURRENCES_KEY, read_metadata, set_metadata
+from rnnx.formats.onnx_read import invented_label, value_dims
+from rnnx.formats.onnx_scan import read_lowered
+from rnnx.graphs import walk
+from rnnx.graphs.index import all_graphs
+from rnnx.layouts.onnx import INPUTS, NATIVE_OPS, NODE_OUTPUTS, PROJECTED_LSTM_INPUTS
 
 # ONNX input/output positions of a native node (and of the projected-LSTM placeholder).
 # The record names a node's tensors by ONNX's input names (part of the file's metadata, so fixed).

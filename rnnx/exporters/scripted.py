@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from rnnx.errors import RNNXError
-from rnnx.exporters.shapes import Leaf, Naming
-from rnnx.shapes.roles import BATCH, LENGTH
-from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.exporters import call_record, record
-from rnnx.exporters.example_values import value_summary
-from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
 from rnnx.exporters.determinism import check_determinism
+from rnnx.exporters.example_values import value_summary
+from rnnx.exporters.shapes import Leaf, Naming
+from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
+from rnnx.layouts.onnx import NATIVE_OPS
+from rnnx.shapes.roles import BATCH, LENGTH
 
 SEQ = "seq"
 

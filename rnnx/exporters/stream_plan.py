@@ -25,14 +25,14 @@ from rnnx import progress
 from rnnx.engines.chunk_divergence import first_divergence
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import shapes
+from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_output, example_sizes, float64_copy, fresh_inputs, run_eager
 from rnnx.exporters.stream_context import ConvCache
 from rnnx.exporters.stream_loops import Loop, LoopState
 from rnnx.exporters.stream_running import RunningState
-from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_output, example_sizes, float64_copy, fresh_inputs, run_eager
 from rnnx.formats.onnx_metadata import read_metadata, set_metadata
+from rnnx.shapes.roles import BATCH, LENGTH
 from rnnx.shapes.sizes import STREAM_BATCHES, STREAM_CHUNKS, STREAM_FRAMES
 from rnnx.streaming import STREAMING_KEY, StatePair, StreamingRecord
-from rnnx.shapes.roles import BATCH, LENGTH
 
 # The chunked check: sequences of STREAM_FRAMES frames cut into chunks of each size (and run
 # whole), at each batch size, all in units of the chunk multiple (the strides along time). 7 is

@@ -53,12 +53,12 @@ from typing import Any
 
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import shapes
+from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.stream_context import cached_conv_forward, study
 from rnnx.exporters.stream_loops import find_loops, loop_carry
 from rnnx.exporters.stream_plan import StreamPlan, _Slot
 from rnnx.exporters.stream_running import carry_mode
 from rnnx.exporters.stream_source import at, called_at, raised_at, user_frame
-from rnnx.exporters.selfcheck import run_eager
 
 # --- the streaming model ---------------------------------------------------------------------
 
@@ -101,9 +101,8 @@ class _StreamingForward:
     _rnnx_streaming: StreamPlan
 
     def forward(self, *args: Any) -> tuple[Any, ...]:
-        from torch.utils._pytree import tree_flatten
-
         import torch
+        from torch.utils._pytree import tree_flatten
 
         plan = self.__dict__["_rnnx_streaming"]
         inputs, states = args[:plan.n_inputs], args[plan.n_inputs:plan.n_inputs + len(plan.state_inputs)]

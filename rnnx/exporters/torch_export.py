@@ -24,17 +24,15 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.errors import RNNXError
-from rnnx.exporters.writing import ExportReport
-from rnnx.layouts.onnx import DEFAULT_OPSET
-from rnnx.formats.onnx_build import check_opset
-from rnnx.tolerance import Tolerances
 from rnnx.exporters import ops, shapes
-from rnnx.exporters.scripted import export_scripted
 from rnnx.exporters.determinism import check_determinism
 from rnnx.exporters.export_routes import DYNAMO, DYNAMO_GROWN, DYNAMO_STATIC, Routes, static_note
-from rnnx.exporters.export_trace import (asked_static, in_recurrence, leaf_specs, runs_on_example, trace_export, unflatten, unneeded_dimensions,
-                                        without_static)
-
+from rnnx.exporters.export_trace import asked_static, in_recurrence, leaf_specs, runs_on_example, trace_export, unflatten, unneeded_dimensions, without_static
+from rnnx.exporters.scripted import export_scripted
+from rnnx.exporters.writing import ExportReport
+from rnnx.formats.onnx_build import check_opset
+from rnnx.layouts.onnx import DEFAULT_OPSET
+from rnnx.tolerance import Tolerances
 
 
 def export(

@@ -25,8 +25,7 @@ from typing import Any
 
 from rnnx.errors import RNNXError
 from rnnx.exporters.writing import first_line, quiet
-from rnnx.formats.onnx_scan import DOMAIN as LOWER_DOMAIN
-from rnnx.formats.onnx_scan import LSTM_PROJECTED
+from rnnx.formats.onnx_scan import DOMAIN as LOWER_DOMAIN, LSTM_PROJECTED
 
 ROUTE = "torch.onnx's TorchScript exporter"
 
@@ -117,7 +116,7 @@ _SYMBOLICS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def register_symbolics() -> None:
     """Teach the TorchScript exporter rnnx's ops (once per process; 9 covers every opset)."""
     import torch

@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rnnx.formats import registry as formats
 from rnnx.errors import RNNXError
 from rnnx.fileio import require_file
+from rnnx.formats import registry as formats
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
-
 
 #: The first bytes of every HDF5 file (at offset 0 when the file has no user block, as Keras writes it).
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"

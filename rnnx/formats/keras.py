@@ -66,9 +66,9 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
-from rnnx.formats.hdf5 import Budget, import_h5py
 from rnnx.fileio import atomic_output, check_archive, library_write, require_file
 from rnnx.formats import keras_legacy_h5
+from rnnx.formats.hdf5 import Budget, import_h5py
 from rnnx.formats.registry import Format, get, register, settle_spec
 from rnnx.layouts import keras as layout
 from rnnx.spec import RNNSpec

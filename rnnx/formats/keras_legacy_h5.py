@@ -52,8 +52,8 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
-from rnnx.formats.hdf5 import Budget, import_h5py
 from rnnx.fileio import require_file
+from rnnx.formats.hdf5 import Budget, import_h5py
 from rnnx.formats.registry import Format, get, register
 from rnnx.layouts import keras as layout
 from rnnx.spec import Activation, RNNSpec

@@ -24,6 +24,7 @@ from rnnx.layouts.onnx import DEFAULT_OPSET, MIN_OPSET, OP_TYPES, activation_att
 from rnnx.tensor_pieces import Pieces
 from rnnx.weights import RNNWeights
 
+
 def check_opset(opset: int) -> None:
     """Refuse, in one line, an opset rnnx cannot write."""
     import onnx

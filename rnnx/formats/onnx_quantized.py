@@ -23,8 +23,7 @@ import numpy as np
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.formats.onnx_lazy import to_array
 from rnnx.layouts.onnx import WEIGHT_INPUTS, to_native
-from rnnx.layouts.onnx_quantized import (DOMAIN, DYNAMIC_INPUTS, FLOAT_INPUTS, INPUTS, QUANTIZED_OPS, QUANTIZED_WEIGHTS, dequantize,
-                                         granularity, row_scales)
+from rnnx.layouts.onnx_quantized import DOMAIN, DYNAMIC_INPUTS, FLOAT_INPUTS, INPUTS, QUANTIZED_OPS, QUANTIZED_WEIGHTS, dequantize, granularity, row_scales
 from rnnx.reference import activation_function
 from rnnx.weights import RNNWeights
 

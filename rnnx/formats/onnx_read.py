@@ -11,30 +11,41 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 import json
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Final, Literal, overload
 
 import numpy as np
 
 from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import require_file
-from rnnx.formats.onnx_lazy import identity, is_lazy, mappable, mark, read_skeleton, stored_tensors, supported, to_array
 from rnnx.formats.onnx_fold import fold, producers
 from rnnx.formats.onnx_gate import check_external_data, check_opsets
+from rnnx.formats.onnx_lazy import identity, is_lazy, mappable, mark, read_skeleton, stored_tensors, supported, to_array
 from rnnx.formats.onnx_quantized import is_quantized, stand_in
-from rnnx.layouts.onnx import (ACTIVATION_ATTRIBUTES, DEFAULT_OPSET, GATE_ORDER, LOWERED_KEY, NATIVE_OPS, OP_TYPES, PEEPHOLE_ORDER,
-                               SCAN_GATE_ORDER, WEIGHT_INPUTS, activation_attributes, scan_constant)
+from rnnx.layouts.onnx import (
+    ACTIVATION_ATTRIBUTES,
+    DEFAULT_OPSET,
+    GATE_ORDER,
+    LOWERED_KEY,
+    NATIVE_OPS,
+    OP_TYPES,
+    PEEPHOLE_ORDER,
+    SCAN_GATE_ORDER,
+    WEIGHT_INPUTS,
+    activation_attributes,
+    scan_constant,
+)
 from rnnx.spec import RNNSpec
 
 PASSTHROUGH = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Dropout", "Cast")
 
 #: ``value_dims(value, unnamed=INVENTED)``: a dynamic dimension the file leaves unnamed is given
 #: the label :func:`invented_label` makes, the one rnnx's reports, ``--dim`` and the record use.
-INVENTED = "invented"
+INVENTED: Final = "invented"
 
 
 def invented_label(value: str, axis: int) -> str:
@@ -396,7 +407,8 @@ def recurrent_groups(model: Any) -> list[RecurrentGroup]:
 def choose_group(groups: list[RecurrentGroup], select: str | None, where: str) -> RecurrentGroup:
     """The stack named ``select`` (or a single node of that name), else the only stack."""
     if not groups:
-        raise RNNXError(f"{where}: expected an LSTM, GRU or RNN node, found none; if the recurrence is decomposed (a Loop or Scan over a cell step, or unrolled cells), `rnnx fuse` (rnnx.pipelines.fuse.fuse_file) can rewrite it into native nodes first")
+        raise RNNXError(f"{where}: expected an LSTM, GRU or RNN node, found none; if the recurrence is decomposed (a Loop or Scan over a cell step, "
+                        "or unrolled cells), `rnnx fuse` (rnnx.pipelines.fuse.fuse_file) can rewrite it into native nodes first")
     listing = "; ".join(f"{g.name} ({len(g.nodes)} x {g.nodes[0].node.op_type})" for g in groups)
     if select is None:
         if len(groups) > 1:

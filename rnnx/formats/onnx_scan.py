@@ -30,8 +30,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_metadata import set_metadata
-from rnnx.formats.onnx_read import constants as graph_constants
-from rnnx.formats.onnx_read import node_attributes, read_lowered
+from rnnx.formats.onnx_read import constants as graph_constants, node_attributes, read_lowered
 from rnnx.layouts import onnx as onnx_layout
 from rnnx.layouts.onnx import LOWERED_KEY, PROJECTED_LSTM_INPUTS, SCAN_GATE_ORDER
 from rnnx.pass_result import Declined, PassResult

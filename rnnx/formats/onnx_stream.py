@@ -24,11 +24,11 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from rnnx.formats.onnx_prune import prune
 from rnnx import progress
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.fileio import stream
 from rnnx.formats.onnx_lazy import stored_tensors
+from rnnx.formats.onnx_prune import prune
 from rnnx.formats.protobuf_wire import len_header
 from rnnx.tensor_pieces import Pieces
 

@@ -7,8 +7,8 @@ made and read, and files written and loaded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,8 @@ from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import atomic_output, check_archive, library_write, read_safetensors, require_file, safetensors_metadata, write_safetensors
 from rnnx.formats.registry import Format, register
 from rnnx.layouts import torch as layout
-from rnnx.tensor_pieces import Pieces
 from rnnx.spec import RNNSpec
+from rnnx.tensor_pieces import Pieces
 from rnnx.weights import RNNWeights
 
 

@@ -199,8 +199,9 @@ def name_dynamic_axes(graph: Any, axes: dict[tuple[str, int], str]) -> None:
     rename: dict[str, str] = {}
     for (name, axis), label in axes.items():
         dims = value_dims(inputs[name], unnamed=None) if name in inputs else []
-        if axis < len(dims) and isinstance(dims[axis], str):
-            rename.setdefault(str(dims[axis]), label)
+        named = dims[axis] if axis < len(dims) else None
+        if isinstance(named, str):
+            rename.setdefault(named, label)
     for vi in [*graph.input, *graph.output, *graph.value_info]:
         for d in vi.type.tensor_type.shape.dim:
             if d.dim_param in rename:

@@ -13,15 +13,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 from rnnx.errors import RNNXError, shown
 from rnnx.formats import files, registry
-from rnnx.formats.onnx_read import constants, recurrent_groups
-from rnnx.formats.onnx_quantized import QuantizedWeight, is_dequantized, is_quantized, quantization
 from rnnx.formats.onnx_metadata import describe, read_metadata
+from rnnx.formats.onnx_quantized import QuantizedWeight, is_dequantized, is_quantized, quantization
+from rnnx.formats.onnx_read import constants, recurrent_groups
 from rnnx.graphs.fuse_passes import run_fuse_passes
 from rnnx.graphs.legalize import drop_newer_attributes
 from rnnx.layouts.onnx import node_activations
@@ -328,7 +327,8 @@ def as_text(reports: list[NodeReport], found: dict[str, Any], model: Any = None,
         kind = f"{r.op_type}, lowered to Scans by rnnx" if r.lowered else r.op_type
         if r.quantization is not None:
             kind = f"{r.quantization['op']}, an LSTM with 8-bit weights"
-        lines.append(f"{shown(r.name, quoted=False)} [{kind}] in {shown(r.graph, quoted=False)} (stack {r.stack}): input {r.input_size}, hidden {r.hidden_size}, {r.direction}, {', '.join(extras)}")
+        lines.append(f"{shown(r.name, quoted=False)} [{kind}] in {shown(r.graph, quoted=False)} (stack {r.stack}): "
+                     f"input {r.input_size}, hidden {r.hidden_size}, {r.direction}, {', '.join(extras)}")
         lines.append("  weights from: " + ", ".join(f"{k} {shown(v, quoted=False)}" for k, v in r.weight_sources.items()))
         if r.quantization is not None:
             q = r.quantization

@@ -27,7 +27,7 @@ def model_opset(proto: Any) -> int:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def first_opset(op_type: str) -> int | None:
     """The opset that introduced ``op_type`` in the default domain (None if ONNX has none)."""
     import onnx
@@ -52,7 +52,7 @@ def require_opset(proto: Any, opset: int) -> None:
         raise RNNXError(f"opset {opset} has no {op} (ONNX added it in opset {since}), which the model uses; export with opset={lowest} or later")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _attribute_names(op_type: str, opset: int) -> frozenset[str] | None:
     """The attributes ``op_type`` has at ``opset`` (None if it has no schema there); looked up
     once per op type, not once per node."""

@@ -166,7 +166,7 @@ def find_per_step(g: GraphIndex, hs: list[str], chain_ids: set[int]) -> PerStep 
         if sig != template and not (k == T - 1 and sig[: len(template)] == template):
             return Declined("per_step.same_computation", f"step {k}'s per-step operations differ from step 0's")
     per = PerStep(template=regions[0], regions=regions)
-    for j, (result, _, concat) in enumerate(terminals[0]):
+    for result, _, concat in terminals[0]:
         unsqueezes = []
         for k in range(T):
             match = [u for r, u, c in terminals[k] if c is concat]

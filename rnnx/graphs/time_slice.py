@@ -133,9 +133,9 @@ def time_steps(g: GraphIndex, S: str, axis: int) -> int | None:
     Split of it into parts along that axis; None when only the run will tell."""
     for vi in (*g.graph.input, *g.graph.value_info, *g.graph.output):
         if vi.name == S:
-            dims = value_dims(vi, unnamed=None)
-            if len(dims) > axis and isinstance(dims[axis], int):
-                return dims[axis]
+            size = (value_dims(vi, unnamed=None)[axis:] or [None])[0]
+            if isinstance(size, int):
+                return size
     if S in g.constants:
         shape = np.shape(g.constants[S])
         return int(shape[axis]) if len(shape) > axis else None

@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.spec import ACTIVATION_PARAMETERS, Activation, RNNSpec
-from rnnx.spec import DEFAULT_ACTIVATIONS as CELL_DEFAULT_ACTIVATIONS
+from rnnx.spec import ACTIVATION_PARAMETERS, DEFAULT_ACTIVATIONS as CELL_DEFAULT_ACTIVATIONS, Activation, RNNSpec
 from rnnx.tensor_pieces import Pieces
 from rnnx.weights import RNNWeights, split_gates, tensor_name
 

@@ -38,17 +38,17 @@ from rnnx.engines.shape_probe import shape_probe
 from rnnx.errors import ParityError, RNNXError, shown
 from rnnx.fileio import refuse_overwriting, require_file, staging_folder
 from rnnx.formats.onnx_build import save_model
-from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.formats.onnx_metadata import read_metadata
+from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.graphs.legalize import convert_down, model_opset
 from rnnx.pipelines import bundle_check, bundle_folder
 from rnnx.pipelines.bundle_cases import check_here, golden, isolated, plan_cases
 from rnnx.pipelines.bundle_files import build_script, check_script, write_cases, write_manifests, write_polygraphy
 from rnnx.pipelines.lower import lower_file
-from rnnx.streaming import graph_ranks, read_streaming
-from rnnx.tolerance import CALIBRATED_MULTIPLE
 from rnnx.shapes.file_dims import read_file_dims
 from rnnx.shapes.profiles import Profile, plan_profiles, shapes_text
+from rnnx.streaming import graph_ranks, read_streaming
+from rnnx.tolerance import CALIBRATED_MULTIPLE
 
 
 @dataclass

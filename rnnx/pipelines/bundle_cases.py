@@ -20,11 +20,11 @@ import numpy as np
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.errors import BudgetExceeded, RNNXError
 from rnnx.formats.onnx_lazy import for_runtime
-from rnnx.shapes.sizes import BUNDLE_CHUNKS, multiple_of
-from rnnx.tolerance import CALIBRATED_MULTIPLE, rounding_floor
 from rnnx.shapes.cases import Case as InputCase
 from rnnx.shapes.file_dims import label_sizes
 from rnnx.shapes.profiles import ProfileChoice, shapes_text
+from rnnx.shapes.sizes import BUNDLE_CHUNKS, multiple_of
+from rnnx.tolerance import CALIBRATED_MULTIPLE, rounding_floor
 from rnnx.verify.feeds import make_feed
 
 MAX_CASE_VALUES = 1 << 24  # per case, all inputs together: a profile corner larger than this is left out, with a note

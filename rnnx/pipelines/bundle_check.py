@@ -70,14 +70,14 @@ def _say(text, stream=None):
 def _path(relative):
     """``relative`` inside the folder; anything that could lead out of it is refused."""
     if not isinstance(relative, str) or not relative or relative.startswith("/") or "\\" in relative or "\0" in relative:
-        raise Refused("expected a relative path inside the bundle folder, found {!r}".format(relative))
+        raise Refused(f"expected a relative path inside the bundle folder, found {relative!r}")
     parts = relative.split("/")
     if any(p in ("", ".", "..") for p in parts):
-        raise Refused("expected a path inside the bundle folder, found {!r}".format(relative))
+        raise Refused(f"expected a path inside the bundle folder, found {relative!r}")
     path = os.path.join(HERE, *parts)
     real, root = os.path.realpath(path), os.path.realpath(HERE)
     if os.path.commonpath([real, root]) != root:
-        raise Refused("{}: expected a file inside the bundle folder, found one that leads to {}".format(relative, real))
+        raise Refused(f"{relative}: expected a file inside the bundle folder, found one that leads to {real}")
     return path
 
 
@@ -86,7 +86,7 @@ def _read_json(relative):
         with open(_path(relative), encoding="utf-8") as f:
             return json.load(f)
     except (OSError, ValueError) as exc:
-        raise Refused("expected {} as rnnx bundle wrote it, found: {}".format(relative, exc))
+        raise Refused(f"expected {relative} as rnnx bundle wrote it, found: {exc}") from None
 
 
 def load_manifest():
@@ -101,11 +101,11 @@ def check_files():
     bundle = _read_json("BUNDLE.json")
     files = bundle.get("files") if isinstance(bundle, dict) else None
     if not isinstance(files, dict) or not files:
-        raise Refused("BUNDLE.json: expected 'files', each file's size and SHA-256, found {!r}".format(type(files).__name__))
+        raise Refused(f"BUNDLE.json: expected 'files', each file's size and SHA-256, found {type(files).__name__!r}")
     for relative, want in sorted(files.items()):
         if not (isinstance(want, dict) and _is_int(want.get("bytes")) and want["bytes"] >= 0
                 and isinstance(want.get("sha256"), str) and _SHA256.match(want["sha256"])):
-            raise Refused("BUNDLE.json: expected {{bytes, sha256}} for {}, found {!r}".format(relative, want))
+            raise Refused(f"BUNDLE.json: expected {{bytes, sha256}} for {relative}, found {want!r}")
         path = _path(relative)
         if os.path.islink(path) or not os.path.isfile(path):
             raise Refused("{}: expected the file BUNDLE.json lists ({} bytes), found {}; copy the whole folder again".format(
@@ -138,12 +138,12 @@ def _is_number(value):
 
 def _need(ok, where, expected, found):
     if not ok:
-        raise Refused("cases.json: {}: expected {}, found {!r}".format(where, expected, found))
+        raise Refused(f"cases.json: {where}: expected {expected}, found {found!r}")
 
 
 def _shape(value, where):
     _need(isinstance(value, list) and all(_is_int(d) and d >= 0 for d in value), where, "a list of sizes", value)
-    _need(_size(value) <= _MAX_VALUES, where, "a shape of at most {} values".format(_MAX_VALUES), value)
+    _need(_size(value) <= _MAX_VALUES, where, f"a shape of at most {_MAX_VALUES} values", value)
     return value
 
 
@@ -169,14 +169,14 @@ def _check_manifest(manifest):
     _need(isinstance(cases, list) and cases, "cases", "at least one case (a bundle with none checks nothing)", cases)
     paths = {}
     for i, case in enumerate(cases):
-        where = "cases[{}]".format(i)
+        where = f"cases[{i}]"
         _need(isinstance(case, dict) and isinstance(case.get("name"), str) and case["name"], where + ".name", "a name", case)
         chunks, carry = case.get("chunks"), case.get("carry")
         _need(isinstance(chunks, list) and chunks, where + ".chunks", "at least one chunk", chunks)
         _need(isinstance(carry, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in carry.items()),
               where + ".carry", "state input -> output names", carry)
         for k, chunk in enumerate(chunks):
-            _check_chunk(chunk, "{}.chunks[{}]".format(where, k), carry if k else {}, paths)
+            _check_chunk(chunk, f"{where}.chunks[{k}]", carry if k else {}, paths)
     if len({c["name"] for c in cases}) != len(cases):
         raise Refused("cases.json: expected each case's name once, found one twice")
 
@@ -190,14 +190,14 @@ def _check_chunk(chunk, where, carry, paths):
           where + ".outputs", "at least one output with values (empty ones compare nothing)", [o.get("shape") for o in outputs.values()])
     _claim(paths, chunk.get("export"), where + ".export", "out/")
     for name, spec in inputs.items():
-        at = "{}.inputs[{!r}]".format(where, name)
+        at = f"{where}.inputs[{name!r}]"
         _need(isinstance(spec, dict) and spec.get("dtype") in _CODES, at + ".dtype", " or ".join(_CODES), spec)
         _shape(spec.get("shape"), at + ".shape")
         _claim(paths, spec.get("file"), at + ".file", "out/" if name in carry else "cases/")
-    for state, output in carry.items():
+    for state in carry:
         _need(state in inputs, where + ".carry", "state inputs of this chunk", state)
     for name, spec in outputs.items():
-        at = "{}.outputs[{!r}]".format(where, name)
+        at = f"{where}.outputs[{name!r}]"
         _need(isinstance(spec, dict), at, "an object", spec)
         shape = _shape(spec.get("shape"), at + ".shape")
         _need(_is_number(spec.get("floor")) and spec["floor"] > 0, at + ".floor", "a positive number", spec.get("floor"))
@@ -213,9 +213,9 @@ def _claim(paths, relative, where, under):
     try:
         _path(relative)
     except Refused as exc:
-        raise Refused("cases.json: {}: {}".format(where, exc))
+        raise Refused(f"cases.json: {where}: {exc}") from None
     if relative.lower() in paths:
-        raise Refused("cases.json: {} and {} name one file, {}".format(paths[relative.lower()], where, relative))
+        raise Refused(f"cases.json: {paths[relative.lower()]} and {where} name one file, {relative}")
     paths[relative.lower()] = where
 
 
@@ -224,19 +224,19 @@ def check_folder(manifest, files):
     hash were held), and each holds exactly its shape's values."""
     for case in manifest["cases"]:
         for chunk in case["chunks"]:
-            for name, spec in chunk["inputs"].items():
+            for spec in chunk["inputs"].values():
                 if spec["file"].startswith("cases/"):
                     _listed(files, spec["file"], _size(spec["shape"]) * struct.calcsize("<" + _CODES[spec["dtype"]]))
-            for name, spec in chunk["outputs"].items():
+            for spec in chunk["outputs"].values():
                 _listed(files, spec["golden"], _size(spec["shape"]) * 8)
     for script in ("cases.json", "check.py", "model.onnx"):
         if script not in files:
-            raise Refused("BUNDLE.json: expected {} among its files, found it missing".format(script))
+            raise Refused(f"BUNDLE.json: expected {script} among its files, found it missing")
 
 
 def _listed(files, relative, size):
     if relative not in files:
-        raise Refused("{}: expected a file BUNDLE.json lists, found it not listed".format(relative))
+        raise Refused(f"{relative}: expected a file BUNDLE.json lists, found it not listed")
     if files[relative]["bytes"] != size:
         raise Refused("{}: expected {} bytes for its shape, found {}".format(relative, size, files[relative]["bytes"]))
 
@@ -249,11 +249,11 @@ def read_raw(relative, dtype, count):
         with open(_path(relative), "rb") as f:
             data = f.read(count * size + 1)
     except OSError as exc:
-        raise Refused("expected {}, found: {}".format(relative, exc))
+        raise Refused(f"expected {relative}, found: {exc}") from None
     if len(data) != count * size:
         raise Refused("{}: expected {} {} values ({} bytes), found {}{} bytes".format(
             relative, count, dtype, count * size, "over " if len(data) > count * size else "", len(data)))
-    return list(struct.unpack("<{}{}".format(count, code), data))
+    return list(struct.unpack(f"<{count}{code}", data))
 
 
 def write_raw(relative, values, dtype):
@@ -265,7 +265,7 @@ def write_raw(relative, values, dtype):
         os.unlink(path + ".tmp")
     fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
     with os.fdopen(fd, "wb") as f:
-        f.write(struct.pack("<{}{}".format(len(values), code), *values))
+        f.write(struct.pack(f"<{len(values)}{code}", *values))
     os.replace(path + ".tmp", path)
 
 
@@ -295,7 +295,7 @@ def _exported_after_engine(relative):
     """An export older than model.engine is a stale run's, not this engine's."""
     engine = os.path.join(HERE, "model.engine")
     if os.path.isfile(engine) and os.path.getmtime(_path(relative)) < os.path.getmtime(engine):
-        raise Refused("{}: expected trtexec's output of this model.engine, found one written before it was built; run bash check.sh".format(relative))
+        raise Refused(f"{relative}: expected trtexec's output of this model.engine, found one written before it was built; run bash check.sh")
 
 
 def read_export(relative, digits):
@@ -306,19 +306,19 @@ def read_export(relative, digits):
         with open(_path(relative), encoding="utf-8") as f:
             text = f.read()
     except (OSError, ValueError) as exc:
-        raise Refused("expected trtexec's output {}, found: {}; did check.sh run trtexec on this case?".format(relative, exc))
+        raise Refused(f"expected trtexec's output {relative}, found: {exc}; did check.sh run trtexec on this case?") from None
     text = _VALUES.sub(lambda m: m.group(1) + _NON_FINITE.sub(r'"\1"', m.group(2)) + m.group(3), text)  # in values only, not in names
     try:
         items = json.loads(text, parse_float=lambda s: (float(s), _quantum(s, digits)), parse_int=lambda s: (float(s), _quantum(s, digits)))
     except ValueError as exc:
-        raise Refused("{}: expected trtexec's --exportOutput JSON, found text it cannot read ({})".format(relative, exc))
+        raise Refused(f"{relative}: expected trtexec's --exportOutput JSON, found text it cannot read ({exc})") from None
     if not isinstance(items, list):
-        raise Refused("{}: expected trtexec's --exportOutput list of outputs, found {}".format(relative, type(items).__name__))
+        raise Refused(f"{relative}: expected trtexec's --exportOutput list of outputs, found {type(items).__name__}")
     out = {}
     for item in items:
         if not (isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("dimensions"), str)
                 and isinstance(item.get("values"), list) and re.match(r"(\d+(x\d+)*)?\Z", item["dimensions"])):
-            raise Refused("{}: expected each output as {{name, dimensions, values}}, found {!r}".format(relative, str(item)[:80]))
+            raise Refused(f"{relative}: expected each output as {{name, dimensions, values}}, found {str(item)[:80]!r}")
         if item["name"] in out:
             raise Refused("{}: expected each output once, found {!r} twice".format(relative, item["name"]))
         dims = [int(d) for d in item["dimensions"].split("x") if d]
@@ -336,7 +336,7 @@ def carry(manifest, case_name, k):
     """Chunk k's state inputs, from chunk k-1's exported outputs, in the inputs' dtypes."""
     case = next((c for c in manifest["cases"] if c["name"] == case_name), None)
     if case is None or not 0 < k < len(case["chunks"]) or not case["carry"]:
-        raise Refused("--carry {} {}: expected a streaming case and a chunk after its first".format(case_name, k))
+        raise Refused(f"--carry {case_name} {k}: expected a streaming case and a chunk after its first")
     before = read_export(case["chunks"][k - 1]["export"], manifest["printed_digits"])
     for state_in, state_out in case["carry"].items():
         spec = case["chunks"][k]["inputs"][state_in]
@@ -363,7 +363,7 @@ def compare(manifest):
         for k, chunk in enumerate(case["chunks"]):
             _exported_after_engine(chunk["export"])
             got = read_export(chunk["export"], digits)
-            label = case["name"] + ("" if len(case["chunks"]) == 1 else " chunk {}".format(k))
+            label = case["name"] + ("" if len(case["chunks"]) == 1 else f" chunk {k}")
             for name, want in chunk["outputs"].items():
                 line, passed = _compare_one(label, name, got.get(name), want, multiple)
                 ok = ok and passed
@@ -393,7 +393,7 @@ def _errors(found, want):
 
 def _compare_one(label, name, found, want, multiple):
     if found is None:
-        return "{:<22} {:<20} FAIL: the engine returned no output {!r}".format(label, name, name), False
+        return f"{label:<22} {name:<20} FAIL: the engine returned no output {name!r}", False
     dims = found[0]
     if dims != want["shape"]:
         return "{:<22} {:<20} FAIL: shape {} where the golden output is {}".format(label, name, "x".join(map(str, dims)),
@@ -405,7 +405,7 @@ def _compare_one(label, name, found, want, multiple):
     passed = not bad and worst <= allowed
     ratio = worst / want["floor"] if not bad else float("nan")
     return ("{:<22} {:<20} max abs {:.3e}  {:>9} x floor {:.2e}  {}".format(
-        label, name, worst, "{:.3g}".format(ratio), want["floor"], "ok" if passed else "FAIL (allowed {:g} x floor)".format(multiple)), passed)
+        label, name, worst, f"{ratio:.3g}", want["floor"], "ok" if passed else f"FAIL (allowed {multiple:g} x floor)"), passed)
 
 
 # A small error everywhere is what a lower precision gives; a wrong weight or gate order moves an
@@ -425,15 +425,15 @@ def _cause(case, k, name, found, want, manifest):
     multiple = manifest["rule"]["multiple"]
     values = found[1]
     if values and all(v == values[0] for v in values):
-        return ("every value the engine gave for this output is {!r}: it did not compute it (an engine that ran on nothing, or an "
-                "output left unset)".format(values[0]))
+        return (f"every value the engine gave for this output is {values[0]!r}: it did not compute it (an engine that ran on nothing, or an "
+                "output left unset)")
     if k > 0:
         first = case["chunks"][0]
         exported = read_export(first["export"], manifest["printed_digits"])
         held = all(_compare_one("", n, exported.get(n), w, multiple)[1] for n, w in first["outputs"].items())
         if held and _exercises_recurrence(first):  # a one-frame chunk from zero states never uses the recurrent weights
             return ("the first chunk holds and chunk {} does not: the states carried between chunks (is each state output fed to its "
-                    "input, in this order: {})".format(k, ", ".join("{} -> {}".format(o, i) for i, o in case["carry"].items())))
+                    "input, in this order: {})".format(k, ", ".join(f"{o} -> {i}" for i, o in case["carry"].items())))
     errors = _errors(found, want)
     if any(math.isnan(e) for e in errors):
         return ""
@@ -452,8 +452,8 @@ def _cause(case, k, name, found, want, manifest):
         return ""
     if per_frame[0] <= allowed < max(per_frame):
         later = next(t for t, e in enumerate(per_frame) if e > allowed)
-        return ("frame 0 holds and frame {} does not: the error enters through the recurrence's state path (its recurrent weights, "
-                "or a gate order), not its input".format(later))
+        return (f"frame 0 holds and frame {later} does not: the error enters through the recurrence's state path (its recurrent weights, "
+                "or a gate order), not its input")
     if per_frame[0] > allowed:
         return "frame 0 is already off: the path into the recurrence (its input weights or biases, or the layers before it) differs"
     return ""
@@ -516,8 +516,7 @@ def main(argv):
         _say("check.py: FAIL: " + str(exc), sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001  a bug here must not read as an engine that failed (1)
-        _say("check.py: internal error, a bug in rnnx's check.py ({}: {}); please report it with cases.json".format(
-            type(exc).__name__, exc), sys.stderr)
+        _say(f"check.py: internal error, a bug in rnnx's check.py ({type(exc).__name__}: {exc}); please report it with cases.json", sys.stderr)
         return 3
     _say("PASS" if ok else "FAIL")
     return 0 if ok else 1

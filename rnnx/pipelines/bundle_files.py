@@ -16,11 +16,11 @@ import numpy as np
 from rnnx._version import __version__
 from rnnx.engines import trtexec, trtexec_flags
 from rnnx.fileio import file_sha256
-from rnnx.shapes.roles import LENGTH
 from rnnx.formats.onnx_read import load_model, value_dims
 from rnnx.graphs.legalize import model_opset
 from rnnx.pipelines.bundle_cases import Case
 from rnnx.pipelines.bundle_folder import WRITTEN_BY
+from rnnx.shapes.roles import LENGTH
 from rnnx.tolerance import CALIBRATED_MULTIPLE
 
 
@@ -144,7 +144,8 @@ set -e
 found=$(sed -n 's/.*TensorRT version: *\\([0-9][0-9.]*\\).*/\\1/p' build.log | head -n 1)
 case "$found" in
   ""|{target.tensorrt_major_minor}|{target.tensorrt_major_minor}.*) ;;
-  *) echo "build.sh: this bundle's parser rules and trtexec flags are TensorRT {target.tensorrt}'s, and trtexec reports $found; make the bundle with --tensorrt $found where rnnx has read that version" >&2 ;;
+  *) echo "build.sh: this bundle's parser rules and trtexec flags are TensorRT {target.tensorrt}'s, and trtexec reports $found;" \\
+          "make the bundle with --tensorrt $found where rnnx has read that version" >&2 ;;
 esac
 if [ $status -ne 0 ]; then rm -f model.engine; echo "build.sh: trtexec failed (exit $status); see build.log" >&2; exit 1; fi
 echo "built model.engine (TensorRT ${{found:-?}}); next: bash check.sh"
@@ -247,7 +248,8 @@ BUNDLE.json holds the target, the profile, the rule and every file's SHA-256.
 """
     (staging / "README.txt").write_text(readme)
     files = sorted(p for p in staging.rglob("*") if p.is_file())
-    bundle = {"format": 2, "written_by": f"{WRITTEN_BY} {__version__}", "target": target.to_json(), "precision": precision, "tf32": "--noTF32" not in build_argv, "opset": model_opset(load_model(staging / "model.onnx")),
+    bundle = {"format": 2, "written_by": f"{WRITTEN_BY} {__version__}", "target": target.to_json(), "precision": precision, "tf32": "--noTF32" not in build_argv,
+              "opset": model_opset(load_model(staging / "model.onnx")),
               "profile": report.profile, "rule": manifest["rule"],
               "commands": {"build": "bash build.sh", "check": "bash check.sh", "trtexec build": build_argv, "polygraphy": polygraphy},
               "checked_here": {"onnxruntime": report.cases, "parser_rules": f"onnx-tensorrt {target.parser}", "lowered": report.lowered},

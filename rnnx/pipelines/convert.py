@@ -14,13 +14,12 @@ scales and inputs give (:func:`rnnx.formats.onnx_quantized.error_bound`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
-
 import os
 import tempfile
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,19 +27,17 @@ from rnnx import formats, parity, progress
 from rnnx.check import Row, stack
 from rnnx.check.runners import FORMAT_BACKENDS, RUNS_WEIGHTS, Subject, running
 from rnnx.check.stack import StackReport
-from rnnx.formats import cudnn_raw, files, keras as keras_files
+from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import atomic_output, refuse_overwriting
-from rnnx.spec import RNNSpec
-from rnnx.tolerance import Tolerances
-from rnnx.weights import RNNWeights
-from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.formats.onnx_read import choose_group, data_files, load_model, recurrent_groups
-from rnnx.formats.onnx_quantized import QUANTIZE_OPTIONS, error_bound, is_dequantized, main_graph_quantizations, quantize_file
-from rnnx.tolerance import BY_DTYPE, ErrorStats, Tolerance, compare_arrays
+from rnnx.formats import cudnn_raw, files, keras as keras_files
 from rnnx.formats.onnx_build import DEFAULT_OPSET, build_stack_model, plan_stack_model, save_model, save_planned
+from rnnx.formats.onnx_quantized import QUANTIZE_OPTIONS, error_bound, is_dequantized, main_graph_quantizations, quantize_file
+from rnnx.formats.onnx_read import choose_group, data_files, load_model, recurrent_groups
 from rnnx.graphs.precision import keep_io_types
-
+from rnnx.spec import RNNSpec
+from rnnx.tolerance import BY_DTYPE, ErrorStats, Tolerance, Tolerances, compare_arrays
+from rnnx.weights import RNNWeights
 
 PRECISIONS = ("fp32", "fp16")  # what an ONNX file computes in: --precision (--dtype is a raw blob's element type)
 

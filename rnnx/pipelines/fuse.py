@@ -22,14 +22,14 @@ from typing import Any
 from rnnx import progress
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
+from rnnx.formats.onnx_prune import prune
 from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.graphs.fuse_passes import run_fuse_passes
 from rnnx.graphs.index import all_graphs
-from rnnx.formats.onnx_prune import prune
 from rnnx.graphs.legalize import drop_newer_attributes
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
-from rnnx.pipelines.rewrite_check import RewriteDiffers, RewriteCheck, check_rewrite_size, compare_models
+from rnnx.pipelines.rewrite_check import RewriteCheck, RewriteDiffers, check_rewrite_size, compare_models
 from rnnx.shapes.rewrite_plan import plan_shapes
 from rnnx.tolerance import Tolerances
 
@@ -51,14 +51,16 @@ class FuseReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "output": self.output, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
-            "cells": self.cells, "chains": self.chains, "loops": self.loops, "bidirectional": self.bidirectional, "native": self.native, "left_alone": [d.to_json() for d in self.left_alone],
+            "cells": self.cells, "chains": self.chains, "loops": self.loops, "bidirectional": self.bidirectional, "native": self.native,
+            "left_alone": [d.to_json() for d in self.left_alone],
             "check": None if self.check is None else self.check.to_json(self.tolerances),
         }
 
     def __str__(self) -> str:
         lines = [f"{self.nodes_before} nodes -> {self.nodes_after} nodes, written to {self.output}"]
         lines += [f"cell: {c} became a one-step native node" for c in self.cells]
-        lines += [f"chain: {c['steps']} {c['op']} steps over {c['source']} fused into {c['node']}" + (" (sequence length now dynamic)" if c.get("dynamic_seq") else "") for c in self.chains]
+        lines += [f"chain: {c['steps']} {c['op']} steps over {c['source']} fused into {c['node']}" + (" (sequence length now dynamic)" if c.get("dynamic_seq") else "")
+                  for c in self.chains]
         lines += [f"loop: {c['loop']} {c['replaced']} over {c['source']} became the native {c['op']} node {c['node']}" for c in self.loops]
         lines += [f"bidirectional: {c['forward']} and {c['reverse']} (over the reversed sequence) joined into {c['node']}" for c in self.bidirectional]
         lines += [f"left alone: {d} (rule {d.rule})" for d in self.left_alone]

@@ -15,13 +15,13 @@ from rnnx.engines.tensorrt_parser_rules import DIFFERS, REFUSED
 from rnnx.errors import RNNXError
 from rnnx.fileio import refuse_overwriting
 from rnnx.formats.onnx_build import save_model
+from rnnx.formats.onnx_prune import prune
 from rnnx.formats.onnx_read import data_files, load_model
 from rnnx.graphs.index import all_graphs
-from rnnx.formats.onnx_prune import prune
 from rnnx.graphs.lower import lower_recurrences
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
-from rnnx.pipelines.rewrite_check import RewriteDiffers, RewriteCheck, check_rewrite_size, compare_models
+from rnnx.pipelines.rewrite_check import RewriteCheck, RewriteDiffers, check_rewrite_size, compare_models
 from rnnx.shapes.rewrite_plan import plan_shapes
 from rnnx.tolerance import Tolerances
 

@@ -37,12 +37,12 @@ from rnnx.check.report import NOTHING_CHECKED
 from rnnx.check.stack import ROW_FIELDS, compare, describe
 from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
 from rnnx.errors import ParityError, RNNXError, shown
-from rnnx.graphs.precision import computes_in_float16
 from rnnx.graphs.index import all_graphs
-from rnnx.tolerance import Tolerances
-from rnnx.shapes.roles import BATCH, LENGTH
+from rnnx.graphs.precision import computes_in_float16
 from rnnx.pipelines.rewrite_feeds import make_feeds
 from rnnx.shapes.rewrite_plan import MAX_ELEMENTS, ShapePlan, candidates, plan_shapes, shapes_at, variants
+from rnnx.shapes.roles import BATCH, LENGTH
+from rnnx.tolerance import Tolerances
 
 # What a rewrite holds per node, measured: the input and its copy as Python protobuf objects
 # (about 4 KiB a node), and for each lowered recurrence its Scan body and hoisted product.

@@ -27,21 +27,21 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.check import Row, Rule, Verdict, judge
+from rnnx.check.runners import Subject, running
+from rnnx.check.truths import TorchTruth
 from rnnx.engines.chunk_divergence import first_divergence
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters.call_record import read_call
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_read import value_dims
-from rnnx.streaming import graph_ranks, read_streaming
-from rnnx.tolerance import Tolerances
-from rnnx.check import Row, Rule, Verdict, judge
-from rnnx.check.runners import Subject, running
-from rnnx.check.truths import TorchTruth
-from rnnx.shapes.roles import BATCH, LENGTH
-from rnnx.shapes.sizes import STREAM_BATCHES, VERIFY_CHUNKS, multiple_of
 from rnnx.shapes.cases import plan_cases
 from rnnx.shapes.file_dims import read_file_dims
+from rnnx.shapes.roles import BATCH, LENGTH
+from rnnx.shapes.sizes import STREAM_BATCHES, VERIFY_CHUNKS, multiple_of
+from rnnx.streaming import graph_ranks, read_streaming
+from rnnx.tolerance import Tolerances
 from rnnx.verify.feeds import make_feed
 
 GUESS = -1  # an output's time axis read from the chunks' sizes (its dims are not named)

@@ -429,7 +429,8 @@ def _stored_hypothesis(truth: RNNWeights, stored: RNNWeights, diff: list[tuple[s
         named += [(g, None) for g in groups[MAX_GROUPS:]]
     if not named:
         return None
-    parts = [", ".join(f"{renumbered(n, first_layer)} ({said[n]})" for n in group) + (f" (explaining {share_shown(share)} alone)" if share is not None and share >= SHOWN_SHARE else "")
+    parts = [", ".join(f"{renumbered(n, first_layer)} ({said[n]})" for n in group)
+             + (f" (explaining {share_shown(share)} alone)" if share is not None and share >= SHOWN_SHARE else "")
              for group, share in named]
     name = f"stored weights differ from {source}: " + "; ".join(parts[:SHOWN_GROUPS]) + (f"; and {len(parts) - SHOWN_GROUPS} more" if len(parts) > SHOWN_GROUPS else "")
     return weigh(name, _with(truth, stored, [n for n, _ in diff]), min(_cell_of(n)[0] for n, _ in diff), "stored")

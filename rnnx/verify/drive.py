@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from rnnx.errors import RNNXError
-from rnnx.layouts.onnx import NODE_OUTPUTS, STATE_INPUTS
-from rnnx.graphs import walk
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.formats.onnx_read import recurrent_groups
+from rnnx.graphs import walk
+from rnnx.layouts.onnx import NODE_OUTPUTS, STATE_INPUTS
 
 INPUT_ROLES = ("X", "h0", "c0", "seq_lens")
 OUTPUT_ROLES = ("Y", "h_n", "c_n")

@@ -23,13 +23,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rnnx import reference
+from rnnx.check import Rule, judge
 from rnnx.errors import RNNXError
-from rnnx.formats.onnx_read import read_lowered, recurrent_nodes
 from rnnx.formats.onnx_quantized import Quantization, error_bound, is_dequantized, is_quantized, main_graph_quantizations
+from rnnx.formats.onnx_read import read_lowered, recurrent_nodes
 from rnnx.layouts import onnx as onnx_layout
 from rnnx.layouts.onnx import NODE_OUTPUTS, OP_TYPES, STATE_INPUTS
 from rnnx.spec import RNNSpec
-from rnnx.check import Rule, judge
 from rnnx.tolerance import Tolerance, calibrated, per_step_max
 from rnnx.verify.diagnose import differing, explain, one_layer, renumbered
 from rnnx.weights import RNNWeights

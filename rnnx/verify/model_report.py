@@ -11,7 +11,6 @@ from rnnx.check import Row, Verdict
 from rnnx.shapes.cases import Case
 from rnnx.verify.layers import LayerCheck
 
-
 #: A row's fields in the JSON report (rnnx/cli/schema/verify.json): its labels, then every statistic.
 ROW_FIELDS = ("case", "output", "against", "**stats")
 

@@ -39,32 +39,29 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
-from rnnx.tolerance import Tolerances
+from rnnx import limits, progress
 from rnnx.check import Rule, judge
 from rnnx.check.truths import TorchTruth
-from rnnx.verify.calls import plan_call, torch_outputs
-from rnnx.shapes.cases import Case, case_at, example_case, plan_cases, shape_note
-from rnnx.shapes.roles import BATCH, LENGTH
-from rnnx.shapes.file_dims import InputSpec, read_file_dims
-from rnnx.verify.feeds import make_feed
-from rnnx.verify.id_axes import IdAxes, find_id_axes, torch_runs
-from rnnx.verify.model_dims import ModelDims, ask_model
-from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
-from rnnx.verify.model_report import WholeModelReport
-from rnnx.verify.quantized import saturation_note
-from rnnx.exporters.precision import cast_edges
-from rnnx.graphs.precision import computes_in_float16
-from rnnx import limits, progress
-from rnnx.formats.onnx_read import file_bytes, load_model as load_onnx
-from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
+from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
+from rnnx.exporters.precision import cast_edges
 from rnnx.formats.onnx_lazy import for_runtime
-from rnnx.formats.onnx_read import to_array
-
+from rnnx.formats.onnx_metadata import read_metadata
+from rnnx.formats.onnx_read import file_bytes, load_model as load_onnx, to_array
+from rnnx.graphs.precision import computes_in_float16
+from rnnx.shapes.cases import Case, case_at, example_case, plan_cases, shape_note
+from rnnx.shapes.file_dims import InputSpec, read_file_dims
+from rnnx.shapes.roles import BATCH, LENGTH
+from rnnx.tolerance import Tolerances
+from rnnx.verify.calls import plan_call, torch_outputs
+from rnnx.verify.feeds import make_feed
+from rnnx.verify.id_axes import IdAxes, find_id_axes, torch_runs
+from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
+from rnnx.verify.model_dims import ModelDims, ask_model
+from rnnx.verify.model_report import WholeModelReport
+from rnnx.verify.quantized import saturation_note
 from rnnx.verify.torch_side import is_model_code, layer_truths, load_torch_model  # noqa: F401  (the CLI and tests import them from here)
-
 
 # --- running ------------------------------------------------------------------------------
 
@@ -163,7 +160,8 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
     if asked is not None:
         report.refused = _first_refusal(asked, report)
     if not report.ran:
-        raise RNNXError(f"the torch model raised at every shape tried ({cases[0].skipped if cases else 'no cases'}); is it the model the file was exported from? If it is, give shapes it takes with seq_lens=, batches= or dims=")
+        raise RNNXError(f"the torch model raised at every shape tried ({cases[0].skipped if cases else 'no cases'}); is it the model the file was exported from? "
+                        "If it is, give shapes it takes with seq_lens=, batches= or dims=")
     report.layers = check_layers(layers, truths, runs, tolerances.get("", "float32"), calibrate=layers_calibrated or tolerances.calibrates())
     report.notes += [n for n in [saturation_note([la.quantization for la in layers if la.quantization is not None])] if n]
     return report
@@ -341,8 +339,7 @@ def weights_truths(layers: list[Layer], path: Path, select: str | None) -> tuple
     """Each recurrent layer of a file, matched to a layer of a group of the weights file by
     spec, in order (a group's layer k to the first unmatched layer of the file with that
     layer's spec); notes for what matched nothing. Refuses when nothing matches."""
-    from rnnx.formats.files import groups as file_groups
-    from rnnx.formats.files import load as load_weights
+    from rnnx.formats.files import groups as file_groups, load as load_weights
 
     names = [select] if select else file_groups(path)
     truths: dict[str, Truth] = {}

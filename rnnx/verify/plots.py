@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from rnnx.errors import RNNXError
+from rnnx.fileio import atomic_output
 from rnnx.verify.model_report import WholeModelReport
 from rnnx.verify.stack_report import VerifyReport
-from rnnx.fileio import atomic_output
-
 
 _MISSING = "plots need matplotlib, which is not installed: pip install 'rnnx[plots]'"
 

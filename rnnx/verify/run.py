@@ -10,25 +10,22 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.shapes.sizes import STACK_SEQ_LENS, VERIFY_BATCHES
-from rnnx import parity
-from rnnx.errors import RNNXError
-from rnnx.tolerance import Tolerance, Tolerances, calibrated
+from rnnx import limits, parity
 from rnnx.check import Row, Rule, judge
 from rnnx.check.runners import Subject, close, make
 from rnnx.check.truths import stack_honest, stack_reference
-from rnnx.verify.diagnose import explain, per_step_error, stored_weights
-from rnnx.verify.stack_report import BackendResult, VerifyReport
-from rnnx.weights import RNNWeights
+from rnnx.errors import RNNXError
+from rnnx.formats import cudnn_raw, files, registry as formats
 from rnnx.formats.onnx_read import load_model
+from rnnx.layouts.cudnn import blob_size
+from rnnx.shapes.sizes import STACK_SEQ_LENS, VERIFY_BATCHES
+from rnnx.spec import RNNSpec
+from rnnx.tolerance import Tolerance, Tolerances, calibrated
+from rnnx.verify.diagnose import explain, per_step_error, stored_weights
 from rnnx.verify.drive import DrivenRunner, plan
 from rnnx.verify.quantized import quantized_model
-from rnnx.formats import files
-from rnnx.formats import cudnn_raw
-from rnnx.formats import registry as formats
-from rnnx.layouts.cudnn import blob_size
-from rnnx.spec import RNNSpec
-from rnnx import limits
+from rnnx.verify.stack_report import BackendResult, VerifyReport
+from rnnx.weights import RNNWeights
 
 BACKENDS = ("ort", "trt", "cudnn", "torch", "reference")
 #: Other names of a backend (``--tol onnxruntime=...``): one name, the one --backends takes, in every report.
@@ -336,7 +333,8 @@ def _require_the_artefact_runs(model: Path | None, runners: dict[str, Any], stat
             raise RNNXError(f"{model}: no backend here ran it ({reasons}); nothing was verified")
     elif not any(b in runners for b in _WEIGHT_BACKENDS):
         raise RNNXError("nothing to verify: give MODEL (an ONNX file or TensorRT engine) to check it against --against, "
-                        f"or run where cuDNN is available; torch and the reference alone check only the source ({'; '.join(f'{k}: {v}' for k, v in why.items()) or 'no other backend asked for'})")
+                        "or run where cuDNN is available; torch and the reference alone check only the source "
+                        f"({'; '.join(f'{k}: {v}' for k, v in why.items()) or 'no other backend asked for'})")
 
 
 def _check_run_sizes(weights: RNNWeights, source: Path, model: Path | None, seq_lens: Sequence[int], batches: Sequence[int]) -> None:

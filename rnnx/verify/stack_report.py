@@ -11,7 +11,6 @@ from typing import Any
 from rnnx.check import Row, Verdict
 from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance
 
-
 #: A row's fields in the JSON report, in order (rnnx/cli/schema/verify.json pins them): the labels
 #: run.py gives each row (backend, output, seq_len, batch, dtype, against, per_step), then its statistics.
 ROW_FIELDS = ("backend", "output", "seq_len", "batch", "dtype", "against", "max_abs", "mean_abs", "max_rel", "mean_rel", "atol", "rtol",
@@ -53,7 +52,8 @@ class VerifyReport(Verdict):
             t = self.tolerances
             lines.append(f"  calibrated where no tolerance is set: max abs error within {CALIBRATED_MULTIPLE:g}x the rounding floor, the reference's "
                          "arithmetic run in the same dtype (the 'floor' column: multiple x floor: ratio reached)")
-            lines.append("  otherwise, and for float64 (Polygraphy's: a value fails only past both atol and rtol): " + "; ".join(f"{k} {Tolerance(**v)}" for k, v in t.get("by_dtype", {}).items())
+            lines.append("  otherwise, and for float64 (Polygraphy's: a value fails only past both atol and rtol): "
+                         + "; ".join(f"{k} {Tolerance(**v)}" for k, v in t.get("by_dtype", {}).items())
                          + (f"; set: {', '.join(f'{k}: {v}' for k, v in t['given'].items())}" if t.get("given") else "")
                          + (f"; per backend: {', '.join(f'{k}: {Tolerance(**v)}' for k, v in t['backends'].items())}" if t.get("backends") else ""))
         lines += [f"  {b.name:<10} {b.status}" + (f": {b.reason}" if b.reason else "") for b in self.backends]

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rnnx.errors import RNNXError
-from rnnx.exporters.loading import load_checkpoint
-from rnnx.exporters.loading import load_model as load_torch_model_from
+from rnnx.exporters.loading import load_checkpoint, load_model as load_torch_model_from
 from rnnx.formats.files import from_format
 from rnnx.verify.layers import Layer, Truth, single_layer
 from rnnx.weights import RNNWeights

@@ -78,8 +78,7 @@ def test_rnnx_ort_threads_caps_the_session_pool(tmp_path, monkeypatch) -> None: 
     """RNNX_ORT_THREADS=1 (several rnnx processes on one machine): each session computes on one thread."""
     from rnnx import RNNSpec, RNNWeights
     from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-
-    from rnnx.formats.onnx_build import save_model, build_stack_model
+    from rnnx.formats.onnx_build import build_stack_model, save_model
 
     save_model(build_stack_model(RNNWeights.random(RNNSpec.parse("gru,input=2,hidden=3"), seed=0)), tmp_path / "m.onnx")
     monkeypatch.setenv("RNNX_ORT_THREADS", "1")

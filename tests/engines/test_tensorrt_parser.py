@@ -21,7 +21,7 @@ from rnnx import RNNSpec, RNNWeights
 from rnnx.engines import acceptance, tensorrt_parser
 from rnnx.engines.acceptance import BACKEND_RULES, predict
 from rnnx.engines.tensorrt_parser import ParserTable, lowered_verdicts, model_findings, parser_verdicts, resolve_version, rules_for
-from rnnx.engines.tensorrt_parser_rules import ACCEPTED, DIFFERS, REFUSED, RULES, SOURCES, UNKNOWN, VERDICTS, VERSIONS, ParserRule
+from rnnx.engines.tensorrt_parser_rules import ACCEPTED, DIFFERS, REFUSED, RULES, SOURCES, UNKNOWN, VERDICTS, VERSIONS
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_build import build_stack_model
 from rnnx.graphs.inspect import inspect_model

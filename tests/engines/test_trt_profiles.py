@@ -27,7 +27,14 @@ from rnnx import RNNSpec, RNNWeights, RNNXError
 from rnnx.cli import main
 from rnnx.engines import tensorrt as trt_module
 from rnnx.engines.tensorrt import (
-    KNOWN_MAJORS, BuildOptions, build_engine, check_tensorrt_version, default_profile, plan_build, polygraphy_profiles, precision_refusal,
+    KNOWN_MAJORS,
+    BuildOptions,
+    build_engine,
+    check_tensorrt_version,
+    default_profile,
+    plan_build,
+    polygraphy_profiles,
+    precision_refusal,
     quantize_nodes,
 )
 from rnnx.formats.onnx_build import build_stack_model

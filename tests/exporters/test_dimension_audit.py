@@ -25,8 +25,8 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
-from tests.helpers import model_file  # noqa: E402
 from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata  # noqa: E402
+from tests.helpers import model_file  # noqa: E402
 
 MODELS = '''
 import torch

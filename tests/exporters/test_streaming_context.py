@@ -27,8 +27,10 @@ nn = torch.nn
 F = torch.nn.functional
 
 import rnnx  # noqa: E402
-from rnnx.exporters import stream_context  # noqa: E402
-from rnnx.exporters import stream_plan  # noqa: E402
+from rnnx.exporters import (
+    stream_context,  # noqa: E402
+    stream_plan,  # noqa: E402
+)
 
 
 class StftVAD(nn.Module):

@@ -56,7 +56,7 @@ MakeInputs = Callable[[int, int, "torch.Generator"], tuple]
 class ThirdPartyCase:
     name: str
     native: str  # the ONNX op the model's recurrence should become
-    build: Callable[[], tuple["torch.nn.Module", MakeInputs]]
+    build: Callable[[], tuple[torch.nn.Module, MakeInputs]]
     package: str = ""  # the distribution whose class is built (import name may differ)
     # example batch -> first line of today's failure; the case is xfail(strict) there
     xfail: dict[int, str] = field(default_factory=dict)

@@ -463,7 +463,8 @@ def test_torchscript_files_export_with_native_nodes(tmp_path) -> None:
     assert {c["name"] for c in report["check"]["cases"]} == {"the example as given", "batch=1", "all larger", "shorter", "seq=9"}
     state_dict = tmp_path / "sd.pt"
     torch.save(Tagger().state_dict(), state_dict)
-    bad = subprocess.run([sys.executable, "-m", "rnnx.cli", "export", str(state_dict), "--input", "3x6x4", "-o", str(tmp_path / "u.onnx")], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run([sys.executable, "-m", "rnnx.cli", "export", str(state_dict), "--input", "3x6x4", "-o", str(tmp_path / "u.onnx")],
+                         capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "not a TorchScript file" in bad.stderr
 
 

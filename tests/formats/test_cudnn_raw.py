@@ -204,7 +204,8 @@ WRONG = {
     "one byte short": (lambda raw: raw[:-1], "float32", r"expected 4608 bytes \(1152 float32 values\) for spec S at dtype float32, found 4607 bytes"),
     "one value extra": (lambda raw: raw + raw[:4], "float32", r"expected 4608 bytes .* found 4612 bytes"),
     "float32 stated as float16": (lambda raw: raw, "float16",
-                                  r"expected 2304 bytes \(1152 float16 values\) for spec S at dtype float16, found 4608 bytes; that is its size as float32 values; pass --dtype float32"),
+                                  r"expected 2304 bytes \(1152 float16 values\) for spec S at dtype float16, found 4608 bytes; "
+                                  r"that is its size as float32 values; pass --dtype float32"),
     "header-like bytes": (lambda raw: (2**62).to_bytes(8, "little") + raw[8:], "bfloat16", r"expected 2304 bytes .* found 4608 bytes"),
 }
 

@@ -8,8 +8,7 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, formats, parity
@@ -20,8 +19,11 @@ flax = pytest.importorskip("flax")
 jax = pytest.importorskip("jax")
 jax.config.update("jax_platforms", "cpu")
 import jax.numpy as jnp  # noqa: E402
-from flax import linen as nn  # noqa: E402
-from flax import nnx, serialization  # noqa: E402
+from flax import (  # noqa: E402
+    linen as nn,  # noqa: E402
+    nnx,
+    serialization,
+)
 
 SHAPES = [(1, 1), (6, 3), (4, 1)]  # (seq_len, batch)
 CLASSES = ["LSTMCell", "OptimizedLSTMCell", "GRUCell", "SimpleCell"]
@@ -157,10 +159,10 @@ def test_simple_cell_with_relu(flavor: str) -> None:
 
 def test_bare_cell_step_matches_reference() -> None:
     """A cell called for one step, outside any RNN: its tree is the cell's alone."""
-    spec = _spec("GRUCell", "forward")
     cell = nn.GRUCell(features=4)
     variables = _seeded(cell.init(jax.random.PRNGKey(0), jnp.zeros((2, 4)), jnp.zeros((2, 3))), 11)
     weights = rnnx.from_format(variables, "flax")
+    assert weights.spec == _spec("GRUCell", "forward")
 
     def run(inputs):
         h, y = inputs["h0"][0], []

@@ -23,6 +23,7 @@ import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError, parity, reference
 from rnnx.check import stack
 
+
 @pytest.fixture(autouse=True)
 def _seeded(request: pytest.FixtureRequest) -> None:
     """Keras initialises layers from global generators: seeded from the test's id (not

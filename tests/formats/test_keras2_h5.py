@@ -25,8 +25,13 @@ keras = pytest.importorskip("keras")
 h5py = pytest.importorskip("h5py")
 
 import rnnx  # noqa: E402
-from rnnx import RNNSpec, RNNWeights, RNNXError, reference  # noqa: E402
-from rnnx import cli  # noqa: E402
+from rnnx import (  # noqa: E402
+    RNNSpec,
+    RNNWeights,
+    RNNXError,
+    cli,  # noqa: E402
+    reference,
+)
 
 ATOL = 1e-5  # Keras float32 against the float64 reference
 WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"

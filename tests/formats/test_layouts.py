@@ -14,8 +14,7 @@ import pytest
 import rnnx
 from rnnx import RNNSpec, RNNWeights, RNNXError
 from rnnx.formats import registry
-from rnnx.layouts import keras as keras_layout
-from rnnx.layouts import torch as torch_layout
+from rnnx.layouts import keras as keras_layout, torch as torch_layout
 from rnnx.spec import CELLS_BY_GATE_COUNT, GATES
 
 LAYOUTS = sorted((Path(rnnx.__file__).parent / "layouts").glob("*.py"))

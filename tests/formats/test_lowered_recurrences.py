@@ -13,8 +13,8 @@ import pytest
 import rnnx
 from rnnx.formats.onnx_read import load_model, recurrent_groups
 from rnnx.graphs.inspect import inspect_model
-from rnnx.pipelines.lower import lower_file
 from rnnx.pipelines.convert import convert
+from rnnx.pipelines.lower import lower_file
 from rnnx.reference import forward
 
 torch = pytest.importorskip("torch")

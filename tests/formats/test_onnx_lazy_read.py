@@ -162,7 +162,7 @@ def test_a_skeleton_saved_by_mistake_is_refused(tmp_path, cut_everything):
         load_model(saved)
     with pytest.raises(RNNXError, match="not a relative file name"):
         load_model(saved, lazy=True)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017  onnx's own error types for a path outside the folder vary by version
         onnx.load(str(saved))
 
 

@@ -144,7 +144,7 @@ def test_inspect_lists_the_quantization_in_text_and_json(made, capsys) -> None:
         q = report["quantization"]
         assert q["op"] == "com.microsoft.DynamicQuantizeLSTM"
         by_name = {w["name"]: w for w in q["weights"]}
-        for key, (q_at, s_at, z_at) in {"W": (1, 8, 9), "R": (2, 10, 11)}.items():
+        for key, (_q_at, s_at, z_at) in {"W": (1, 8, 9), "R": (2, 10, 11)}.items():
             w = by_name[key]
             assert w["type"] == "int8" and w["granularity"] == ("per-channel" if per_channel else "per-tensor")
             np.testing.assert_array_equal(np.asarray(w["scale"], np.float32), init[node.input[s_at]])

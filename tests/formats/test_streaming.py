@@ -29,9 +29,7 @@ from rnnx.formats import onnx_build
 from rnnx.formats.onnx_build import build_stack_model, plan_stack_model, save_planned
 from rnnx.formats.onnx_lazy import stored_tensors
 from rnnx.formats.onnx_stream import ALIGN
-from rnnx.layouts import cudnn as cudnn_layout
-from rnnx.layouts import onnx as onnx_layout
-from rnnx.layouts import torch as torch_layout
+from rnnx.layouts import cudnn as cudnn_layout, onnx as onnx_layout, torch as torch_layout
 from rnnx.pipelines.convert import convert
 from rnnx.tensor_pieces import Pieces
 

@@ -16,6 +16,7 @@ from tests.helpers import SHAPES, TORCH_SPECS
 torch = pytest.importorskip("torch")
 from rnnx.engines.torch import TorchRunner, build_module  # noqa: E402
 
+
 @pytest.fixture(autouse=True)
 def _seeded(request: pytest.FixtureRequest) -> None:
     """Modules torch initialises itself are seeded from the test's id, the same in every process."""

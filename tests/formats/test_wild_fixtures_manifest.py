@@ -11,8 +11,8 @@ recorded. Other test modules check what rnnx makes of these files.
 from __future__ import annotations
 
 import hashlib
-import os
 import json
+import os
 from pathlib import Path
 
 import numpy as np

@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from rnnx.pipelines.fuse import fuse_file
 from rnnx.graphs.fuse_cells import fuse_cells
+from rnnx.pipelines.fuse import fuse_file
 
 torch = pytest.importorskip("torch")
 from tests.exporters.models import CalledOnce, SteppedCell, SteppedGRU  # noqa: E402

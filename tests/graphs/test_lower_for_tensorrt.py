@@ -12,9 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
 
-import rnnx
 from rnnx import RNNSpec, RNNWeights
 from rnnx.cli.main import main
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner

@@ -9,11 +9,10 @@ import onnx
 import pytest
 from onnx import helper
 
-import rnnx
 from rnnx import RNNSpec, RNNWeights
 from rnnx.formats.onnx_build import build_stack_model
-from rnnx.graphs.index import all_graphs
 from rnnx.formats.onnx_prune import prune
+from rnnx.graphs.index import all_graphs
 from rnnx.pipelines.fuse import fuse_file
 from rnnx.pipelines.lower import lower_file
 
@@ -66,8 +65,8 @@ def test_fuse_of_an_unrolled_cell_leaves_nothing_dead(tmp_path: Path) -> None:
 
 
 def test_prune_removes_dead_chains_and_keeps_what_a_body_reads() -> None:
-    from onnx import TensorProto, numpy_helper
     import numpy as np
+    from onnx import TensorProto, numpy_helper
 
     body = helper.make_graph([helper.make_node("Add", ["s", "outer_w"], ["s2"]), helper.make_node("Identity", ["s2"], ["y"])], "body",
                              [helper.make_tensor_value_info("s", TensorProto.FLOAT, [1]), helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],

@@ -32,7 +32,8 @@ def test_external_data_inside_the_folder_loads(tmp_path) -> None:
     assert rnnx.load(path).equal(weights)
 
 
-@pytest.mark.parametrize(("location", "fragment"), [("../secret.bin", "outside the model's folder"), ("/etc/passwd", "not a relative file name"), ("nothing.bin", "does not exist")])
+@pytest.mark.parametrize(("location", "fragment"), [("../secret.bin", "outside the model's folder"), ("/etc/passwd", "not a relative file name"),
+                                                   ("nothing.bin", "does not exist")])
 def test_external_data_elsewhere_is_refused(tmp_path, location: str, fragment: str) -> None:
     (tmp_path / "secret.bin").write_bytes(b"\0" * 4096)
     path, _ = _external(tmp_path, location)

@@ -488,9 +488,7 @@ def onnx_attribute_of_the_wrong_type(folder: Path, rng: np.random.Generator) -> 
 
 def _loop_model(folder: Path, rng: np.random.Generator) -> None:
     import onnx
-    from onnx import TensorProto as T
-    from onnx import helper as h
-    from onnx import numpy_helper as nh
+    from onnx import TensorProto as T, helper as h, numpy_helper as nh
 
     path, _ = _onnx(folder, rng)
     model = onnx.load(str(path))
@@ -517,9 +515,7 @@ def onnx_loop_that_never_ends(folder: Path, rng: np.random.Generator) -> Attack:
 @attack
 def onnx_constant_of_shape_bomb(folder: Path, rng: np.random.Generator) -> Attack:
     import onnx
-    from onnx import TensorProto as T
-    from onnx import helper as h
-    from onnx import numpy_helper as nh
+    from onnx import TensorProto as T, helper as h, numpy_helper as nh
 
     path, _ = _onnx(folder, rng)
     model = onnx.load(str(path))

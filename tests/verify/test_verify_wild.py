@@ -19,9 +19,9 @@ from onnx import helper
 
 pytest.importorskip("onnxruntime")
 
+from rnnx.engines.ort_int8 import int8_pair_sums_saturate  # noqa: E402
 from rnnx.shapes.file_dims import read_file_dims  # noqa: E402
 from rnnx.shapes.roles import BATCH, LENGTH  # noqa: E402
-from rnnx.engines.ort_int8 import int8_pair_sums_saturate  # noqa: E402
 
 WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
 MANIFEST = json.loads((WILD / "manifest.json").read_text())

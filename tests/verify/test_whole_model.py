@@ -312,7 +312,8 @@ def test_cli_exit_statuses_and_json(exported: dict[str, tuple[Path, Path]], tmp_
     ok = cli(model, "--against", f"{code}:model", "--seq-lens", "4,9", "--batch", "1,2", "--json", "--report", tmp_path / "r.json")
     assert ok.returncode == 0, ok.stderr
     data = json.loads(ok.stdout)
-    assert data["passed"] and data["first_drift"] is None and json.loads((tmp_path / "r.json").read_text()) == {k: v for k, v in data.items() if k != "verb"}  # stdout names the verb too
+    # stdout names the verb too
+    assert data["passed"] and data["first_drift"] is None and json.loads((tmp_path / "r.json").read_text()) == {k: v for k, v in data.items() if k != "verb"}
     planted = plant(model, tmp_path / "bad.onnx", 0)
     bad = cli(tmp_path / "bad.onnx", "--against", f"{code}:model", "--seq-lens", "4", "--batch", "1")
     assert bad.returncode == 1 and f"first layer out of tolerance: {planted}" in bad.stdout
