@@ -42,6 +42,24 @@ from rnnx.weights import RNNWeights
 PRECISIONS = ("fp32", "fp16")  # what an ONNX file computes in: --precision (--dtype is a raw blob's element type)
 
 
+@dataclass(frozen=True)
+class ConvertOptions:
+    """How :func:`convert` writes and checks the output, passed down its chain as one value (the
+    arguments of the same names; ``raw_dtype``: the element type of a headerless blob written,
+    None for any other output)."""
+
+    opset: int = DEFAULT_OPSET
+    batch_first: bool = False
+    seq_lens: bool = False
+    states: bool = True
+    check: bool = True
+    tolerances: Tolerances | None = None
+    quantize: str | None = None
+    raw_dtype: str | None = None
+    precision: str = "fp32"
+    keep_io_types: bool = False
+
+
 @dataclass
 class ConvertResult:
     source: str
@@ -103,12 +121,11 @@ class ConvertResult:
         }
 
 
-def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], batch_first: bool, seq_lens: bool, states: bool,
-                   tolerances: Tolerances | None = None, dtype: str | None = None, precision: str = "fp32",
-                   keep_io: bool = False) -> StackReport:
+def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[str], options: ConvertOptions) -> StackReport:
     """The written file run by the backend that owns its format (the check registry's
     FORMAT_BACKENDS), where it runs here; else, and for a raw blob, read back and the reference
     run on it. What the runner takes (seq_lens, initial states) is what the check feeds."""
+    dtype, tolerances = options.raw_dtype, options.tolerances
     if dtype is not None:  # a headerless blob: nothing here runs cuDNN
         return _check_raw(weights, files.load(path, format=fmt_name, spec=weights.spec, dtype=dtype), fmt_name, dtype, notes, tolerances)
     backend = FORMAT_BACKENDS.get(fmt_name)
@@ -116,13 +133,13 @@ def _check_written(weights: RNNWeights, path: Path, fmt_name: str, notes: list[s
     if backend is not None:
         # Only an ONNX file takes its weights' dtype (float16, float32 or float64; an fp16 file
         # float16, or float32 with Casts at its edges); the frameworks' runners take float32.
-        computes = ("float16" if precision == "fp16" else weights.dtype.name) if backend == "ort" else "float32"
+        computes = ("float16" if options.precision == "fp16" else weights.dtype.name) if backend == "ort" else "float32"
         try:
             held = files.load(path, format=fmt_name, spec=weights.spec) if backend in RUNS_WEIGHTS else weights
             with running(backend, Subject(held, path, trusted=True, dtype="float32" if backend in RUNS_WEIGHTS else None)) as runner:
                 takes = runner.input_names
-                return stack.check(backend, runner, weights, ragged="seq_lens" in takes, batch_first=batch_first, states="h0" in takes,
-                                   dtype=computes, tolerances=tolerances, feed_dtype="float32" if keep_io else None)
+                return stack.check(backend, runner, weights, ragged="seq_lens" in takes, batch_first=options.batch_first, states="h0" in takes,
+                                   dtype=computes, tolerances=tolerances, feed_dtype="float32" if options.keep_io_types else None)
         except RNNXError as exc:
             if backend == "ort" and ("does not support" not in str(exc) or weights.dtype == np.float32):
                 raise  # ONNX Runtime refusing a float32 file rnnx wrote is a failure, not a runtime missing here
@@ -257,6 +274,7 @@ def convert(
     if bad:
         notes.append(f"tensor {bad[0]} holds NaN or Inf ({len(bad)} tensor(s)); converted anyway (nonfinite=warn)")
         check = False
+    options = ConvertOptions(opset, batch_first, seq_lens, states, check, tolerances, quantize, raw_dtype if raw_out else None, precision, keep_io_types)
     result = ConvertResult(str(source), src_fmt.name, str(output), out_fmt.name, str(weights.spec), weights.num_parameters(), notes=notes,
                            tolerances=tolerances.to_json() if tolerances else {}, seconds={"read": round(read_seconds, 3)})
     # The defaults are what an ONNX file gets; another format has no use for them, so only a
@@ -269,16 +287,14 @@ def convert(
     result.precision = precision if out_fmt.name == "onnx" else None
     result.keep_io_types = keep_io_types
     try:
-        _write_checked(weights, output, out_fmt.name, result, check, opset, batch_first, seq_lens, states, tolerances, quantize,
-                       raw_dtype if raw_out else None, inputs)
+        _write_checked(weights, output, out_fmt.name, result, options, inputs)
     except _CheckFailed:
         result.written = False
     return result
 
 
-def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: ConvertResult, check: bool, opset: int,
-                   batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None, quantize: str | None = None,
-                   dtype: str | None = None, inputs: dict[Path, tuple[int, ...]] | None = None) -> None:
+def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: ConvertResult, options: ConvertOptions,
+                   inputs: dict[Path, tuple[int, ...]] | None = None) -> None:
     """The written file is checked under its temporary name and renamed into place only if it
     passes, and only if the inputs are still the files that were read: a failed check, like any
     failure, leaves nothing behind."""
@@ -286,10 +302,10 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
     had_data = data.exists()
     try:
         with atomic_output(output) as written:
-            if quantize:
-                _write_quantized(weights, output, written, result, check, opset, batch_first, seq_lens, states)
+            if options.quantize:
+                _write_quantized(weights, output, written, result, options)
             else:
-                _write_and_check(weights, output, written, fmt_name, result, check, opset, batch_first, seq_lens, states, tolerances, dtype)
+                _write_and_check(weights, output, written, fmt_name, result, options)
             changed = [p for p, seen in (inputs or {}).items() if _identities([p]).get(p) != seen]
             if changed:
                 raise RNNXError(f"{changed[0]}: changed while it was being converted (its size or modification time differs from when it was read); "
@@ -305,25 +321,23 @@ def _write_checked(weights: RNNWeights, output: Path, fmt_name: str, result: Con
                             f"{output.name} reads them from its own folder, so copy or ship both files together")
 
 
-def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, check: bool,
-                     opset: int, batch_first: bool, seq_lens: bool, states: bool, tolerances: Tolerances | None = None,
-                     dtype: str | None = None) -> None:
+def _write_and_check(weights: RNNWeights, output: Path, written: Path, fmt_name: str, result: ConvertResult, options: ConvertOptions) -> None:
     progress.step(f"writing {output.name}")
     started = time.perf_counter()
     if fmt_name == "onnx":
-        stored = weights.astype(np.float16) if result.precision == "fp16" else weights  # rounded once, here
-        plan = plan_stack_model(stored, opset=opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
-        if result.keep_io_types:
+        stored = weights.astype(np.float16) if options.precision == "fp16" else weights  # rounded once, here
+        plan = plan_stack_model(stored, opset=options.opset, batch_first=options.batch_first, sequence_lens=options.seq_lens,
+                                initial_states=options.states)
+        if options.keep_io_types:
             keep_io_types(plan.model)
         result.external_data = save_planned(plan, output)  # into ``written``: the output's write is under way; weights streamed
     else:
-        files.save(weights, output, format=fmt_name, dtype=dtype)
+        files.save(weights, output, format=fmt_name, dtype=options.raw_dtype)
     result.seconds["write"] = round(time.perf_counter() - started, 3)
-    if check:
+    if options.check:
         progress.step("checking the written file against the float64 reference")
         started = time.perf_counter()
-        result.report = _check_written(weights, written, fmt_name, result.notes, batch_first, seq_lens, states, tolerances, dtype,
-                                       result.precision or "fp32", result.keep_io_types)
+        result.report = _check_written(weights, written, fmt_name, result.notes, options)
         result.seconds["check"] = round(time.perf_counter() - started, 3)
         if not result.report:
             raise _CheckFailed
@@ -351,12 +365,13 @@ def _check_quantizable(spec: RNNSpec, tolerances: Tolerances | None) -> None:
 QUANTIZED_SHAPES = ((1, 1), (17, 1), (64, 8))  # (seq_len, batch): batch 1, a long sequence, a batch
 
 
-def _write_quantized(weights: RNNWeights, output: Path, written: Path, result: ConvertResult, check: bool, opset: int,
-                     batch_first: bool, seq_lens: bool, states: bool, seed: int = 0) -> None:
+def _write_quantized(weights: RNNWeights, output: Path, written: Path, result: ConvertResult, options: ConvertOptions, seed: int = 0) -> None:
     """The float model, quantized by ONNX Runtime's tool into ``written``, then run in ONNX
     Runtime against the float64 reference on the float weights, each case held to its bound."""
     progress.step(f"writing {output.name} in float")
-    model = build_stack_model(weights.astype(np.float32), opset=opset, batch_first=batch_first, sequence_lens=seq_lens, initial_states=states)
+    batch_first = options.batch_first
+    model = build_stack_model(weights.astype(np.float32), opset=options.opset, batch_first=batch_first, sequence_lens=options.seq_lens,
+                              initial_states=options.states)
     with tempfile.TemporaryDirectory(prefix=".rnnx-", dir=output.parent) as folder:
         float_model = Path(folder) / "float.onnx"
         save_model(model, float_model)
@@ -368,7 +383,7 @@ def _write_quantized(weights: RNNWeights, output: Path, written: Path, result: C
     result.quantization = {"mode": "dynamic", "tool": "onnxruntime.quantization.quantize_dynamic",
                            "options": dict(QUANTIZE_OPTIONS), "weights": [w.summary() for w in layers[0].weights]}
     result.notes.append(f"{output.name} holds {layers[0].op}: " + "; ".join(w.summary() for w in layers[0].weights))
-    if not check:
+    if not options.check:
         return
     progress.step("checking the quantized file against the float64 reference")
     runner = OnnxRuntimeRunner(written)
@@ -376,7 +391,7 @@ def _write_quantized(weights: RNNWeights, output: Path, written: Path, result: C
     report = StackReport()
     worst = {"max_abs": 0.0, "largest": 0.0, "bound": 0.0}
     for k, (T, B) in enumerate(QUANTIZED_SHAPES):
-        inputs = parity.random_inputs(weights, T, B, seed=seed + k, ragged=seq_lens, states=states)
+        inputs = parity.random_inputs(weights, T, B, seed=seed + k, ragged=options.seq_lens, states=options.states)
         feed = dict(inputs)
         if batch_first:
             feed["X"] = inputs["X"].transpose(1, 0, 2).copy()
