@@ -73,14 +73,16 @@ def test_the_weights_decide_whether_a_graph_computes_in_float16() -> None:
     assert [computes_in_float16(_model(kind)) for kind in KINDS] == [False, True, True]
 
 
-def test_onnx_runtime_crashes_at_enable_all_on_the_graphs_with_float16_weights_only(files: dict[str, Path]) -> None:
+def test_onnx_runtime_at_enable_all_crashes_on_float16_weights_only(files: dict[str, Path]) -> None:
     """The runner's need: the workaround for every graph whose weights are float16, stored so or
-    cast so; float16 inputs alone do not need it. (A newer ONNX Runtime that builds these fails
-    this test: then the workaround can go.)"""
+    cast so; float16 inputs alone do not need it. ONNX Runtime 1.32 crashes (SIGSEGV) building
+    the float16-weight graphs at ORT_ENABLE_ALL on the machines we ran; whether it does depends
+    on the CPU's kernels, so a clean run there is allowed, and any other failure is not."""
     for kind, path in files.items():
         done = subprocess.run([sys.executable, "-c", _AT_ENABLE_ALL, str(path)], capture_output=True, text=True, timeout=120)
         if computes_in_float16(_model(kind)):
-            assert done.returncode == -11, (kind, done.returncode, done.stderr[-300:])  # SIGSEGV
+            assert done.returncode in (0, -11), (kind, done.returncode, done.stderr[-300:])  # runs, or SIGSEGV
+            assert done.returncode == -11 or done.stdout.strip() == "(2, 3, 5)", (kind, done.stdout)
         else:
             assert done.returncode == 0 and done.stdout.strip() == "(2, 3, 5)", (kind, done.stderr[-300:])
 
