@@ -19,6 +19,7 @@ from rnnx.engines import doctor
 from rnnx.engines.acceptance import predict
 from rnnx.engines.tensorrt import BuildOptions, build_engine, build_from_weights
 from rnnx.engines.tensorrt_parser import parser_for
+from rnnx.engines.tensorrt_targets import TargetVerdict, has_control_flow, target_verdicts
 from rnnx.errors import ExportCheckFailed, ParityError, RNNXError
 from rnnx.exporters.loading import load_checkpoint, load_model, order_inputs, parse_input
 from rnnx.fileio import refuse_overwriting
@@ -169,17 +170,28 @@ def inspect(args: argparse.Namespace) -> int:
     except RNNXError as exc:
         stream, damaged = None, str(exc)
     dims = read_file_dims(model, feeding=False)
+    # A Loop, Scan or If (a re-rolled Python loop, lowered Scans): TensorRT takes the file only where it takes every body node
+    targets = target_verdicts(model) if has_control_flow(model) else []
     if args.json:
         out = as_json(reports, found, model, args.model)
         out["dimensions"] = dims.to_json()
+        if targets:
+            out["tensorrt_targets"] = [t.to_json() for t in targets]
         if stream is not None or damaged:
             out["streaming"] = stream.to_dict() if stream is not None else {"damaged": damaged}
         print(json_report(args, out, default=str))
     else:
-        text = "\n".join([as_text(reports, found, model, args.model), *dims.describe()])
+        text = "\n".join([as_text(reports, found, model, args.model), *dims.describe(), *_targets_text(targets)])
         extra = stream.describe() if stream is not None else [f"streaming: the record is damaged: {damaged}"] if damaged else []
         print("\n".join(extra + [text]) if extra else text)
     return 0
+
+
+def _targets_text(targets: list[TargetVerdict]) -> list[str]:
+    if not targets:
+        return []
+    return ["TensorRT's ONNX parser on the whole file, Loop, Scan and If bodies included (predicted from onnx-tensorrt's source):",
+            *(f"  {t.text()}" for t in targets)]
 
 
 def _rewrite_report(args: argparse.Namespace, exc: RewriteDiffers) -> None:
