@@ -38,7 +38,9 @@ class Subject:
     """What a runner runs: a stack's ``weights``, a ``model`` file, or both. ``trusted``: rnnx
     wrote the file just now, so it may run in this process. ``dtype``: what torch computes in
     (default: the weights'), or what ONNX's reference evaluator computes in (default float64).
-    ``proto``: the file already read (lazily), so that it is not read twice."""
+    ``proto``: the file already read (lazily), so that it is not read twice, or a copy of it
+    edited (outputs marked); without ``model``, a proto held in memory alone (a rewrite's input
+    and output, a bundle's model), its external data, if any, in ``folder``."""
 
     weights: RNNWeights | None = None
     model: Path | None = None
@@ -47,6 +49,7 @@ class Subject:
     proto: Any = None
     label: str = ""
     time_budget: TimeBudget | None = None
+    folder: Path | None = None
 
 
 def _weights(subject: Subject, backend: str) -> RNNWeights:
@@ -63,7 +66,12 @@ def _model(subject: Subject, backend: str) -> Path:
 
 def isolated_session(subject: Subject, backend: str = "onnxruntime") -> IsolatedOnnxRuntime:
     """The file in a child process (ONNX Runtime, or ``reference:DTYPE``), its weights read from
-    its own files, its budget set by its size and its external data's."""
+    its own files, its budget set by its size and its external data's; a proto held in memory
+    alone, its budget set by its own size."""
+    if subject.model is None and subject.proto is not None:
+        folder = subject.folder
+        held = for_runtime(subject.proto, folder) if folder is not None else subject.proto
+        return IsolatedOnnxRuntime(held.SerializeToString(), subject.label or "the model", subject.time_budget, data_folder=folder, backend=backend)
     path = _model(subject, "ONNX Runtime")
     proto = subject.proto if subject.proto is not None else load_model(path, lazy=True)
     folder = path.resolve().parent
@@ -72,6 +80,9 @@ def isolated_session(subject: Subject, backend: str = "onnxruntime") -> Isolated
 
 
 def _ort(subject: Subject) -> Runner:
+    if subject.trusted and subject.proto is not None:  # an edited copy of the file: its weights still read from the file's folder
+        folder = subject.folder or _model(subject, "ONNX Runtime").resolve().parent
+        return OnnxRuntimeRunner(for_runtime(subject.proto, folder), data_folder=folder)
     if subject.trusted:
         return OnnxRuntimeRunner(_model(subject, "ONNX Runtime"))
     return isolated_session(subject)

@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 
 from rnnx.check import Rule, judge
-from rnnx.engines.isolated import IsolatedOnnxRuntime
+from rnnx.check.runners import Subject, make
 from rnnx.errors import BudgetExceeded, RNNXError
-from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.shapes.cases import Case as InputCase
 from rnnx.shapes.file_dims import label_sizes
 from rnnx.shapes.profiles import ProfileChoice, shapes_text
@@ -179,15 +178,16 @@ def refused_case(name: str, shapes: dict[str, list[int]], exc: Exception) -> str
             "(or --profile) within the shapes the model takes")
 
 
-def isolated(proto: Any, backend: str = "onnxruntime", folder: Path | None = None) -> IsolatedOnnxRuntime:
+def isolated(proto: Any, backend: str = "onnxruntime", folder: Path | None = None) -> Any:
     """``proto`` run in a child process held to --max-memory and --time-limit (a file is a program:
-    a length can make it claim gigabytes or loop for ever); ``folder``: where its external data lies."""
+    a length can make it claim gigabytes or loop for ever), ONNX Runtime or ``reference:DTYPE``
+    (ONNX's reference evaluator); ``folder``: where its external data lies."""
+    engine, _, dtype = backend.partition(":")
     try:
-        data = (for_runtime(proto, folder) if folder is not None else proto).SerializeToString()
+        return make("ort" if engine == "onnxruntime" else "onnx-reference", Subject(proto=proto, folder=folder, dtype=dtype or None, label="the model"))
     except ValueError:  # protobuf holds 2 GB at most in one message
         raise RNNXError("bundle: expected a model under 2 GB held whole (with its weights inline), found a larger one; a TensorRT engine "
                         "for a device of this class is built from a smaller model") from None
-    return IsolatedOnnxRuntime(data, "the model", data_folder=folder, backend=backend)
 
 
 def check_here(runner: Any, case: Case) -> dict[str, Any]:

@@ -34,8 +34,9 @@ import numpy as np
 from rnnx import limits
 from rnnx.check import Row, worst_failure
 from rnnx.check.report import NOTHING_CHECKED
+from rnnx.check.runners import Subject, close, make
 from rnnx.check.stack import ROW_FIELDS, compare, describe
-from rnnx.engines.isolated import IsolatedOnnxRuntime, TimeBudget
+from rnnx.engines.isolated import TimeBudget
 from rnnx.errors import ParityError, RNNXError, shown
 from rnnx.graphs.index import all_graphs
 from rnnx.graphs.precision import computes_in_float16
@@ -189,22 +190,22 @@ def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "t
                            "give other sizes with dims=LABEL=SIZE")
     # Both run in child processes under rnnx's time and memory limits: the input is a graph from
     # elsewhere, and the rewrite keeps whatever else it holds.
-    first, second = original.SerializeToString(), rewritten.SerializeToString()
-    shared = TimeBudget(limits.time_limit(len(first)))  # one limit for both sessions and all their runs
-    budget = limits.memory_budget(len(first))
-    before = IsolatedOnnxRuntime(first, label, shared)
+    size = original.ByteSize()  # what it serializes to, without serializing it a second time
+    shared = TimeBudget(limits.time_limit(size))  # one limit for both sessions and all their runs
+    budget = limits.memory_budget(size)
+    before = make("ort", Subject(proto=original, label=label, time_budget=shared))
     try:
         found = _first_case(original, plan, check, before, seed, budget)
         cases = [found] + [_run_original(original, plan, before, name, sizes, seed + k + 1, budget)
                            for k, (name, sizes) in enumerate(variants(plan, found[0].sizes))]
     finally:
-        before.close()
-    after = IsolatedOnnxRuntime(second, f"the rewritten {label}", shared)
+        close(before)
+    after = make("ort", Subject(proto=rewritten, label=f"the rewritten {label}", time_budget=shared))
     try:
         for case, runs, want, honest in cases:
             _compare(check, case, runs, want, honest, after, tolerances, computes_in_float16(original))
     finally:
-        after.close()
+        close(after)
     return check
 
 

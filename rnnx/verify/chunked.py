@@ -28,10 +28,9 @@ from typing import Any
 import numpy as np
 
 from rnnx.check import Row, Rule, Verdict, judge
-from rnnx.check.runners import Subject, running
+from rnnx.check.runners import Subject, close, make, running
 from rnnx.check.truths import TorchTruth
 from rnnx.engines.chunk_divergence import first_divergence
-from rnnx.engines.isolated import IsolatedOnnxRuntime
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters.call_record import read_call
 from rnnx.formats.onnx_lazy import for_runtime
@@ -310,23 +309,20 @@ def _divergence(proto: Any, model_path: Path, feed: dict[str, np.ndarray], time_
                 names: list[str]) -> str | None:
     """The operation where the file's chunked run first parts from its whole run (run isolated,
     as the check ran it)."""
-    from rnnx.formats.onnx_read import file_bytes
-
-    folder = model_path.resolve().parent
     runners: list[Any] = []
 
-    def make(exposed: Any) -> Any:
-        runners.append(IsolatedOnnxRuntime(exposed.SerializeToString(), str(model_path), data_folder=folder, data_bytes=file_bytes(model_path)))
+    def isolated(exposed: Any) -> Any:
+        runners.append(make("ort", Subject(model=model_path, proto=exposed)))
         return runners[-1]
 
-    runnable = for_runtime(proto, folder)
+    runnable = for_runtime(proto, model_path.resolve().parent)
     used = {n: feed[n] for n in (*names, *(p.input for p in pairs))}
 
     try:
-        return first_divergence(runnable, used, time_axes, [(p.input, p.output) for p in pairs], chunk, make)
+        return first_divergence(runnable, used, time_axes, [(p.input, p.output) for p in pairs], chunk, isolated)
     finally:
         for r in runners:
-            r.close()
+            close(r)
 
 
 def _time_axes(record: Any, streamed: list[Any], roles: dict[str, str], model_path: Path) -> tuple[str, dict[str, int | None]]:

@@ -41,14 +41,13 @@ import numpy as np
 
 from rnnx import limits, progress
 from rnnx.check import Rule, judge
+from rnnx.check.runners import Subject, make
 from rnnx.check.truths import TorchTruth
-from rnnx.engines.isolated import IsolatedOnnxRuntime
-from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters.precision import cast_edges
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_metadata import read_metadata
-from rnnx.formats.onnx_read import file_bytes, load_model as load_onnx, to_array
+from rnnx.formats.onnx_read import load_model as load_onnx, to_array
 from rnnx.graphs.precision import computes_in_float16
 from rnnx.shapes.cases import Case, case_at, example_case, plan_cases, shape_note
 from rnnx.shapes.file_dims import InputSpec, read_file_dims
@@ -379,10 +378,7 @@ def _layer_runner(proto: Any, layers: list[Layer], model_path: Path, isolated: b
     that holds it (the .onnx itself, or its external data), which ONNX Runtime reads from the
     model's folder: the proto handed over stays small, even for a model past protobuf's 2 GiB."""
     marked, _ = mark_outputs(for_runtime(proto, model_path.resolve().parent), layers)
-    data_bytes = file_bytes(model_path)
-    label, folder = str(model_path), model_path.resolve().parent
-    runner = (IsolatedOnnxRuntime(marked.SerializeToString(), label, data_folder=folder, data_bytes=data_bytes) if isolated
-              else OnnxRuntimeRunner(marked, data_folder=folder))
+    runner = make("ort", Subject(model=model_path, proto=marked, trusted=not isolated))
     wanted = {t for la in layers for t in [*la.inputs.values(), *la.outputs.values()]}
     return runner, {i.name: to_array(i) for i in proto.graph.initializer if i.name in wanted}
 
