@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 
 from rnnx import progress
+from rnnx.check.truths import TorchTruth, as_float64
 from rnnx.engines.chunk_divergence import first_divergence
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import shapes
-from rnnx.exporters.selfcheck import CheckCase, SelfCheck, as_float64, compare_output, example_sizes, float64_copy, fresh_inputs, run_eager
+from rnnx.exporters.selfcheck import CheckCase, SelfCheck, compare_output, example_sizes, fresh_inputs, run_eager
 from rnnx.exporters.stream_context import ConvCache
 from rnnx.exporters.stream_loops import Loop, LoopState
 from rnnx.exporters.stream_running import RunningState
@@ -160,7 +161,7 @@ class StreamPlan:
         if record is None:
             return
         runner = OnnxRuntimeRunner(path)
-        model64 = float64_copy(model, check.notes)
+        truth = TorchTruth(model, check.notes)  # the float64 copy, dropped with a note (once) where it cannot be made or run
         base = example_sizes(naming, leaves)
         batches = [label for label in base if naming.roles.get(label) == BATCH]
         states = {s.input for s in record.states}
@@ -177,8 +178,7 @@ class StreamPlan:
             want64: list[Any] | None = None
             try:
                 want = [w for w in tree_flatten(run_eager(model, values, structure))[0] if isinstance(w, torch.Tensor)]
-                if model64 is not None:
-                    want64 = [w for w in tree_flatten(run_eager(model64, as_float64(values), structure))[0] if isinstance(w, torch.Tensor)]
+                want64 = truth.float64(lambda m: [w for w in tree_flatten(run_eager(m, as_float64(values), structure))[0] if isinstance(w, torch.Tensor)])
             except Exception as exc:  # noqa: BLE001  the user's model may raise anything; a model that cannot run whole cannot be proven
                 if want is None:
                     error = f"the torch model raised {one_line(exc, CAUSE_CHARS, typed=True)} on the whole sequence"
