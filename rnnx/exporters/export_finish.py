@@ -73,8 +73,8 @@ def finish_graph(proto: Any, naming: Any, leaves: list[Any], program: Any, swapp
                      f"{'/'.join(sorted({n.op_type for n in proto.graph.node if n.op_type in NATIVE_OPS}))} steps")
     if stepped or cells.rewritten:
         fused = fuse_steps(proto, seq_label=record.free_label(naming, "seq"))
-        fused_info = fused.rewritten
-        for info in fused.rewritten:
+        fused_info = [chain.to_json() for chain in fused.rewritten]
+        for info in fused_info:
             if info.get("dynamic_seq") and info["source"] in naming.input_dims:  # a source computed inside the graph has no input dim to name
                 dims = naming.input_dims[info["source"]]
                 dims[info["axis"]] = info["seq_label"]

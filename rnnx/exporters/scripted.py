@@ -150,7 +150,7 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     report = ExportReport(
         path=str(path), opset=opset, op_types=dict(op_types), axes=naming.axes(),
         recurrences=[{"module": "(TorchScript)", "spec": "-", "onnx": ", ".join(f"{v} x {k}" for k, v in native.items()) or "none"}],
-        fused=chains.rewritten, tracing="by torch.onnx's TorchScript exporter; sequence and batch axes placed from the recurrent submodules",
+        fused=[chain.to_json() for chain in chains.rewritten], tracing="by torch.onnx's TorchScript exporter; sequence and batch axes placed from the recurrent submodules",
     )
     report.notes.append("a TorchScript file is exported by torch.onnx's TorchScript exporter: rnnx cannot swap its modules")
     if cells:

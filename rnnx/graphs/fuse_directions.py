@@ -14,19 +14,37 @@ initial states concatenated; each direction's outputs are gathered from Y and Y_
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from rnnx.graphs.fuse_loops import _length_of
 from rnnx.graphs.index import GraphIndex, rewrite
+from rnnx.graphs.passes import Edit
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined, PassResult
 
 
-def fuse_directions(model: Any) -> PassResult[dict[str, Any]]:
+@dataclass
+class Bidirectional:
+    """The ``forward`` node over ``source`` and the ``reverse`` one over its reversal (both
+    ``op``), joined into the bidirectional node ``node``."""
+
+    op: str
+    node: str
+    forward: str
+    reverse: str
+    source: str
+    edit: Edit = field(repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "node": self.node, "forward": self.forward, "reverse": self.reverse, "source": self.source}
+
+
+def fuse_directions(model: Any) -> PassResult[Bidirectional]:
     """Join forward/reversed pairs of native nodes in the main graph, in place."""
-    result: PassResult[dict[str, Any]] = PassResult()
+    result: PassResult[Bidirectional] = PassResult()
     graph = model.graph
     if sum(n.op_type in NATIVE_OPS for n in graph.node) < 2 or not any(n.op_type == "ReverseSequence" for n in graph.node):
         return result
@@ -46,12 +64,11 @@ def fuse_directions(model: Any) -> PassResult[dict[str, Any]]:
         if isinstance(plan, Declined):
             result.left_alone.append(plan.at(back.name or back.output[1]))
             continue
-        nodes, weights, dead, info = plan
         used |= {id(fwd), id(back)}
-        new_nodes += nodes
-        inits += weights
-        removed |= dead
-        result.rewritten.append(info)
+        new_nodes += plan.edit.nodes
+        inits += plan.edit.initializers
+        removed |= plan.edit.removed
+        result.rewritten.append(plan)
     if removed:
         rewrite(graph, removed, new_nodes, inits)
     return result
@@ -108,7 +125,7 @@ def _reversed_back(g: GraphIndex, name: str, S: str) -> Any:
     return None
 
 
-def _plan(g: GraphIndex, fwd: Any, back: Any, rev: Any, S: str) -> tuple[list[Any], list[Any], set[int], dict[str, Any]] | Declined:
+def _plan(g: GraphIndex, fwd: Any, back: Any, rev: Any, S: str) -> Bidirectional | Declined:
     from onnx import TensorProto, helper, numpy_helper
 
     if not (_forward_plain(g, fwd) and _forward_plain(g, back)) or _attrs(g, fwd) != _attrs(g, back):
@@ -163,5 +180,4 @@ def _plan(g: GraphIndex, fwd: Any, back: Any, rev: Any, S: str) -> tuple[list[An
     # The reversed node and its way back fall dead once the reversal's output is written here
     # (what else reads them, the Shapes of its lengths, goes with it).
     dead = {id(fwd), id(undo)} | ({id(y_f)} if y_f is not None else set()) | {id(sq) for sq, _, _ in finals}
-    info = {"op": fwd.op_type, "node": prefix, "forward": fwd.name, "reverse": back.name, "source": S}
-    return nodes, inits, dead, info
+    return Bidirectional(fwd.op_type, prefix, fwd.name, back.name, S, Edit(nodes, inits, dead))

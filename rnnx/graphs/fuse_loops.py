@@ -25,11 +25,13 @@ attributes (moved out of the body), ``Squeeze(Y, [1])`` for the stacked outputs 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from rnnx.graphs.index import GraphIndex, carried_state, graphs, name_dynamic_axes, rewrite
+from rnnx.graphs.passes import Edit
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined, PassResult
 
@@ -37,9 +39,28 @@ _SHAPE_PATH = ("Cast", "Squeeze", "Unsqueeze", "Identity", "Reshape")
 _COND_OPS = ("Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Cast", "Identity")
 
 
-def fuse_loops(model: Any) -> PassResult[dict[str, Any]]:
+@dataclass
+class LoopFusion:
+    """A Loop or Scan (``loop``, named ``replaced``) over one ``op`` step that becomes the native
+    node ``node`` over ``source`` in ``direction``; ``initial``: each state's initial value."""
+
+    op: str
+    loop: str
+    node: str
+    source: str
+    direction: str
+    replaced: str
+    initial: dict[str, str]
+    edit: Edit = field(repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "loop": self.loop, "node": self.node, "source": self.source, "direction": self.direction,
+                "replaced": self.replaced, "initial": dict(self.initial)}
+
+
+def fuse_loops(model: Any) -> PassResult[LoopFusion]:
     """Replace every Loop or Scan over one recurrent step, in the main graph and in bodies, in place."""
-    result: PassResult[dict[str, Any]] = PassResult()
+    result: PassResult[LoopFusion] = PassResult()
     for graph, outer in list(graphs(model.graph)):
         if not any(n.op_type in ("Loop", "Scan") for n in graph.node):
             continue  # indexing an 18,000-node unrolled graph for nothing would cost as much as fusing it
@@ -54,11 +75,10 @@ def fuse_loops(model: Any) -> PassResult[dict[str, Any]]:
             if isinstance(plan, Declined):
                 result.left_alone.append(plan.at(node.name or node.output[0]))
                 continue
-            nodes, weights, info = plan
-            new_nodes += nodes
-            inits += weights
-            removed.add(id(node))
-            result.rewritten.append(info)
+            new_nodes += plan.edit.nodes
+            inits += plan.edit.initializers
+            removed |= plan.edit.removed
+            result.rewritten.append(plan)
         if removed:
             rewrite(graph, removed, new_nodes, inits)
             if graph is model.graph:
@@ -66,14 +86,14 @@ def fuse_loops(model: Any) -> PassResult[dict[str, Any]]:
     return result
 
 
-def _name_dynamic_axes(g: GraphIndex, graph: Any, fused: list[dict[str, Any]]) -> None:
+def _name_dynamic_axes(g: GraphIndex, graph: Any, fused: list[LoopFusion]) -> None:
     """Name the graph inputs' dynamic axes that the fused nodes read as time and batch ``seq``
     and ``batch`` (tf2onnx names them ``unk__N``); initial states' first axis is the batch."""
     inputs = {vi.name for vi in graph.input}
     axes: dict[tuple[str, int], str] = {}
     for info in fused:
         found = [0, 1]  # S's time and batch axes, followed back to a graph input
-        name = info["source"]
+        name = info.source
         for _ in range(8):
             node = g.producer.get(name)
             if node is None or node.op_type not in ("Transpose", "ReverseSequence", "Identity", "Cast"):
@@ -87,7 +107,7 @@ def _name_dynamic_axes(g: GraphIndex, graph: Any, fused: list[dict[str, Any]]) -
         if name in inputs:
             axes[(name, found[0])] = "seq"
             axes[(name, found[1])] = "batch"
-        for state in info.get("initial", {}).values():
+        for state in info.initial.values():
             if state in inputs:
                 axes[(state, 0)] = "batch"
     name_dynamic_axes(graph, axes)
@@ -208,7 +228,7 @@ def _counter(body: GraphIndex, g: GraphIndex, name: str, pairs: dict[str, str], 
     return len(other) == 1 and other[0] in body.constants and int(np.asarray(body.constants[other[0]]).reshape(-1)[0]) == 1
 
 
-def _plan(g: GraphIndex, loop: Any) -> tuple[list[Any], list[Any], dict[str, Any]] | Declined | None:
+def _plan(g: GraphIndex, loop: Any) -> LoopFusion | Declined | None:
     bound = carried_state(loop)
     if bound is None:
         return None
@@ -262,7 +282,7 @@ def _plan(g: GraphIndex, loop: Any) -> tuple[list[Any], list[Any], dict[str, Any
     return _rewrite(loop, bound.body, n, S, initial, finals, scans, "forward", 0, 0)
 
 
-def _plan_scan(g: GraphIndex, scan: Any, bound: Any, body: GraphIndex, n: Any) -> tuple[list[Any], list[Any], dict[str, Any]] | Declined:
+def _plan_scan(g: GraphIndex, scan: Any, bound: Any, body: GraphIndex, n: Any) -> LoopFusion | Declined:
     ins, outs = [i.name for i in bound.body.input], [o.name for o in bound.body.output]
     n_state = len(bound.pairs)
     unsq = body.prod(n.input[0], "Unsqueeze")
@@ -298,7 +318,7 @@ def _plan_scan(g: GraphIndex, scan: Any, bound: Any, body: GraphIndex, n: Any) -
 
 
 def _rewrite(loop: Any, body: Any, n: Any, S: str, initial: dict[str, str], finals: dict[str, str], scans: list[str],
-             direction: str, in_axis: int, out_axis: int) -> tuple[list[Any], list[Any], dict[str, Any]]:
+             direction: str, in_axis: int, out_axis: int) -> LoopFusion:
     from onnx import TensorProto, helper
 
     prefix = f"{loop.name or loop.output[0]}_fused"
@@ -327,9 +347,8 @@ def _rewrite(loop: Any, body: Any, n: Any, S: str, initial: dict[str, str], fina
         if out_axis == 1:
             nodes.append(helper.make_node("Transpose", [target], [out], perm=[1, 0, 2]))
     weights = [i for i in body.initializer if i.name in n.input[1:4]]
-    info = {"op": n.op_type, "loop": loop.op_type, "node": prefix, "source": S, "direction": direction, "replaced": loop.name or loop.output[0],
-            "initial": dict(initial)}
-    return nodes, [_copy(w) for w in weights], info
+    return LoopFusion(n.op_type, loop.op_type, prefix, S, direction, loop.name or loop.output[0], dict(initial),
+                      Edit(nodes, [_copy(w) for w in weights], {id(loop)}))
 
 
 def _copy(tensor: Any) -> Any:

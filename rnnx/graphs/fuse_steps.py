@@ -24,9 +24,11 @@ A chain that breaks a rule is left alone, and the result says which rule.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from rnnx.graphs.index import GraphIndex, graphs, rewrite
+from rnnx.graphs.passes import Edit
 from rnnx.graphs.per_step import find_per_step, hoist
 from rnnx.graphs.time_slice import describe_source, time_slice, time_steps
 from rnnx.layouts.onnx import NATIVE_OPS
@@ -81,12 +83,44 @@ def _key(node: Any) -> tuple[Any, ...]:
     return (node.op_type, tuple(node.input[1:4]), attrs)
 
 
-def fuse_steps(model: Any, seq_label: str = "seq") -> PassResult[dict[str, Any]]:
+@dataclass
+class ChainFusion:
+    """A chain of ``steps`` one-step ``op`` nodes over ``source`` (time on ``axis``) fused into
+    ``node``. ``stack``: the Concat of the steps' outputs it replaces; ``steps_outputs``: each
+    output stacked over time, with its time axis; ``hoisted``: per-step work applied to all steps
+    at once; ``seq_label``: the dynamic length the main graph's input got (None where it kept its size)."""
+
+    op: str
+    steps: int
+    source: str
+    axis: int
+    node: str
+    stack: str | None
+    steps_outputs: dict[str, int]
+    hoisted: list[str] | None = None
+    seq_label: str | None = None
+    edit: Edit = field(default_factory=Edit, repr=False, compare=False)
+
+    @property
+    def dynamic_seq(self) -> bool:
+        return self.seq_label is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record export and fuse report: op, steps, source, axis, node, stack, steps_outputs
+        (and hoisted, dynamic_seq, seq_label where they apply)."""
+        found: dict[str, Any] = {"op": self.op, "steps": self.steps, "source": self.source, "axis": self.axis, "node": self.node,
+                                 "stack": self.stack, "steps_outputs": dict(self.steps_outputs)}
+        if self.hoisted is not None:
+            found["hoisted"] = self.hoisted
+        if self.seq_label is not None:
+            found.update(dynamic_seq=True, seq_label=self.seq_label)
+        return found
+
+
+def fuse_steps(model: Any, seq_label: str = "seq") -> PassResult[ChainFusion]:
     """Fuse every chain of one-step nodes, in the main graph and in If/Loop/Scan bodies, in
-    place; a fused sequence input of the main graph gets the dynamic length ``seq_label``.
-    Each rewritten chain is a record: op, steps, source, axis, node, stack, steps_outputs
-    (and hoisted, dynamic_seq, seq_label where they apply)."""
-    result: PassResult[dict[str, Any]] = PassResult()
+    place; a fused sequence input of the main graph gets the dynamic length ``seq_label``."""
+    result: PassResult[ChainFusion] = PassResult()
     for graph, outer in list(graphs(model.graph)):
         before = len(result.rewritten)
         _fuse_steps_in(GraphIndex(graph, outer), result)
@@ -96,7 +130,7 @@ def fuse_steps(model: Any, seq_label: str = "seq") -> PassResult[dict[str, Any]]
     return result
 
 
-def _fuse_steps_in(g: GraphIndex, result: PassResult[dict[str, Any]]) -> None:
+def _fuse_steps_in(g: GraphIndex, result: PassResult[ChainFusion]) -> None:
     fused_before = len(result.rewritten)
     steps = {}
     for node in g.nodes:
@@ -132,17 +166,16 @@ def _fuse_steps_in(g: GraphIndex, result: PassResult[dict[str, Any]]) -> None:
         if isinstance(plan, Declined):
             result.left_alone.append(plan.at(chain[0].name))
             continue
-        nodes, dead, info = plan
-        new_nodes.extend(nodes)
-        removed |= dead
-        result.rewritten.append(info)
+        new_nodes.extend(plan.edit.nodes)
+        removed |= plan.edit.removed
+        result.rewritten.append(plan)
     if len(result.rewritten) > fused_before:
         rewrite(g.graph, removed, new_nodes)
 
 
-def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> Declined | tuple[list[Any], set[int], dict[str, Any]]:
-    """The nodes that replace ``chain``, the ids of the nodes they make dead and the chain's
-    record; or the rule it breaks."""
+def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> ChainFusion | Declined:
+    """The chain's record with the nodes that replace ``chain`` and the ids of the nodes they
+    make dead; or the rule it breaks."""
     from onnx import TensorProto, helper
 
     sources = [steps[id(n)][1] for n in chain]
@@ -227,12 +260,11 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> Declined | 
     dead = {id(n) for n in chain} | {id(squeezes_h[-1])} | ({id(last_c)} if last_c is not None else set()) | ({id(stack)} if stack is not None else set())
     if per is not None:
         dead |= per.stacked | {id(c) for _, c in per.terminals} | {id(n) for region in per.regions[:-1] for n in region}
-    info = {"op": first.op_type, "steps": T, "source": S, "axis": axis, "node": prefix, "stack": stack.output[0] if stack is not None else None}
-    info["steps_outputs"] = {stack.output[0]: stack_axis} if stack is not None else {}
+    steps_outputs = {stack.output[0]: stack_axis} if stack is not None else {}
     if per is not None:
-        info["hoisted"] = per.op_types
-        info["steps_outputs"].update({c.output[0]: g.attr(c, "axis") for _, c in per.terminals})
-    return nodes, dead, info
+        steps_outputs.update({c.output[0]: g.attr(c, "axis") for _, c in per.terminals})
+    return ChainFusion(first.op_type, T, S, axis, prefix, stack.output[0] if stack is not None else None, steps_outputs,
+                       per.op_types if per is not None else None, edit=Edit(nodes, [], dead))
 
 
 def _only_squeeze(g: GraphIndex, name: str) -> Any:
@@ -242,18 +274,17 @@ def _only_squeeze(g: GraphIndex, name: str) -> Any:
     return users[0]
 
 
-def _make_sequence_dynamic(model: Any, info: dict[str, Any], label: str) -> None:
+def _make_sequence_dynamic(model: Any, info: ChainFusion, label: str) -> None:
     graph = model.graph
-    consumers = [n for n in graph.node if info["source"] in n.input]
-    if not all(n.op_type == "Shape" or n.name.startswith(info["node"]) for n in consumers):
+    consumers = [n for n in graph.node if info.source in n.input]
+    if not all(n.op_type == "Shape" or n.name.startswith(info.node) for n in consumers):
         return
     for vi in graph.input:
-        if vi.name == info["source"] and len(vi.type.tensor_type.shape.dim) > info["axis"]:
-            vi.type.tensor_type.shape.dim[info["axis"]].dim_param = label
+        if vi.name == info.source and len(vi.type.tensor_type.shape.dim) > info.axis:
+            vi.type.tensor_type.shape.dim[info.axis].dim_param = label
     for vi in graph.output:  # the stacks over time, which declared the example's step count
-        axis = info["steps_outputs"].get(vi.name)
+        axis = info.steps_outputs.get(vi.name)
         if axis is not None and len(vi.type.tensor_type.shape.dim) > axis:
             vi.type.tensor_type.shape.dim[axis].dim_param = label
-    info["dynamic_seq"] = True
-    info["seq_label"] = label
+    info.seq_label = label
     del graph.value_info[:]

@@ -165,11 +165,8 @@ def fusable(model: Any) -> dict[str, Any]:
     work = copy.deepcopy(model)
     drop_newer_attributes(work, strict=False)
     work, passes = run_fuse_passes(work)
-    cells, loops, directions, chains = passes.cells, passes.loops, passes.directions, passes.chains
-    found: dict[str, Any] = {"cells": cells.rewritten, "loops": loops.rewritten, "bidirectional": directions.rewritten,
-                             "chains": chains.rewritten,
-                             "left_alone": [d.to_json() for r in (cells, loops, directions, chains) for d in r.left_alone]}
-    found["native_after"] = [_brief(r) for r in inspect_model(work)] if (cells or loops or directions or chains) else []
+    found: dict[str, Any] = {**passes.found(), "left_alone": [d.to_json() for d in passes.left_alone]}
+    found["native_after"] = [_brief(r) for r in inspect_model(work)] if passes.changed else []
     return found
 
 

@@ -98,8 +98,8 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     model, passes = run_fuse_passes(copy.deepcopy(original))
     if passes.changed:
         prune(model)  # the replaced cells' weights and nodes: nothing reads them now
-    cells, loops, directions, chains = passes.cells, passes.loops, passes.directions, passes.chains
-    report = FuseReport(str(output), before, _count_nodes(model), cells.rewritten, chains.rewritten, loops.rewritten, directions.rewritten,
+    found = passes.found()
+    report = FuseReport(str(output), before, _count_nodes(model), found["cells"], found["chains"], found["loops"], found["bidirectional"],
                         left_alone=passes.left_alone, tolerances=tolerances.to_json() if tolerances else {},
                         native=sum(n.op_type in NATIVE_OPS for g in all_graphs(model.graph) for n in g.node))
     if check and passes.changed:
