@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rnnx.graphs.index import GraphIndex, _live, rewrite
-from rnnx.graphs.reroll_match import PRELUDE, Steps, Unrolled, match_steps, partition, prev_reads
+from rnnx.graphs.reroll_match import PRELUDE, Steps, Unrolled, by_dependency, match_steps, oriented, partition, prev_reads
 from rnnx.graphs.reroll_segments import Segments, body_slice, check_segments, segment_groups, trip_count
 from rnnx.graphs.time_slice import time_slice, time_steps
 from rnnx.pass_result import Declined, PassResult
@@ -101,7 +101,8 @@ def left_unrolled(model: Any) -> list[tuple[str, int, int, int]]:
 
 
 def _groups(g: GraphIndex) -> list[tuple[int, set[tuple[str, int]], Segments | None]]:
-    """Sequences sliced at every t = 0..T-1, T >= 2, grouped by T (one loop may read several)."""
+    """Sequences sliced at every t = 0..T-1, T >= 2, grouped by T (one loop may read several), and
+    apart where one's values come from another's slices (a loop over the stack of the loop before)."""
     seen: dict[tuple[str, int], set[int]] = {}
     for node in g.nodes:
         found = time_slice(g, node.output[0]) if node.output else None
@@ -111,7 +112,7 @@ def _groups(g: GraphIndex) -> list[tuple[int, set[tuple[str, int]], Segments | N
     for source, ts in seen.items():
         if len(ts) >= 2 and ts == set(range(len(ts))):
             by_length.setdefault(len(ts), set()).add(source)
-    return [(T, sources, None) for T, sources in sorted(by_length.items(), key=lambda item: -item[0])]
+    return [(T, loop, None) for T, sources in sorted(by_length.items(), key=lambda item: -item[0]) for loop in by_dependency(g, sources)]
 
 
 @dataclass
@@ -119,6 +120,7 @@ class _Stack:
     concat: Any  # the Concat over the steps' values
     value: str  # the template value it stacks
     axis: int  # its axis, made non-negative
+    flipped: bool = False  # the last step's value first (a loop backwards whose outputs are put in time order)
 
 
 def _plan(g: GraphIndex, T: int, sources: set[tuple[str, int]], types: dict[str, Any], prefix: str,
@@ -132,7 +134,7 @@ def _plan(g: GraphIndex, T: int, sources: set[tuple[str, int]], types: dict[str,
         held = time_steps(g, S, axis)
         if seg is None and held is not None and held != T:
             return Declined("reroll.length", f"the steps read {T} of the {held} steps of {S!r} along axis {axis}: a loop over part of it")
-    u = partition(g, T, sources) if seg is None else partition(g, T, sources, seg.find())
+    u = oriented(g, T, sources) if seg is None else partition(g, T, sources, seg.find())
     inner = sorted(s for s, _ in sources if g.producer.get(s) is not None and u.step_of[id(g.producer[s])] != PRELUDE)
     if inner:
         return Declined("reroll.length", f"{inner[0]!r} is computed by the steps that slice it")
@@ -168,7 +170,7 @@ def _used_after(g: GraphIndex, u: Unrolled, steps: Steps, peeled: bool = False) 
             for reader in g.consumers.get(name, []):
                 if id(reader) in step_nodes:
                     continue  # the step itself, or the next one reading a carried value (matched so)
-                stack = stacks.get(id(reader)) or _stack(g, reader, steps, inverse)
+                stack = stacks.get(id(reader)) or _stack(g, reader, steps, inverse, flips=not peeled)
                 if stack is not None:
                     stacks[id(reader)] = stack
                 elif k == T - 1:
@@ -185,16 +187,19 @@ def _used_after(g: GraphIndex, u: Unrolled, steps: Steps, peeled: bool = False) 
     return list(stacks.values()), lasts
 
 
-def _stack(g: GraphIndex, node: Any, steps: Steps, inverse: list[dict[str, str]]) -> _Stack | None:
-    """The stack ``node`` is, if it concatenates one template value of every step, in order."""
+def _stack(g: GraphIndex, node: Any, steps: Steps, inverse: list[dict[str, str]], flips: bool = True) -> _Stack | None:
+    """The stack ``node`` is, if it concatenates one template value of every step, in order
+    (or, where ``flips``, in reverse order: ``outs.insert(0, h)``)."""
     T = len(steps.maps)
     if node.op_type != "Concat" or len(node.input) != T:
         return None
-    value = inverse[1].get(node.input[1])
-    if value is None or any(steps.maps[k].get(value) != node.input[k] for k in range(T)):
-        return None
-    axis = g.attr(node, "axis")
-    return _Stack(node, value, axis) if axis is not None else None
+    for flipped in (False, True) if flips else (False,):
+        order = range(T - 1, -1, -1) if flipped else range(T)
+        value = inverse[1].get(node.input[list(order).index(1)])
+        if value is not None and all(steps.maps[k].get(value) == node.input[j] for j, k in enumerate(order)):
+            axis = g.attr(node, "axis")
+            return _Stack(node, value, axis, flipped) if axis is not None else None
+    return None
 
 
 def _types(model: Any) -> dict[str, Any]:
@@ -237,7 +242,8 @@ def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks:
         if found is not None:
             S, _, axis = found
             if seg is None:
-                body.append(helper.make_node("Gather", [S, t_in], [renamed[n.output[0]]], axis=axis, name=f"{renamed[n.output[0]]}/slice"))  # a step may read S twice
+                at = _backwards(prefix, t_in, body) if u.reverse else t_in
+                body.append(helper.make_node("Gather", [S, at], [renamed[n.output[0]]], axis=axis, name=f"{renamed[n.output[0]]}/slice"))  # a step may read S twice
             else:
                 body += body_slice(prefix, S, axis, seg.size, t_in, renamed[n.output[0]])
             continue
@@ -318,7 +324,7 @@ def _scanned(g: GraphIndex, u: Unrolled, steps: Steps, stacks: list[_Stack], las
     by_value = dict(zip(scanned, stacked))
     nodes: list[Any] = []
     for s, v, axis, squeezed in plans:
-        nodes += _restack(by_value[v], s.concat.output[0], axis, _rank(types, v) + 1, squeezed, f"{prefix}/{s.concat.name or 'stack'}")
+        nodes += _restack(by_value[v], s.concat.output[0], axis, _rank(types, v) + 1, squeezed, f"{prefix}/{s.concat.name or 'stack'}", s.flipped)
     last = steps.maps[u.T - 1]
     for v in sorted(lasts):
         idx = f"{prefix}/last_index"
@@ -354,12 +360,17 @@ def _accumulated(steps: Steps, stacks: list[_Stack], lasts: set[str], types: dic
     return [], extra_ins, extra_finals
 
 
-def _restack(stacked: str, out: str, axis: int, rank: int, squeezed: bool, prefix: str) -> list[Any]:
+def _restack(stacked: str, out: str, axis: int, rank: int, squeezed: bool, prefix: str, flipped: bool = False) -> list[Any]:
     """The Loop's scan output (steps first, ``rank`` axes) as the stack that ``out`` was: the
-    steps moved to ``axis``; where each step's value was concatenated whole (not unsqueezed),
-    the steps axis merged with the one after it."""
+    steps moved to ``axis``, last step first where ``flipped``; where each step's value was
+    concatenated whole (not unsqueezed), the steps axis merged with the one after it."""
     from onnx import TensorProto, helper
 
+    if flipped:
+        ends = {f"{prefix}_{k}": v for k, v in (("from", -1), ("to", -(2**63)), ("axis0", 0), ("back", -1))}  # every step, last first
+        flips = [helper.make_node("Constant", [], [k], value=helper.make_tensor(k, TensorProto.INT64, [1], [v])) for k, v in ends.items()]
+        flips.append(helper.make_node("Slice", [stacked, *ends], [f"{prefix}_flipped"]))
+        return flips + _restack(f"{prefix}_flipped", out, axis, rank, squeezed, prefix)
     perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, rank))
     if squeezed:
         return [helper.make_node("Transpose", [stacked], [out], perm=perm)] if axis else [helper.make_node("Identity", [stacked], [out])]
@@ -376,6 +387,19 @@ def _restack(stacked: str, out: str, axis: int, rank: int, squeezed: bool, prefi
         helper.make_node("Reshape", [moved, target], [out]),
     ]
     return nodes
+
+
+def _backwards(prefix: str, t: str, body: list[Any]) -> str:
+    """The time index T-1-t of iteration ``t`` of a loop that runs backwards; T is the Loop's
+    trip count, read from the outer graph. Appends its nodes to ``body``."""
+    from onnx import TensorProto, helper
+
+    one, last, at = f"{prefix}/one", f"{prefix}/last_t", f"{prefix}/t_back"
+    if any(at in n.output for n in body):
+        return at  # a step that reads two sequences, or one twice
+    body += [helper.make_node("Constant", [], [one], value=helper.make_tensor(one, TensorProto.INT64, [], [1])),
+             helper.make_node("Sub", [f"{prefix}/steps", one], [last]), helper.make_node("Sub", [last, t], [at])]
+    return at
 
 
 def _make_sequence_dynamic(model: Any, info: dict[str, Any], label: str) -> None:

@@ -48,27 +48,57 @@ class Unrolled:
     sources: set[tuple[str, int]]  # (S, axis) of each sequence the steps slice
     step_of: dict[int, int]  # id(node) -> step, PRELUDE when it depends on no slice
     regions: list[list[Any]]  # each step's nodes, graph order
-    slices: dict[int, tuple[str, int, int]]  # id(slice node) -> (S, t, axis)
+    slices: dict[int, tuple[str, int, int]]  # id(slice node) -> (S, step, axis)
+    reverse: bool = False  # step k reads t = T-1-k (``for t in reversed(range(T))``)
 
 
 def partition(g: GraphIndex, T: int, sources: set[tuple[str, int]],
-              find: Callable[[GraphIndex, str], tuple[str, int, int] | None] = time_slice) -> Unrolled:
-    """Each node's step: its own t for a slice of a source, else the latest of its inputs'.
-    ``find`` reads a slice as (S, t, axis): one step (``x[:, t]``), or one segment."""
+              find: Callable[[GraphIndex, str], tuple[str, int, int] | None] = time_slice, reverse: bool = False) -> Unrolled:
+    """Each node's step: its own step for a slice of a source, else the latest of its inputs'.
+    ``find`` reads a slice as (S, t, axis): one step (``x[:, t]``), or one segment; the step
+    is t, or T-1-t where the loop runs backwards (``reverse``)."""
     step_of: dict[int, int] = {}
     slices: dict[int, tuple[str, int, int]] = {}
     regions: list[list[Any]] = [[] for _ in range(T)]
     for node in g.nodes:
         found = find(g, node.output[0]) if node.output else None
         if found is not None and (found[0], found[2]) in sources:
-            slices[id(node)] = found
-            step = found[1]
+            step = T - 1 - found[1] if reverse else found[1]
+            slices[id(node)] = (found[0], step, found[2])
         else:
             step = max((step_of.get(id(g.producer[i]), PRELUDE) for i in node.input if i in g.producer), default=PRELUDE)
         step_of[id(node)] = step
         if step >= 0:
             regions[step].append(node)
-    return Unrolled(T, sources, step_of, regions, slices)
+    return Unrolled(T, sources, step_of, regions, slices, reverse)
+
+
+def oriented(g: GraphIndex, T: int, sources: set[tuple[str, int]]) -> Unrolled:
+    """The steps in the order the loop ran them. Numbered by t, a loop that runs backwards has
+    every step's work at step T-1 (each reads the state of the slice after it) and step 1 holds
+    its slice alone; numbered from the end, a forward loop does. The order whose step 1 holds
+    more of the step is the loop's (forward on a tie)."""
+    forward, backward = partition(g, T, sources), partition(g, T, sources, reverse=True)
+    return backward if len(backward.regions[1]) > len(forward.regions[1]) else forward
+
+
+def by_dependency(g: GraphIndex, sources: set[tuple[str, int]]) -> list[set[tuple[str, int]]]:
+    """``sources`` (sliced the same number of times) split into loops: those whose values
+    depend on the same sources' slices read by one loop. Where one loop's stacked output is the
+    next loop's sequence (two recurrent layers, each a Python loop), the second's sequence
+    depends on the first's slices: two loops, the first first."""
+    deps: dict[str, frozenset[tuple[str, int]]] = {}
+    for node in g.nodes:
+        found = time_slice(g, node.output[0]) if node.output else None
+        mine = frozenset().union(*(deps.get(i, frozenset()) for i in node.input if i))
+        if found is not None and (found[0], found[2]) in sources:
+            mine |= {(found[0], found[2])}
+        for o in node.output:
+            deps[o] = mine
+    loops: dict[frozenset[tuple[str, int]], set[tuple[str, int]]] = {}
+    for S, axis in sources:
+        loops.setdefault(deps.get(S, frozenset()), set()).add((S, axis))
+    return [loops[key] for key in sorted(loops, key=len)]  # a loop depends on more sources than any loop it reads
 
 
 def _attrs(node: Any) -> tuple[Any, ...]:
