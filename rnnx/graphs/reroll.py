@@ -18,7 +18,9 @@ The rewrite: ``Loop(Shape(S)[axis], true, initial values)`` whose body is step 1
 the slice read as ``Gather(S, iteration, axis)``, step 0's values read as the carried inputs
 and prelude values read from the outer scope; each stack is the body's scan output moved to
 its axis; a last-step value is the final carried value, or the last of its scan output. The
-slices' source becomes dynamic along its time axis where it is a graph input.
+slices' source becomes dynamic along its time axis where it is a graph input. Loops of one
+length are apart where one's sequence comes from another's slices (layers, one loop each: the
+producer first); a loop over ``reversed(range(T))`` reads ``Gather(S, T-1-i)``.
 
 Where the body is a cell ONNX has a native node for, :mod:`rnnx.graphs.fuse_steps` fuses the
 chain first and no slice is left here; this pass runs where it declined.
