@@ -12,7 +12,10 @@ token ids, lengths and flags stay valid.
 
 What the recurrences see tells a dimension's role: if a recurrent module's batch changed with
 it, it is a batch; if its time axis changed, or any module was called a different number of
-times (a Python loop over time), it is a length; otherwise it is another dimension.
+times (a Python loop over time), it is a length; so it is where the file holds a loop the trace
+unrolled that slices it step by step (a cell written by hand is no module: the file says what
+the hooks cannot, :func:`rnnx.exporters.audit_file.unrolled_steps`); otherwise it is another
+dimension.
 
 Verdicts, one per dimension of every input (:class:`DimVerdict`):
 
@@ -35,21 +38,19 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rnnx.errors import DETAIL_CHARS, one_line
+from rnnx.exporters.audit_file import free_dims, unrolled_steps, values_read
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.model_lines import branch_at, loop_at
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.shapes import Leaf, Naming
-from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata
 from rnnx.formats.onnx_read import invented_label
-from rnnx.graphs.index import all_graphs
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import audit_sizes
 
@@ -58,8 +59,6 @@ DYNAMIC, REQUIRED, ASKED, STATIC, MISSED = "dynamic", "static: required", "stati
 MAX_PROBE_RUNS = 160
 MAX_COMBINATIONS = 6  # one same-size dimension of each other input: the combinations tried per dimension
 MAX_PROBE_BYTES = 1 << 29
-# Graph ops that read a tensor's shape, not its values.
-_SHAPE_ONLY = {"Shape", "Size"}
 
 
 @dataclass
@@ -355,22 +354,12 @@ def _role(base: _Observation, seen: _Observation) -> tuple[str, str]:
     return OTHER, ""
 
 
-def values_read(proto: Any) -> set[str]:
-    """Graph inputs whose values some node reads (not only their shape)."""
-    readers: dict[str, list[str]] = collections.defaultdict(list)
-    for g in all_graphs(proto.graph):
-        for node in g.node:
-            for name in node.input:
-                readers[name].append(node.op_type)
-    outputs = {o.name for o in proto.graph.output}
-    return {i.name for i in proto.graph.input if i.name in outputs or any(op not in _SHAPE_ONLY for op in readers.get(i.name, []))}
-
-
 def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tuple[str, int]]) -> AuditResult:
     """Every dimension of every tensor input, against what the model accepts. Makes the
     dimensions of inputs whose values the file never reads dynamic in ``proto`` and ``naming``."""
     result = AuditResult()
     read = values_read(proto)
+    steps = unrolled_steps(proto)  # a loop the trace unrolled, whoever wrote its cell: its steps slice a length
     tensors = [leaf for leaf in audit.leaves if leaf.is_tensor]
     dynamic = {(leaf.index, d) for leaf in tensors for d, v in enumerate(naming.input_dims.get(leaf.name, [])) if isinstance(v, str)}
     label_at = {(leaf.index, d): v for leaf in tensors for d, v in enumerate(naming.input_dims.get(leaf.name, [])) if isinstance(v, str)}
@@ -401,6 +390,9 @@ def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tu
                                               why="the file never reads this input's values"))
                 continue
             probe = audit.accepts(leaf.index, d, dynamic)
+            if probe.accepted is not None and probe.role not in (BATCH, LENGTH) and steps.get((leaf.name, d)):
+                # no module saw it (a cell written by hand), but the file holds one step per slice of it
+                probe = replace(probe, role=LENGTH, told=f"the file cuts it into the {steps[(leaf.name, d)]} steps of a loop the trace unrolled")
             if probe.skipped:
                 result.dims.append(DimVerdict(leaf.name, d, size, STATIC, why=probe.skipped))
             elif probe.accepted is None:
@@ -415,7 +407,7 @@ def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tu
                 result.dims.append(DimVerdict(leaf.name, d, size, STATIC, role=OTHER, accepted=probe.accepted,
                                               why=f"the model runs with it at {probe.accepted}, but it reaches no recurrence and torch fixed it"))
     if freed:
-        _free(proto, naming, freed)
+        free_dims(proto, naming, freed)
         result.notes.append("inputs the file never reads take any size: "
                             + "; ".join(f"{n}[{', '.join(f'{d}={lab}' for d, lab in dims.items())}]" for n, dims in freed.items()))
     if result.missed and not result.failure:
@@ -428,23 +420,3 @@ def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tu
             result.notes.append(f"{v.input} dim {v.dim} is static at {v.size}, although the model also runs at {v.accepted}: "
                                 "it reaches no recurrence and torch fixed it (name it with dynamic= / --dynamic to insist)")
     return result
-
-
-def _free(proto: Any, naming: Naming, freed: dict[str, dict[int, str]]) -> None:
-    """Make the dimensions in ``freed`` dynamic in the graph's declared input shapes, in
-    ``naming`` and in the file's record."""
-    for inp in proto.graph.input:
-        for d, label in freed.get(inp.name, {}).items():
-            dim = inp.type.tensor_type.shape.dim[d]
-            dim.ClearField("dim_value")
-            dim.dim_param = label
-    for name, dims in freed.items():
-        shape = list(naming.input_dims.get(name, []))
-        for d, label in dims.items():
-            shape[d] = label
-            naming.roles.setdefault(label, OTHER)
-        naming.input_dims[name] = shape
-    export, _ = read_metadata(proto)
-    if export is not None:
-        export.update(inputs=naming.input_dims, roles=naming.roles)
-        set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
