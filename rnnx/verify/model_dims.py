@@ -119,6 +119,15 @@ class ModelDims:
     def case_instead(self, case: Case, specs: list[InputSpec], given: set[str], runs_at: Callable[[Case], Any]) -> Case | None:
         """The first of :meth:`instead`'s sizes for ``case`` that ``runs_at`` (the torch model) takes,
         as a case; ``case`` says so. None where it takes none."""
+        tied = self._tied(case, specs, given)
+        if tied is not None:
+            try:
+                runs_at(tied[0])
+            except Exception:  # noqa: BLE001  the user's model may raise anything: not tied that way
+                pass
+            else:
+                case.skipped += f"; checked at {tied[0].name} instead ({tied[1]})"
+                return tied[0]
         for label, size, why in self.instead(case.sizes, given):
             spelled = "batch" if self.roles.get(label) == BATCH else label  # verify's case names call every batch "batch"
             old = f"{spelled}={case.sizes[label]}"
@@ -131,6 +140,26 @@ class ModelDims:
             case.skipped += f"; checked at {other.name} instead ({why})"
             return other
         return None
+
+    def _tied(self, case: Case, specs: list[InputSpec], given: set[str]) -> tuple[Case, str] | None:
+        """``case`` with every label the cases hold (neither a batch nor a length, nor given) moved
+        along with a batch or length ``case`` moves, where both had one size when the model was asked:
+        a model may tie them where neither it nor the file says so (a sequence it slices per step, for
+        a loop whose count another input's length sets). None where nothing is held at such a size."""
+        asked = {d.label: d.size for d in self.dims if d.label}
+        moved = {k: v for k, v in case.sizes.items() if k in asked and v != asked[k] and self.roles.get(k) in (BATCH, LENGTH)}
+        sizes, said = dict(case.sizes), []
+        for label, size in moved.items():
+            for other, at in asked.items():
+                if (other not in moved and other not in given and other not in self.fixed and at == asked[label]
+                        and case.sizes.get(other) == at and self.roles.get(other) not in (BATCH, LENGTH)):
+                    sizes[other] = size
+                    said.append(f"{other} moved with {label}")
+        if not said:
+            return None
+        name = case.name + "".join(f", {k}={v}" for k, v in sizes.items() if v != case.sizes.get(k))
+        return case_at(specs, name, sizes), ("; ".join(said) + ": the torch model raised with them apart, and takes them tied; "
+                                             "the file's labels do not say so")
 
     def refusal(self, case: Case, refused: bool) -> str:
         """One line for a failed case (``refused``: ONNX Runtime did not run it), naming the first

@@ -31,6 +31,8 @@ class WholeModelReport(Verdict):
     # (rnnx.verify.model_dims.DimSource as JSON); empty where no torch model was asked
     dimensions: list[dict[str, Any]] = field(default_factory=list)
     refused: str = ""  # a failed case at a size only the torch model vouched for, in one line
+    # each batch or length the file declares dynamic that no case that ran varied: "seq (held at 8)"; the verdict line says them
+    not_varied: list[str] = field(default_factory=list)
 
     @property
     def ran(self) -> list[Case]:
@@ -58,7 +60,8 @@ class WholeModelReport(Verdict):
         return {"model": self.model, "against": self.against, "self_check": self.self_check, "passed": self.passed, "inputs": self.inputs, "roles": self.roles,
                 "cases": [asdict(c) for c in self.cases], "rows": [r.to_json(ROW_FIELDS) for r in self.rows],
                 "layers": [la.to_json() for la in self.layers], "first_drift": first.name if first else None, "notes": self.notes,
-                "called": self.called, "dimensions": self.dimensions, "refused": self.refused or None}
+                "called": self.called, "dimensions": self.dimensions, "refused": self.refused or None,
+                "not_varied": self.not_varied}
 
     def __str__(self) -> str:
         if self.self_check and self.against != "its own weights":  # a weights file given: its groups are the layers' truth
@@ -111,5 +114,26 @@ class WholeModelReport(Verdict):
             lines.append("every recurrent layer matches on its own inputs: the difference comes from the graph's other operators")
         if self.refused:
             lines.append(f"the file fails where the torch model runs: {self.refused}")
-        lines.append("PASS" if self.passed else "FAIL")
+        held = f" (not varied, so not checked at other sizes: {'; '.join(self.not_varied)})" if self.not_varied else ""
+        lines.append(("PASS" if self.passed else "FAIL") + held)
         return "\n".join(lines)
+
+
+def unvaried(cases: list[Case], dynamic: dict[str, str], given: set[str]) -> tuple[list[str], list[str]]:
+    """Of the file's dynamic batches and lengths (``dynamic``: label -> role), not the ``given``
+    ones (the user's sizes): those the cases set out to vary but that every case that ran held at
+    one size ("seq: 19 skipped (why)"), and every one held at one size by the cases that ran
+    ("seq (a length, held at 8)"). A check that varied nothing of a dynamic length has not checked it."""
+    skipped_all, held = [], []
+    for label, role in dynamic.items():
+        if label in given:
+            continue
+        planned = {c.sizes[label] for c in cases if label in c.sizes}
+        ran = {c.sizes[label] for c in cases if label in c.sizes and not c.skipped}
+        if len(ran) != 1:
+            continue
+        held.append(f"{label} (a {role}, held at {next(iter(ran))})")
+        if len(planned) > 1:
+            why = next((c.skipped for c in cases if c.skipped and c.sizes.get(label) not in ran), "")
+            skipped_all.append(f"{label} at {', '.join(map(str, sorted(planned - ran)))} ({why})")
+    return skipped_all, held

@@ -58,7 +58,7 @@ from rnnx.verify.feeds import make_feed
 from rnnx.verify.id_axes import IdAxes, find_id_axes, torch_runs
 from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_dims import ModelDims, ask_model
-from rnnx.verify.model_report import WholeModelReport
+from rnnx.verify.model_report import WholeModelReport, unvaried
 from rnnx.verify.quantized import saturation_note
 from rnnx.verify.torch_side import is_model_code, layer_truths, load_torch_model  # noqa: F401  (the CLI and tests import them from here)
 
@@ -161,6 +161,7 @@ def verify_loaded(model_path: Path, torch_model: Any, example: Any, against: str
     if not report.ran:
         raise RNNXError(f"the torch model raised at every shape tried ({cases[0].skipped if cases else 'no cases'}); is it the model the file was exported from? "
                         "If it is, give shapes it takes with seq_lens=, batches= or dims=")
+    _said_unvaried(report, read.specs, roles, given | set(asked.fixed if asked is not None else {}))
     report.layers = check_layers(layers, truths, runs, tolerances.get("", "float32"), calibrate=layers_calibrated or tolerances.calibrates())
     report.notes += [n for n in [saturation_note([la.quantization for la in layers if la.quantization is not None])] if n]
     return report
@@ -192,6 +193,20 @@ def _instead(cases: list[Case], k: int, asked: ModelDims | None, specs: list[Inp
         notes.append(f"the torch model raised at every shape verify chose, and nothing known says how its inputs must change together "
                      f"(which axis an integer input's values index, which sizes it takes): checked at the example's shapes ({_shapes_text(at_example)}) "
                      "only; give others it takes with --seq-lens, --batch and --dim")
+
+
+def _said_unvaried(report: WholeModelReport, specs: list[InputSpec], roles: dict[str, str], given: set[str]) -> None:
+    """Each dynamic batch or length of the file that no case that ran varied goes on the verdict line;
+    where verify's own cases varied one and the torch model took none of them (every such case
+    skipped), nothing was checked there and it is bad input (exit 2), unless the file already failed
+    (exit 1) or only the example's shapes could run (said in a note)."""
+    dynamic = {v: roles[v] for s in specs for v in s.dims if isinstance(v, str) and roles.get(v) in (BATCH, LENGTH)}
+    skipped_all, report.not_varied = unvaried(report.cases, dynamic, given)
+    fell_back = any(c.at_example for c in report.ran)
+    if skipped_all and report.passed and not fell_back:
+        raise RNNXError(f"verify checked nothing at other sizes of what the file declares dynamic: every case with {'; '.join(skipped_all)} was skipped, "
+                        "so a PASS would rest on one size; give sizes the torch model takes with --seq-lens, --batch or --dim LABEL=SIZE, or --static "
+                        "INPUT:DIM to check the file at the example's size only")
 
 
 def _shapes_text(case: Case) -> str:
