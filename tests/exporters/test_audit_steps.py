@@ -88,6 +88,7 @@ def test_a_hand_written_loop_that_cannot_reroll_is_refused_as_a_length(tmp_path:
     assert "reaches no recurrence" not in message
 
 
+@pytest.mark.slow  # another export of the same model (6 s); the refusal above is the default run's representative
 def test_asked_static_the_same_model_is_written_at_its_length(tmp_path: Path) -> None:
     """The refusal's own way out works: --static x:1 writes the file, and it is right at that length."""
     import onnxruntime as ort
