@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from rnnx.exporters.selfcheck import CheckCase, SelfCheck, compare_output, examp
 from rnnx.exporters.stream_context import ConvCache
 from rnnx.exporters.stream_loops import Loop, LoopState
 from rnnx.exporters.stream_running import RunningState
+from rnnx.exporters.stream_source import at, raised_at
 from rnnx.formats.onnx_metadata import read_metadata, set_metadata
 from rnnx.shapes.roles import BATCH, LENGTH
 from rnnx.shapes.sizes import STREAM_BATCHES, STREAM_CHUNKS, STREAM_FRAMES
@@ -72,6 +74,7 @@ class StreamPlan:
     notes: list[str] = field(default_factory=list)
     first: str | None = None  # the boolean input true on a stream's first chunk, where a slot's states are computed
     loops: tuple[Loop, ...] = ()  # the Python loops over the frames the streaming forward walks, where one carries a value
+    runs: ModelRuns | None = None  # the user's model on its example, resized: what the record's dims are asked of
 
     @property
     def state_inputs(self) -> list[str]:
@@ -122,19 +125,25 @@ class StreamPlan:
         def axis(dims: list[Any], role: str) -> int | None:
             return next((d for d, v in enumerate(dims) if isinstance(v, str) and (_reads(v, time) if role == LENGTH else roles.get(v) == role)), None)
 
+        def named(dims: list[Any]) -> list[Any]:  # the batch is "batch" in the record, whatever the graph calls it (x_dim0)
+            return [BATCH_LABEL if isinstance(d, str) and roles.get(d) == BATCH else d for d in dims]
+
         elem = {i.name: i.type.tensor_type.elem_type for i in proto.graph.input}
         pairs = []
         for slot in self.slots:
             for name_in, name_out in zip(slot.inputs, slot.outputs):
                 dims = in_dims[name_in]
-                pairs.append(StatePair(slot.module, name_in, name_out, tuple(dims), axis(dims, BATCH),
+                pairs.append(StatePair(slot.module, name_in, name_out, tuple(named(dims)), axis(dims, BATCH),
                                        str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem[name_in]))), "computed" if slot.computed else "zeros"))
-        inputs = {name: {"dims": dims, "time_axis": axis(dims, LENGTH), "batch_axis": axis(dims, BATCH)}
+        inputs = {name: {"dims": named(dims), "time_axis": axis(dims, LENGTH), "batch_axis": axis(dims, BATCH)}
                   for name, dims in in_dims.items() if name not in states_in}
-        outputs = {name: {"dims": dims, "time_axis": axis(dims, LENGTH)} for name, dims in out_dims.items() if name not in states_out}
+        outputs = {name: {"dims": named(dims), "time_axis": axis(dims, LENGTH)} for name, dims in out_dims.items() if name not in states_out}
         for k, info in enumerate(outputs.values()):  # frames a graph left unnamed (TorchScript's Add178_dim_0): where the probe saw them
             if info["time_axis"] is None and self.output_axes is not None and k < len(self.output_axes):
                 info["time_axis"] = self.output_axes[k]
+        if self.runs is not None:
+            example = {name: list(v) for name, v in (export.get("example") or {}).items()}
+            self.runs.name_output_dims(time, list(outputs.values()), {n: d for n, d in in_dims.items() if n not in states_in}, roles, example)
         self.record = StreamingRecord(time, tuple(pairs), inputs, outputs, self.multiple, self.first)
         set_metadata(proto, {STREAMING_KEY: self.record.to_json()})
         if report is not None:
@@ -255,6 +264,106 @@ class StreamPlan:
             # is compared as it stands after the last chunk.
             got = pieces[name][-1] if axis is None else np.concatenate(pieces[name], axis=axis)
             case.outputs.append(compare_output(name, got, want[i], check, want64[i] if want64 is not None and len(want64) == len(want) else None))
+
+
+BATCH_LABEL = "batch"  # the record's name for the batch axis, which a runtime replaces by its batch size
+
+
+@dataclass
+class ModelRuns:
+    """The user's model run on its example with some input axes resized (frames repeated),
+    as :meth:`StreamPlan.annotate` asks it: how each output's dims follow the chunk's frames and
+    the batch, where the graph leaves them unnamed (a Loop's stacked output: no label at all),
+    and whether the model runs with the time axis the file cuts grown alone."""
+
+    model: Any
+    values: list[Any]  # the flattened example
+    structure: Any
+    index: dict[str, int]  # graph input name -> its place in ``values``
+
+    def shapes(self, sizes: Mapping[str, Mapping[int, int]]) -> list[tuple[int, ...]]:
+        """The model's output tensors' shapes with ``sizes`` (input -> axis -> size); raises what the model raises."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        values = list(self.values)
+        for name, axes in sizes.items():
+            v = values[self.index[name]]
+            for a, size in axes.items():
+                v = torch.cat([v] * (size // v.shape[a] + 1), dim=a).narrow(a, 0, size)
+            values[self.index[name]] = v
+        with torch.no_grad():
+            out = run_eager(self.model, values, self.structure)
+        return [tuple(t.shape) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+
+    def name_output_dims(self, time: str, outputs: list[dict[str, Any]], in_dims: Mapping[str, list[Any]], roles: Mapping[str, str],
+                         example: Mapping[str, list[int]]) -> None:
+        """Rewrite each output's record dims the graph leaves unnamed or named after a node
+        (``0``, ``Add188_dim_0``): the time axis as the chunk's label or an expression of it
+        (``seq // 4``), the batch as ``"batch"``, as the model's outputs grow with each; null
+        where neither (a size the model does not say). Refuses a file whose time axis the model
+        does not take grown alone: the inputs the model steps through together that the file
+        gives different lengths (a loop over one input's frames slicing another's)."""
+        timed = {n: {a: 2 * example[n][a] for a, d in enumerate(dims) if d == time} for n, dims in in_dims.items() if n in example and n in self.index}
+        timed = {n: axes for n, axes in timed.items() if axes}
+        batched = {n: {a: example[n][a] + 2 for a, d in enumerate(dims) if isinstance(d, str) and roles.get(d) == BATCH}
+                   for n, dims in in_dims.items() if n in example and n in self.index}
+        batched = {n: axes for n, axes in batched.items() if axes}
+        if not timed:
+            return
+        first = next(iter(timed))
+        t1 = example[first][next(iter(timed[first]))]
+        try:
+            base = self.shapes({})
+        except Exception:  # noqa: BLE001  the model ran on its example in the probe; a model that does not now says nothing new
+            return
+        try:
+            longer = self.shapes(timed)
+        except Exception as exc:  # noqa: BLE001  the user's model may raise anything: here, that the file cuts the wrong inputs
+            cut = ", ".join(f"{n} dim {a}" for n, axes in timed.items() for a in axes)
+            # an input of as many frames on an axis the file does not cut: what the model steps through with them
+            held = ", ".join(f"{n} dim {a} ({'static' if isinstance(d, int) else d})" for n, dims in in_dims.items() if n in self.index and n in example and n not in timed
+                             for a, d in enumerate(dims) if a < len(example[n]) and example[n][a] == t1 and not (isinstance(d, str) and roles.get(d) == BATCH))
+            raise RNNXError(f"streaming: expected the model to run with only the inputs the file cuts into chunks lengthened ({cut}, labelled {time}), "
+                            f"found it raised {one_line(exc, CAUSE_CHARS, typed=True)}{at(raised_at(exc))}"
+                            + (f": it steps through {held} with them, which the file gives a length of its own" if held else "")
+                            + "; feed the frames in one input (the others as its channels), or export without streaming") from None
+        try:
+            wider = self.shapes(batched) if batched else None
+        except Exception:  # noqa: BLE001  a batch the model does not take: the graph's names stand
+            wider = None
+        b1, b2 = next(((example[n][a], size) for n, axes in batched.items() for a, size in axes.items()), (None, None))
+        for k, info in enumerate(outputs):
+            if k >= len(base) or k >= len(longer) or len(base[k]) != len(info["dims"]):
+                continue
+            dims = list(info["dims"])
+            for d, dim in enumerate(dims):
+                if isinstance(dim, str) and (dim == BATCH_LABEL or _reads(dim, time)):
+                    continue
+                if d == info["time_axis"]:  # a static size here is the example's frames, traced (torch.onnx's, freed once checked)
+                    dims[d] = _frames(time, t1, base[k][d], longer[k][d]) or (dim if isinstance(dim, int) and dim > 0 else None)
+                    continue
+                if isinstance(dim, int) and dim > 0:
+                    continue  # a size the graph fixes
+                elif wider is not None and k < len(wider) and (base[k][d], wider[k][d]) == (b1, b2) and longer[k][d] == b1:
+                    dims[d] = BATCH_LABEL
+                elif not isinstance(dim, str):
+                    dims[d] = None
+            info["dims"] = dims
+
+
+def _frames(time: str, frames: int, before: int, after: int) -> str | None:
+    """An output's frames as an expression of the chunk's label: ``seq``, ``seq // 4``,
+    ``seq * 2``, from its sizes at ``frames`` and twice as many; None where they are not in
+    proportion (no chunk gives its frames)."""
+    rate = Fraction(after - before, frames)
+    if rate <= 0 or rate * frames != before:
+        return None
+    if rate == 1:
+        return time
+    if rate.numerator == 1:
+        return f"{time} // {rate.denominator}"
+    return f"{time} * {rate.numerator}" if rate.denominator == 1 else f"{time} * {rate.numerator} // {rate.denominator}"
 
 
 def _reads(dim: str, label: str) -> bool:

@@ -56,7 +56,7 @@ from rnnx.exporters import shapes
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.stream_context import cached_conv_forward, study
 from rnnx.exporters.stream_loops import find_loops, loop_carry
-from rnnx.exporters.stream_plan import StreamPlan, _Slot
+from rnnx.exporters.stream_plan import ModelRuns, StreamPlan, _Slot
 from rnnx.exporters.stream_running import carry_mode
 from rnnx.exporters.stream_source import at, called_at, raised_at, user_frame
 
@@ -287,6 +287,8 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
     if any(slot.computed for slot in slots):  # one boolean scalar after the states: true on a stream's first chunk
         plan.first = next(n for n in ("first_chunk", "rnnx.first_chunk", "rnnx.stream_first_chunk") if n not in {*tensors, *given_in})
     options["input_names"] = given_in + tensors[len(given_in):] + plan.state_inputs + ([plan.first] if plan.first else [])
+    graph_names = options["input_names"][:len(tensors)]  # the user's tensor inputs, as the graph names them
+    plan.runs = ModelRuns(model, flat, structure, dict(zip(graph_names, (leaf.index for leaf in leaves if leaf.is_tensor))))
     names_out = _output_names(out)
     given_out = list(options.get("output_names") or [])
     if given_out and len(given_out) != len(names_out) and given_out[len(names_out):] != plan.state_outputs:  # the record names the states so
