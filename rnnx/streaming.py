@@ -14,8 +14,7 @@ outputs, and records the pairs in ``metadata_props`` under :data:`STREAMING_KEY`
 
 so that any runtime can loop without reading code: feed each state input zeros of its dims
 (the batch label at the batch size) for the first chunk, then the paired output of the chunk
-before. Every batch axis is ``"batch"``, whatever the graph's label (``x_dim0``); an output's
-frames are the time label or an expression of it (``"seq // 4"``), and a size neither names is null.
+before. Every batch axis is ``"batch"`` (whatever the graph's label); an output's frames are the time label or an expression of it (``"seq // 4"``), else null.
 
 Version 2 adds a state the model computes for itself (``h0 = tanh(Linear(speaker))``, a
 learned ``nn.Parameter`` h0): its ``"initial"`` is ``"computed"``, and the record names a
