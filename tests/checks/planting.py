@@ -571,6 +571,7 @@ def write_source(family: Family, model: nn.Module, folder: Path, tag: str) -> Pa
 def run_convert(family: Family, source: Path, output: Path, mistake: Mistake | None = None, seq_lens: bool = False, batch_first: bool = False,
                 check: bool = True, seed: int = 0, scale: float = 1.0) -> Outcome:
     """``rnnx convert SOURCE.pt -o OUTPUT.onnx`` (with ``mistake`` planted in the writer)."""
+    from rnnx.check.stack import describe
     from rnnx.pipelines.convert import convert
 
     started = time.perf_counter()
@@ -579,7 +580,7 @@ def run_convert(family: Family, source: Path, output: Path, mistake: Mistake | N
     rows = result.report.rows if result.report is not None else []
     failed = not result.written or (check and not result.report)
     bad = next((r for r in rows if not r.passed), None)
-    detail = bad.describe() if bad is not None else f"{len(rows)} rows at {result.check_shapes()}"
+    detail = describe(bad) if bad is not None else f"{len(rows)} rows at {result.check_shapes()}"
     ratio = _max([r.ratio for r in rows])
     return Outcome("convert", family.name, mistake.label if mistake else "honest", mistake.kind if mistake else "honest", failed, ratio, ratio,
                    None, "writer" if mistake else "", detail, time.perf_counter() - started, len(rows), seed, scale)
