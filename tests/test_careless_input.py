@@ -108,11 +108,11 @@ def test_checkpoint_messages_say_what_the_file_is(streaming_file: Path, tmp_path
 
 
 def test_a_long_first_line_is_cut_at_a_word() -> None:
-    from rnnx.formats.torch import clip
+    from rnnx.errors import one_line
 
     text = "Weights only load failed because there is a high likelihood that the file holds code"
-    assert clip(text, 55) == "Weights only load failed because there is a high..."
-    assert clip("short", 60) == "short"
+    assert one_line(text, 55) == "Weights only load failed because there is a high..."
+    assert one_line("short", 60) == "short"
 
 
 def _tampered(source: Path, target: Path, change: str) -> Path:

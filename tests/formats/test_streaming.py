@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import rnnx
-from rnnx import RNNSpec, RNNWeights, parity
+from rnnx import RNNSpec, RNNWeights
 from rnnx.check import stack
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
 from rnnx.fileio import read_safetensors, write_safetensors
@@ -236,7 +236,7 @@ def test_a_200_mb_checkpoint_converts_in_about_one_copy_of_memory(tmp_path: Path
     done, _ = run_measured(["convert", str(src), "-o", str(tmp_path / "checked.onnx"), "--json"], tmp_path)
     report = json.loads(done.stdout)
     assert report["check"]["passed"] and report["check"]["seconds"] == report["seconds"]["check"] > 0
-    assert [list(s) for s in report["check"]["shapes"]] == [list(s) for s in sorted(parity.DEFAULT_SHAPES)]
+    assert [list(s) for s in report["check"]["shapes"]] == [list(s) for s in sorted(stack.DEFAULT_SHAPES)]
     # The conftest runs rnnx verify on every file written (~10 s for each 200 MB file): a checked
     # file byte for byte the same as out.onnx is verified once, as out.onnx.
     if filecmp.cmp(tmp_path / "checked.onnx", tmp_path / "out.onnx", shallow=False):
