@@ -123,10 +123,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 # Parametrized tests whose every case exports or verifies a model (seconds each): the default run
 # keeps each one's first cases, in the order they are declared, and --slow runs them all. This
 # holds the default run near its 12-minute goal on 2 cores; every kind of case stays in --slow,
-# and each function keeps cases in the default run. Function -> cases kept by default.
+# and each function keeps cases in the default run. Other authors' models (test_third_party,
+# test_corpus) keep their own batch-1-by-default rule. Function -> cases kept by default.
 SAMPLED: dict[str, int] = {
-    "tests/exporters/test_third_party.py::test_third_party_model_exports_native_and_matches": 12,
-    "tests/exporters/test_corpus.py::test_corpus_exports_native_and_dynamic": 10,
     "tests/exporters/test_export_routes.py::test_exports_and_matches_torch_at_new_shapes": 8,
     "tests/verify/test_drive.py::test_every_convert_layout_is_driven_and_a_planted_bug_fails": 4,
     "tests/verify/test_verify_against_forwards.py::test_verify_calls_the_model_as_it_was_exported": 4,
