@@ -293,8 +293,7 @@ def verify(args: argparse.Namespace) -> int:
         args.against, args.model, backends=args.backends, seq_lens=args.seq_lens, batches=args.batch, dtypes=args.dtype or ["fp32"],
         tolerances=tolerances, backend_tolerances=BackendToleranceArgs.parse(args), seed=args.seed, select=args.select, spec=args.spec,
         input_map=parse_map(args.input_map), batch_first=True if args.batch_first else None,
-        progress=sys.stderr.isatty() and not args.json,  # verify/run.py's own bar per case, under the verb's line, until it says rnnx.progress steps
-    )
+    )  # each case is a rnnx.progress step: shown under the verb's line at a terminal (main opens the display), not with --json or a pipe
     if args.report:
         report.dump(args.report)
     if args.html:

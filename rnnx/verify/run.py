@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -10,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx import limits, parity
+from rnnx import limits, parity, progress
 from rnnx.check import Row, Rule, judge
 from rnnx.check.runners import Subject, close, make
 from rnnx.check.truths import stack_honest, stack_reference
@@ -82,7 +81,6 @@ def verify(
     spec: str | None = None,
     input_map: dict[str, str] | None = None,
     batch_first: bool | None = None,
-    progress: bool = False,
     backend_tolerances: Mapping[str, Tolerance | tuple[float, float]] | None = None,
 ) -> VerifyReport:
     """Run ``model`` (and torch, cuDNN, ...) against the float64 reference of ``source``.
@@ -111,7 +109,7 @@ def verify(
     report = VerifyReport(str(model) if model else "-", str(source), str(weights.spec))
     runners, report.backends = _runners(weights, model, backends, input_map, batch_first)
     try:
-        _run_cases(report, weights, model, runners, seq_lens, batches, scaled, dtypes, ragged, tolerances, per_backend, seed, progress)
+        _run_cases(report, weights, model, runners, seq_lens, batches, scaled, dtypes, ragged, tolerances, per_backend, seed)
     finally:
         for runner in runners.values():
             close(getattr(runner, "runner", runner))  # a driven file's child process
@@ -119,8 +117,7 @@ def verify(
 
 
 def _run_cases(report: VerifyReport, weights: RNNWeights, model: Path | None, runners: dict[str, Any], seq_lens: list[int], batches: list[int],
-               scaled: bool, dtypes: Sequence[str], ragged: bool | None, tolerances: Tolerances, per_backend: dict[str, Tolerance], seed: int,
-               progress: bool) -> None:
+               scaled: bool, dtypes: Sequence[str], ragged: bool | None, tolerances: Tolerances, per_backend: dict[str, Tolerance], seed: int) -> None:
     """Every case at every dtype on every runner, into ``report``; then the diagnosis of each backend's first mismatch."""
     _require_the_artefact_runs(model, runners, report.backends)
     takes_lengths = ragged if ragged is not None else _model_takes("seq_lens", runners.get("ort"))
@@ -140,14 +137,17 @@ def _run_cases(report: VerifyReport, weights: RNNWeights, model: Path | None, ru
         drive = runners["ort"].drive  # type: ignore[attr-defined]
         report.driven = {"source": drive.source, "batch_first": drive.batch_first, "inputs": drive.inputs, "outputs": drive.outputs}
     first_mismatch: dict[str, Any] = {}
+    cases = [(t, b) for t in seq_lens for b in batches]
+    total, done = len(cases) * len(dict.fromkeys(dtypes)), 0
     for dtype_name in dict.fromkeys(dtypes):
         dtype = DTYPES[dtype_name]
         active = _runners_for(dtype_name, runners, weights, report.backends)
         # The rows "against torch": the source's framework in float32 (float64 for fp64), so that a
         # low-precision run is held to its own rounding and not to torch's too.
         torch_ref = (active.get("torch") if dtype in ("float32", "float64") else runners.get("torch")) if "torch" in runners else None
-        cases = [(t, b) for t in seq_lens for b in batches]
-        for k, (T, B) in enumerate(_progress(cases, f"verify {dtype_name}", progress)):
+        for k, (T, B) in enumerate(cases):
+            done += 1
+            progress.step(f"case {done} of {total}: T={T}, B={B}, {dtype_name}")  # shown where the CLI opened a display
             inputs = parity.random_inputs(weights, T, B, seed=seed + k, ragged=takes_lengths, states=takes_states,
                                           dtype="float64" if dtype == "float64" else "float32")
             feed = {key: round_to(v, dtype) for key, v in inputs.items()}
@@ -310,15 +310,6 @@ def _default_shapes(weights: RNNWeights, seq_lens: Sequence[int] | None, batches
     lens = list(seq_lens) if seq_lens else list(STACK_SEQ_LENS[:2] if large else STACK_SEQ_LENS)
     bats = list(batches) if batches else list(VERIFY_BATCHES)
     return lens, bats, large and not seq_lens
-
-
-def _progress(items: list[Any], label: str, shown: bool) -> Any:
-    """A progress bar on stderr (for a person at a terminal; the CLI turns it off for pipes and --json)."""
-    if not shown:
-        return items
-    from tqdm import tqdm
-
-    return tqdm(items, desc=label, unit="case", file=sys.stderr, leave=False)
 
 
 def _require_the_artefact_runs(model: Path | None, runners: dict[str, Any], status: list[BackendResult]) -> None:
