@@ -12,6 +12,7 @@ from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import ops, shapes, torchscript_route
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.selfcheck import run_eager
+from rnnx.exporters.torchlib_once import torchlib_listed_once
 from rnnx.exporters.writing import first_line, quiet, suggested_fixes
 from rnnx.graphs.legalize import convert_down
 from rnnx.shapes.roles import OTHER
@@ -298,7 +299,7 @@ def to_onnx(program: Any, opset: int) -> Any:
 
 
     try:
-        with quiet():
+        with quiet(), torchlib_listed_once():
             onnx_program = torch.onnx.export(program, custom_translation_table=ops.TRANSLATIONS,
                                              opset_version=max(opset, TORCH_ONNX_MIN_OPSET), verbose=False, optimize=True)
     except Exception as exc:  # torch.onnx raises many types; the first line tells what failed
