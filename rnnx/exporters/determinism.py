@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rnnx import progress
+from rnnx.check.truths import TorchTruth, as_float64
 from rnnx.errors import RNNXError
-from rnnx.exporters.selfcheck import as_float64, float64_copy, run_eager
+from rnnx.exporters.selfcheck import run_eager
 
 # What two runs of a deterministic model may differ by, in units of float64's epsilon at the
 # output's scale (its largest magnitude, or 1 if larger), whatever dtype ran. On the CPU torch runs
@@ -74,15 +75,9 @@ def check_determinism(model: Any, leaves: Sequence[Any], structure: Any, toleran
         raise RNNXError(f"nondeterministic_atol: expected a finite, non-negative number, found {tolerance!r}")
     progress.step("running the model twice on the example (is it deterministic?)")
     values = [leaf.value for leaf in leaves]
-    notes: list[str] = []
-    model64 = float64_copy(model, notes)
-    runs, dtype = None, "float64"
-    if model64 is not None:
-        try:
-            runs = [_tensors(run_eager(model64, as_float64(values), structure)) for _ in range(2)]
-        except Exception:  # noqa: BLE001  a forward that makes float32 tensors of its own: the model's own dtype below
-            runs = None
-    if runs is None:
+    truth = TorchTruth(model, [])  # the report's dtype says which ran: no note
+    runs, dtype = truth.float64(lambda model64: [_tensors(run_eager(model64, as_float64(values), structure)) for _ in range(2)]), "float64"
+    if runs is None:  # no copy, or a forward that makes float32 tensors of its own: in the model's own dtype
         runs = [_tensors(run_eager(model, values, structure)) for _ in range(2)]
         dtype = _dtype_of(runs[0])
     names = _output_names(runs[0][1], output_names)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rnnx import progress
+from rnnx.check.truths import TorchTruth, as_float64
 from rnnx.errors import RNNXError
 from rnnx.exporters.stream_causal import refuse_non_causal
 from rnnx.exporters.stream_lengths import CANDIDATES, CHUNKS_ASKED, chunk_multiple, timed
@@ -142,25 +143,22 @@ def study(model: Any, values: list[Any], structure: Any, recurrent: Sequence[tup
     where the caller found them (a Python loop over the frames, rnnx.exporters.stream_loops)."""
     import torch
 
-    from rnnx.exporters.selfcheck import as_float64, float64_copy
+    def recorded(probe_model: Any, base: list[Any]) -> Recorder:
+        recorder = Recorder(probe_model, [(name, m) for name, m in probe_model.named_modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d))])
+        recorder.run(base, structure)
+        return recorder
 
     context = StreamContext()
-    model64 = float64_copy(model, notes, without="the causality probe run in the model's own dtype")
-    probe_model = model64 if model64 is not None else model
-    base = as_float64(values) if model64 is not None else list(values)
-    convs = [(name, m) for name, m in probe_model.named_modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d))]
+    # The probe runs in float64 where the model copies and runs so; else in its own dtype, the harness's note
+    # saying why (an exception there is the model's own, and stops the export).
+    truth = TorchTruth(model, notes, without="the causality probe run in the model's own dtype")
     progress.step("finding the time axis and proving the model causal")
-    first = Recorder(probe_model, convs)
-    try:
-        first.run(base, structure)
-    except Exception:
-        if probe_model is model:
-            raise
-        notes.append("streaming: the model does not run in float64, so its causality was probed in its own dtype")
-        probe_model, base = model, list(values)
-        convs = [(name, m) for name, m in model.named_modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d))]
-        first = Recorder(probe_model, convs)
-        first.run(base, structure)
+    wide = as_float64(values) if truth.model64 is not None else []
+    first = truth.float64(lambda model64: recorded(model64, wide))
+    probe_model, base = (truth.model64, wide) if first is not None else (model, list(values))
+    if first is None:
+        first = recorded(model, base)
+    convs = first.convs
     lengths = sequence_lengths(first, recurrent)
     found = None
     for index, v in enumerate(base):

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rnnx.check.truths import TorchTruth, as_float64
 from rnnx.errors import RNNXError
 from rnnx.exporters.stream_calls import Call, Key, Record, at_line, run_calls, watching, what
 from rnnx.exporters.stream_causal import same
@@ -274,13 +275,11 @@ def _refuse_non_causal(model: Any, values: list[Any], structure: Any, first: Rec
     over the frames, an encoder's final state), and the line of code of each."""
     import torch
 
-    from rnnx.exporters.selfcheck import as_float64, float64_copy
-
     assert plan.time is not None
     index, axis = plan.time
-    model64 = float64_copy(model, [])
-    runs = [run_calls(model64, doubled(as_float64(values), index, axis, t), structure, save=True) for t in ("flip", "noise")] if model64 is not None else [None]
-    if None in runs:  # a model that makes tensors of its own dtype (zeros for h) may not run in float64
+    truth = TorchTruth(model, [])  # no note here: stream_context.study, run after, notes a model with no float64 copy that runs
+    runs = truth.float64(lambda model64: [run_calls(model64, doubled(as_float64(values), index, axis, t), structure, save=True) for t in ("flip", "noise")])
+    if runs is None or None in runs:  # a model that makes tensors of its own dtype (zeros for h) may not run in float64
         runs = [run_calls(model, doubled(values, index, axis, t), structure, save=True) for t in ("flip", "noise")]
     a, b = runs
     place: list[tuple[int | None, int | None, int, int]] = []  # per call at 2T: (the same call at T, or its loop, step and place in the step)
