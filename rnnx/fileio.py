@@ -410,7 +410,7 @@ def stream(f: BinaryIO, pieces: Pieces, convert: Callable[[np.ndarray], np.ndarr
             np.copyto(staging[:out.size], out.reshape(-1))
             out = staging[:out.size]
         out = np.ascontiguousarray(out, dtype=out.dtype.newbyteorder("<"))
-        f.write(memoryview(out).cast("B"))
+        f.write(out.data.cast("B"))
         written += out.nbytes
         if shown is not None:
             shown.add(out.nbytes)

@@ -155,7 +155,8 @@ def _tolerance_item(key: str) -> Callable[[str], str]:
     """One ``[NAME:]VALUE`` of --atol/--rtol/--check-error-stat, checked alone; the group combines them."""
 
     def check(text: str) -> str:
-        Tolerances.parse(**{key: [text]})
+        given = [text]
+        Tolerances.parse(atol=given if key == "atol" else None, rtol=given if key == "rtol" else None, stat=given if key == "stat" else None)
         return text
 
     return check

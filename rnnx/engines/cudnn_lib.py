@@ -33,7 +33,7 @@ PADDED_IO_ENABLED = 1
 def _candidates() -> list[str]:
     paths = []
     try:
-        import nvidia.cudnn  # type: ignore[import-not-found]  # the nvidia-cudnn wheels
+        import nvidia.cudnn  # the nvidia-cudnn wheels
 
         for root in nvidia.cudnn.__path__:
             paths += sorted(glob.glob(os.path.join(root, "lib", "libcudnn.so*")))

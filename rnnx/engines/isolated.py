@@ -192,7 +192,7 @@ def _recv(pipe: BinaryIO, deadline: float | None = None) -> tuple[dict[str, Any]
             array = np.empty(shape, dtype)
         except (TypeError, ValueError, MemoryError):  # a shape no array has: the other side is not speaking the protocol
             raise EOFError from None
-        _read_into(pipe, memoryview(array.reshape(-1).view(np.uint8)), deadline)
+        _read_into(pipe, array.reshape(-1).view(np.uint8).data, deadline)
         arrays.append(array)
     return header, arrays
 

@@ -294,7 +294,8 @@ def build_engine(onnx_path: Path, engine_path: Path, options: BuildOptions, defa
 def default_profile(spec: Any) -> Profile:
     """For --from-weights: sequences of 1..200 steps (opt 50), batches of 1..32 (opt 8)."""
     n, out = spec.num_layers * spec.num_directions, spec.output_size
-    shapes = {"X": ((1, 1, spec.input_size), (50, 8, spec.input_size), (200, 32, spec.input_size)), "h0": ((n, 1, out), (n, 8, out), (n, 32, out))}
+    shapes: dict[str, tuple[Shape, Shape, Shape]] = {
+        "X": ((1, 1, spec.input_size), (50, 8, spec.input_size), (200, 32, spec.input_size)), "h0": ((n, 1, out), (n, 8, out), (n, 32, out))}
     if spec.cell == "lstm":
         shapes["c0"] = ((n, 1, spec.hidden_size), (n, 8, spec.hidden_size), (n, 32, spec.hidden_size))
     return Profile(shapes)

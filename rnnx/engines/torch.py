@@ -16,7 +16,7 @@ def build_module(weights: RNNWeights, batch_first: bool = False) -> Any:
     """An nn.LSTM / nn.GRU / nn.RNN in eval mode holding ``weights`` (float32 or float64)."""
     torch = torch_format._import_torch("building a torch module")
     spec = weights.spec
-    common = dict(
+    common: dict[str, Any] = dict(
         input_size=spec.input_size,
         hidden_size=spec.hidden_size,
         num_layers=spec.num_layers,

@@ -6,6 +6,7 @@ an .npz file beside its spec. The vector's layout, cuDNN's weight space, is
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,8 @@ def write(weights: RNNWeights, path: Path) -> None:
     vector = to_native(weights)
     with atomic_output(path) as tmp, library_write(path):
         with open(tmp, "wb") as f:
-            np.savez(f, **{NPZ_KEY: vector, "spec": np.array(str(weights.spec))})
+            arrays: dict[str, Any] = {NPZ_KEY: vector, "spec": np.array(str(weights.spec))}  # Any: as a dict of arrays, mypy also matches savez's allow_pickle
+            np.savez(f, **arrays)
 
 
 register(

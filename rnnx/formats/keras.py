@@ -272,8 +272,9 @@ def _find(h5: Any, config: dict[str, Any] | None, h5py: Any) -> list[_Found]:
         if single is None:
             pair = [_child(group, k, h5py) for k in ("forward_layer", "backward_layer")]
             halves = [_cell_vars(g, h5py) if isinstance(g, h5py.Group) else None for g in pair]
-            if all(h is not None for h in halves):
-                found.append(_Found("/".join(parts), "/".join(full), _layer_name(cfg) if cfg else None, [h.name for h in halves], cfg))
+            cells = [h for h in halves if h is not None]
+            if len(cells) == len(halves):
+                found.append(_Found("/".join(parts), "/".join(full), _layer_name(cfg) if cfg else None, [h.name for h in cells], cfg))
                 return
             walk(group, parts, full, cfg, depth)
             return

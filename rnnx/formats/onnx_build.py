@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, library_write
@@ -67,7 +68,7 @@ def plan_stack_model(
 
     planned: dict[str, Pieces] = {}
 
-    def const(name: str, value: np.ndarray) -> str:
+    def const(name: str, value: ArrayLike) -> str:
         inits.append(numpy_helper.from_array(np.asarray(value), name))
         return name
 

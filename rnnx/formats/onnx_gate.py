@@ -38,17 +38,17 @@ def check_external_data(model: Any, path: Path, token: str = "") -> None:
             raise RNNXError(f"{where} in {location[:80]!r}, which does not exist beside the model") from None
         except (OSError, RuntimeError, ValueError) as exc:  # a name too long, a symlink loop
             raise RNNXError(f"{where} at {location[:80]!r}, which cannot be opened ({getattr(exc, 'strerror', None) or exc}); the model is damaged") from None
-        if not inside:
+        if not inside or status is None:  # status is None exactly when outside
             raise RNNXError(f"{where} at {location[:80]!r}, outside the model's folder; rnnx refuses to read it")
-        if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1:  # type: ignore[union-attr]
-            kind = "a symbolic link" if stat.S_ISLNK(status.st_mode) else "a file with other hard links" if stat.S_ISREG(status.st_mode) else "not a regular file"  # type: ignore[union-attr]
+        if not stat.S_ISREG(status.st_mode) or status.st_nlink > 1:
+            kind = "a symbolic link" if stat.S_ISLNK(status.st_mode) else "a file with other hard links" if stat.S_ISREG(status.st_mode) else "not a regular file"
             raise RNNXError(f"{where} in {location[:80]!r}, which is {kind}; as onnx does, rnnx reads external data only from plain files inside the model's folder")
         try:
-            offset, length = int(info.get("offset", 0)), int(info.get("length", status.st_size))  # type: ignore[union-attr]
+            offset, length = int(info.get("offset", 0)), int(info.get("length", status.st_size))
         except ValueError:
             raise RNNXError(f"{path}: tensor {tensor.name!r} has a non-numeric external-data offset or length") from None
-        if offset < 0 or length < 0 or offset + length > status.st_size:  # type: ignore[union-attr]
-            raise RNNXError(f"{path}: tensor {tensor.name!r} claims bytes {offset}..{offset + length} of {location!r}, which has {status.st_size}")  # type: ignore[union-attr]
+        if offset < 0 or length < 0 or offset + length > status.st_size:
+            raise RNNXError(f"{path}: tensor {tensor.name!r} claims bytes {offset}..{offset + length} of {location!r}, which has {status.st_size}")
         expected = _stored_bytes(tensor)
         if expected is not None and length != expected:  # a 192-byte tensor claiming 8 GiB of a sparse file is read before anything else
             raise RNNXError(f"{path}: tensor {tensor.name!r}: its {length} stored bytes in {location[:80]!r} do not fit its shape "

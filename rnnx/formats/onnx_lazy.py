@@ -182,7 +182,7 @@ def read_skeleton(path: Path, threshold: int | None = None) -> tuple[Any, str] |
     ident, token = identity(st), new_token()
     _remember(source, ident, whole)
     allow(source, ident)
-    buf = memoryview(whole)
+    buf = whole.data
     try:
         parts = _Cutter(buf, source, ident, THRESHOLD if threshold is None else threshold, token).message(0, len(buf), "model", 0)
         skeleton = bytes(buf) if parts is None else b"".join(parts)

@@ -343,16 +343,16 @@ def _lowered_tensors(spec: RNNSpec, prefix: str, known: dict[str, tuple[np.ndarr
                 P.append(np.concatenate([get(d, "P" + g) for g in PEEPHOLE_ORDER]))
             if spec.proj_size:
                 proj.append(get(d, "Pt").T)
-        tensors: dict[str, np.ndarray | None] = {"W": np.stack(W), "R": np.stack(R)}
+        stacked = {"W": np.stack(W), "R": np.stack(R)}
+        if any(t.shape[:2] != (spec.num_directions, len(spec.gates) * H) for t in stacked.values()):
+            raise ValueError("the constants' shapes are not the recorded spec's")
+        tensors: dict[str, np.ndarray | None] = dict(stacked)
         if spec.bias:
             tensors["B"] = np.stack(B)
         if P:
             tensors["P"] = np.stack(P)
         if proj:
             tensors["proj"] = np.stack(proj)
-        want = {"W": (spec.num_directions, len(spec.gates) * H), "R": (spec.num_directions, len(spec.gates) * H)}
-        if any(tensors[k].shape[:2] != shape for k, shape in want.items()):
-            raise ValueError("the constants' shapes are not the recorded spec's")
     except (KeyError, ValueError):
         # not the Scans rnnx wrote, or a record whose spec does not fit its constants (a split
         # of the wrong size): the record reads as none, as a damaged one does

@@ -201,7 +201,7 @@ register(
     Format(
         name="torch",
         to_native=to_native,
-        from_native=lambda obj, spec=None: from_native(obj, spec),
+        from_native=from_native,
         read=read,
         write=write,
         groups=groups,

@@ -86,7 +86,7 @@ def _fuse_cells_in(g: GraphIndex, result: PassResult[str], names: Iterator[int])
         if match.h:  # none: a first step whose zero state the exporter folded away
             new_nodes.append(helper.make_node("Unsqueeze", [match.h, ax], [f"{step}_h"]))
         if op == "LSTM":
-            extra = {"activations": list(match.activations)} if match.activations else {}
+            extra: dict[str, list[str] | list[float]] = {"activations": list(match.activations)} if match.activations else {}
             if match.activation_params is not None:
                 extra.update(activation_alpha=[match.activation_params[0]], activation_beta=[match.activation_params[1]])
             new_nodes += [

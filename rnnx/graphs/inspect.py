@@ -77,7 +77,7 @@ def inspect_model(model: Any, judge: Judge | None = None) -> list[NodeReport]:
                 op_type=rnode.node.op_type,
                 stack=group.name,
                 input_size=int(W.shape[2]) if W is not None else None,
-                hidden_size=int(a["hidden_size"]) if "hidden_size" in a else (int(rnode.tensors["R"].shape[2]) if rnode.tensors.get("R") is not None else None),
+                hidden_size=int(a["hidden_size"]) if "hidden_size" in a else (int(R.shape[2]) if (R := rnode.tensors.get("R")) is not None else None),
                 direction=direction,
                 activations=list(a.get("activations") or []),
                 clip=a.get("clip"),

@@ -57,10 +57,13 @@ class PerStep:
 
 def _is_stack_unsqueeze(g: GraphIndex, node: Any) -> Any:
     """The Concat of ``torch.stack(results, 0 or 1)`` that this Unsqueeze feeds, if it is one."""
-    if node.op_type != "Unsqueeze" or g.axes(node) not in ([0], [1]):
+    if node.op_type != "Unsqueeze":
+        return None
+    axes = g.axes(node)
+    if axes is None or axes not in ([0], [1]):
         return None
     users = g.consumers.get(node.output[0], [])
-    if len(users) == 1 and users[0].op_type == "Concat" and g.attr(users[0], "axis") == g.axes(node)[0] and node.output[0] not in g.outputs:
+    if len(users) == 1 and users[0].op_type == "Concat" and g.attr(users[0], "axis") == axes[0] and node.output[0] not in g.outputs:
         return users[0]
     return None
 

@@ -76,9 +76,12 @@ def time_slice(g: GraphIndex, name: str) -> Step | None:
         return None
     if node.op_type == "SequenceAt":
         return _split_to_sequence(g, node, keepdims=0)
-    if node.op_type != "Squeeze" or g.axes(node) not in ([0], [1]):
+    if node.op_type != "Squeeze":
         return None
-    (axis,) = g.axes(node)
+    axes = g.axes(node)
+    if axes is None or axes not in ([0], [1]):
+        return None
+    (axis,) = axes
     part = g.producer.get(node.input[0])
     if part is None:
         return None

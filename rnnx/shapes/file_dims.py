@@ -241,7 +241,8 @@ def _summary(entry: Any) -> dict[str, Any] | None:
     if "nonnegative" in entry:  # a float input's sign (rnnx.exporters.example_values.value_summary)
         return {"nonnegative": entry.get("nonnegative") is True, "unit": entry.get("unit") is True}
     low, high, pad = entry.get("min"), entry.get("max"), entry.get("padding")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 62 for v in (low, high)) or low > high:
+    ends = [v for v in (low, high) if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 1 << 62]
+    if len(ends) != 2 or ends[0] > ends[1]:
         return None
     return {"min": low, "max": high, "padding": pad if isinstance(pad, int) and not isinstance(pad, bool) else None}
 
