@@ -24,7 +24,7 @@ from rnnx.graphs import walk
 from rnnx.graphs.index import all_graphs
 from rnnx.graphs.reroll import left_unrolled
 from rnnx.shapes.roles import LENGTH, OTHER
-from rnnx.shapes.wiring import _constants, _ranks, trace
+from rnnx.shapes.wiring import rank_of, small_constants, trace
 
 # Graph ops that read a tensor's shape, not its values.
 _SHAPE_ONLY = {"Shape", "Size"}
@@ -50,7 +50,7 @@ def unrolled_steps(proto: Any) -> dict[tuple[str, int], int]:
     if not unrolled:
         return found
     graph = proto.graph
-    producers, constants, rank = walk.producers_of(graph), _constants(graph), _ranks(proto)
+    producers, constants, rank = walk.producers_of(graph), small_constants(graph), rank_of(proto)
     inputs = {i.name for i in graph.input if i.name not in constants}
     for source, axis, steps, _segment in unrolled:
         n = rank(source) if source not in inputs else len(next(i for i in graph.input if i.name == source).type.tensor_type.shape.dim)

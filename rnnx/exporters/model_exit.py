@@ -14,12 +14,12 @@ KeyboardInterrupt is left alone: Ctrl-C keeps its own behaviour.
 from __future__ import annotations
 
 import contextlib
-import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
 from rnnx import progress
 from rnnx.errors import RNNXError
+from rnnx.exporters.user_code import raised_in
 
 
 @contextlib.contextmanager
@@ -36,19 +36,12 @@ def exit_refused() -> Iterator[None]:
 
 
 def where(stop: SystemExit) -> str:
-    """" in forward (model.py:12)": the innermost frame outside Python's own library that
-    called exit (site's exit(), argparse's error exit and sys.exit itself are the stdlib's).
-    An exit raised again from a probe's child process (:mod:`rnnx.exporters.bounded`) carries
-    the place the child found, since its traceback stayed there."""
+    """" in forward (model.py:12)": the innermost frame of the user's code that called exit
+    (:func:`rnnx.exporters.user_code.raised_in`: site's exit(), argparse's error exit and
+    sys.exit itself are the standard library's). An exit raised again from a probe's child
+    process (:mod:`rnnx.exporters.bounded`) carries the place the child found, since its
+    traceback stayed there."""
     if isinstance(getattr(stop, "where", None), str):
         return stop.where  # type: ignore[attr-defined]
-    stdlib = sysconfig.get_paths()["stdlib"]
-    tb, found = stop.__traceback__, None
-    while tb is not None:
-        if not tb.tb_frame.f_code.co_filename.startswith(stdlib):
-            found = tb
-        tb = tb.tb_next
-    if found is None:
-        return ""
-    code = found.tb_frame.f_code
-    return f" in {code.co_name} ({Path(code.co_filename).name}:{found.tb_lineno})"
+    found = raised_in(stop)
+    return f" in {found.tb_frame.f_code.co_name} ({Path(found.tb_frame.f_code.co_filename).name}:{found.tb_lineno})" if found else ""

@@ -20,35 +20,19 @@ from __future__ import annotations
 
 import collections
 import linecache
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rnnx.exporters.bounded import Bounds, bounded
 from rnnx.exporters.selfcheck import run_eager
+from rnnx.exporters.stream_source import shown
+from rnnx.exporters.user_code import user_code
 from rnnx.graphs.reroll import unrolled
 
 _CONVERSIONS = {"__bool__", "__int__", "__float__", "__index__", "item", "tolist"}
-_CODE_SHOWN = 100  # characters of a line's code a message shows
 
 Call = tuple[str, int, str, str, str]  # file, line, owner ("rnn's forward (Policy)"), torch function, what a conversion gave
-
-
-def _user_frame() -> tuple[str, int, Any, str] | None:
-    """The innermost frame outside torch, rnnx and Python's library: (file, line, its ``self``,
-    its function's qualified name)."""
-    import torch
-
-    skip = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, os) if m.__file__)
-    skip += (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(skip) and not name.startswith("<"):
-            return name, frame.f_lineno, frame.f_locals.get("self"), getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
-        frame = frame.f_back
-    return None
 
 
 def _calls(model: Any, values: Sequence[Any], structure: Any) -> list[Call]:
@@ -62,12 +46,13 @@ def _calls(model: Any, values: Sequence[Any], structure: Any) -> list[Call]:
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             out = func(*args, **(kwargs or {}))
             name = getattr(func, "__name__", "")
-            where = _user_frame()
-            if where is not None:
-                owner = names.get(id(where[2])) if where[2] is not None else None
+            frame = user_code(sys._getframe(1))
+            if frame is not None:
+                me = frame.f_locals.get("self")
+                owner = names.get(id(me)) if me is not None else None
                 # a module's forward by the module's name; other code (a staticmethod) by its function's
-                label = f"{owner or 'the model'}'s forward ({type(where[2]).__name__})" if owner is not None else where[3]
-                found.append((where[0], where[1], label, name, repr(out)[:64] if name in _CONVERSIONS else ""))
+                label = f"{owner or 'the model'}'s forward ({type(me).__name__})" if owner is not None else getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+                found.append((frame.f_code.co_filename, frame.f_lineno, label, name, repr(out)[:64] if name in _CONVERSIONS else ""))
             return out
 
     try:
@@ -87,13 +72,6 @@ def _runs(audit: Any, moved: Sequence[Any], what: str) -> tuple[list[Call], list
                    f"the dimension audit's run of the model {what} (where in its code)", bounds)
 
 
-def _shown(file: str, line: int) -> str:
-    """``net.py:14 (code)``: the file's name, the line, and its code without a trailing comment."""
-    code = linecache.getline(file, line).split("  #")[0].strip()
-    code = "".join(c if c.isprintable() else " " for c in code)[:_CODE_SHOWN]
-    return f"{os.path.basename(file)}:{line}" + (f" ({code})" if code else "")
-
-
 def branch_at(audit: Any, moved: Sequence[Any], what: str) -> str:
     """``": a Python branch on its values in the model's forward (Policy) at net.py:14 (if starts[t]:)"``:
     the first line whose conversions differ between a run of the audit's model on its example and
@@ -103,7 +81,7 @@ def branch_at(audit: Any, moved: Sequence[Any], what: str) -> str:
     for x, y in zip(a + [None] * (len(b) - len(a)), b + [None] * (len(a) - len(b))):
         if x != y:
             file, line, owner, _, _ = x or y
-            return f": a Python branch on its values{f' in {owner}' if owner else ''} at {_shown(file, line)}"
+            return f": a Python branch on its values{f' in {owner}' if owner else ''} at {shown((file, line))}"
     return ""
 
 
@@ -138,5 +116,5 @@ def loop_at(audit: Any, proto: Any, leaf: Any, d: int, probe: Any) -> str:
     if body is None:
         return f"; the trace unrolled a loop over it, which rnnx could not re-roll into an ONNX Loop: {reason}" if why else ""
     file, line, owner = body
-    return (f", the loop at {_shown(file, _loop_line(file, line))}{f' in {owner}' if owner else ''}, which rnnx could not re-roll "
+    return (f", the loop at {shown((file, _loop_line(file, line)))}{f' in {owner}' if owner else ''}, which rnnx could not re-roll "
             f"into an ONNX Loop: {reason}")

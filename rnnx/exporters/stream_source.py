@@ -9,54 +9,29 @@ message. Frames are kept as (file, line) and read as text only when a message sh
 
 from __future__ import annotations
 
-import functools
 import linecache
 import os
 import sys
 from collections.abc import Sequence
-from types import FrameType
 from typing import Any
+
+from rnnx.exporters.user_code import raised_in, user_code
 
 Frame = tuple[str, int]  # (file, line)
 
 CODE_SHOWN = 120  # characters of the line's code a message shows
 
 
-@functools.cache
-def _skipped() -> tuple[str, ...]:
-    """The folders whose frames are not the user's: torch's, rnnx's, the standard library's."""
-    import torch
-
-    rnnx_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return tuple(p + os.sep for p in (os.path.dirname(torch.__file__), rnnx_dir, os.path.dirname(os.__file__)))
-
-
-def _users(filename: str) -> bool:
-    if filename.startswith("<"):  # code made at run time (torch.fx, exec) has no line to show; a notebook cell has
-        return filename.startswith("<ipython-input")
-    installed = "site-packages" in filename or "dist-packages" in filename  # another package's model is code to name
-    return not filename.startswith(_skipped()) or (installed and not filename.startswith(_skipped()[:2]))
-
-
 def user_frame() -> Frame | None:
     """The innermost frame of the running stack in the user's code, or None."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if _users(frame.f_code.co_filename):
-            return frame.f_code.co_filename, frame.f_lineno
-        frame = frame.f_back
-    return None
+    frame = user_code(sys._getframe(1))
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 
 def raised_at(exc: BaseException) -> Frame | None:
-    """The innermost frame of the user's code in the traceback of ``exc``: where the model raised."""
-    found = None
-    tb = exc.__traceback__
-    while tb is not None:
-        if _users(tb.tb_frame.f_code.co_filename):
-            found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
-        tb = tb.tb_next
-    return found
+    """(file, line) of :func:`raised_in`."""
+    tb = raised_in(exc)
+    return (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb is not None else None
 
 
 def shown(frame: Frame | None) -> str:

@@ -54,9 +54,9 @@ def axis_roles(model: Any) -> dict[tuple[str, int], str]:
     a recurrent node's batch or time axis in the main graph; an axis that reaches both is neither."""
     graph = model.graph
     producers = walk.producers_of(graph)
-    constants = _constants(graph)
+    constants = small_constants(graph)
     inputs = {i.name for i in graph.input if i.name not in constants}
-    ranks = _ranks(model)
+    ranks = rank_of(model)
     found: dict[tuple[str, int], str] = {}
     clashes: set[tuple[str, int]] = set()
     for node in _recurrent_nodes(model):
@@ -155,7 +155,7 @@ def trace(name: str, roles: list[str | None], producers: dict[str, Any], constan
     return None
 
 
-def _ranks(model: Any) -> Callable[[str], int | None]:
+def rank_of(model: Any) -> Callable[[str], int | None]:
     """A value's rank, by ONNX's shape inference (run at the first question: most graphs never ask)."""
     known: dict[str, int] = {}
 
@@ -186,7 +186,7 @@ def _axes_of(node: Any, constants: dict[str, np.ndarray]) -> list[int] | None:
     return None
 
 
-def _constants(graph: Any) -> dict[str, np.ndarray]:
+def small_constants(graph: Any) -> dict[str, np.ndarray]:
     """Initializers and Constant outputs, as arrays only where small (axes, shapes); a large one
     stands as an empty array of its rank (no memory): the tracer needs only to know it is constant."""
     from onnx import numpy_helper
