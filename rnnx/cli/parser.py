@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print JSON on stdout (also accepted after the verb)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    def verb(name: str, **settings: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, **settings)
+    def verb(name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=description)
         CommonArgs().add_parser_args(p)
         return p
 

@@ -234,7 +234,8 @@ class NodeVerdict:
                 "verdict": self.verdict, "reasons": self.reasons, "citations": self.citations, "lowered_from": self.lowered_from}
 
 
-def _worst(verdicts: list[str]) -> str:
+def worst_verdict(verdicts: list[str]) -> str:
+    """The most severe of ``verdicts`` (refused, differs, unknown, accepted, in that order); accepted when there are none."""
     return max(verdicts, key=_RANK.__getitem__) if verdicts else ACCEPTED
 
 
@@ -304,8 +305,8 @@ def _recurrent(n: _Node, version: str) -> list[tuple[str, str]]:
     key = "lstm.activation_params" if op == "LSTM" else "rnn.activation_params"
     for d in range(dirs):
         for i in range(slots):
-            name, values = onnx[d * slots + i]
-            wanted = _as_trt(name, values)
+            name, params = onnx[d * slots + i]
+            wanted = _as_trt(name, params)
             applied = {"alpha": trt_alpha[i], "beta": trt_beta[i]}
             for param in _TRT_READS.get(names[i], ()):
                 if not math.isclose(applied[param], wanted.get(param, 0.0), rel_tol=1e-6, abs_tol=1e-7):
@@ -407,7 +408,7 @@ def _rows_for(version: str, op: str) -> dict[str, ParserRule]:
 def _judge(n: _Node, version: str, constants: dict[str, Any]) -> NodeVerdict:
     rows = _rows_for(version, n.op_type)
     findings = [Finding(rows[k], detail, version) for k, detail in _applies(n, version, constants) if k in rows]
-    return NodeVerdict(n.name, n.op_type, n.domain, n.graph, version, _worst([f.verdict for f in findings]), findings)
+    return NodeVerdict(n.name, n.op_type, n.domain, n.graph, version, worst_verdict([f.verdict for f in findings]), findings)
 
 
 # --- walking a model ----------------------------------------------------------------------
@@ -505,7 +506,7 @@ def lowered_verdicts(verdicts: list[NodeVerdict]) -> dict[str, NodeVerdict]:
             groups.setdefault(v.lowered_from, []).append(v)
     out = {}
     for name, members in groups.items():
-        worst = _worst([m.verdict for m in members])
+        worst = worst_verdict([m.verdict for m in members])
         findings = [Finding(f.rule, f"{m.op_type} {m.node} in {m.graph}: {f.detail or f.rule.construct}", f.version)
                     for m in members for f in m.findings if f.verdict != ACCEPTED]
         if not findings:  # accepted: cite the Scans' importer

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rnnx.engines.tensorrt_parser import NodeVerdict, _worst, parser_verdicts
+from rnnx.engines.tensorrt_parser import NodeVerdict, parser_verdicts, worst_verdict
 from rnnx.engines.tensorrt_parser_rules import ACCEPTED, VERSIONS
 from rnnx.errors import shown
 
@@ -49,7 +49,7 @@ def target_verdicts(model: Any, versions: tuple[str, ...] = VERSIONS) -> list[Ta
     out = []
     for version in versions:
         judged = parser_verdicts(model, version)
-        worst = _worst([v.verdict for v in judged])
+        worst = worst_verdict([v.verdict for v in judged])
         first = None if worst == ACCEPTED else next(v for v in judged if v.verdict == worst)
         out.append(TargetVerdict(version, worst, first, len(judged)))
     return out

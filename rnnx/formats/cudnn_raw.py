@@ -29,7 +29,7 @@ DEFAULT_DTYPE = "float32"  # what a C++ program built on cuDNN's CUDNN_DATA_FLOA
 #: How each dtype's values lie in the file: little-endian, whatever the machine; bfloat16 as its 16 bits.
 STORED = {"float32": "<f4", "float16": "<f2", "bfloat16": "<u2", "float64": "<f8"}
 #: The numpy dtype each is read into.
-WIDENED = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32, "float64": np.float64}
+WIDENED: dict[str, type[np.floating]] = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32, "float64": np.float64}
 #: Storing a value rounds it by at most this much: relative (half an ulp, 2**-(mantissa bits + 1))
 #: above the smallest normal, absolute (half the smallest subnormal) below it.
 ROUNDING = {
@@ -50,14 +50,16 @@ def dtype_name(dtype: str | np.dtype | type | None) -> str:
     """``dtype`` as one of :data:`STORED`'s names (None: :data:`DEFAULT_DTYPE`)."""
     if dtype is None:
         return DEFAULT_DTYPE
-    if not isinstance(dtype, str):
+    if isinstance(dtype, str):
+        name = dtype
+    else:
         try:
-            dtype = np.dtype(dtype).name
+            name = np.dtype(dtype).name
         except TypeError:
-            dtype = repr(dtype)
-    if dtype not in STORED:
-        raise RNNXError(f"dtype: expected one of {', '.join(STORED)} for a headerless {SUFFIX} blob, found {dtype!r}")
-    return dtype
+            name = repr(dtype)
+    if name not in STORED:
+        raise RNNXError(f"dtype: expected one of {', '.join(STORED)} for a headerless {SUFFIX} blob, found {name!r}")
+    return name
 
 
 def itemsize(name: str) -> int:

@@ -441,14 +441,15 @@ def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int | None) -> 
                         "pass spec= if it computes like one of those")
     kernel, recurrent = arrays[0], arrays[1]
     fields: dict[str, Any] = {"input_size": int(kernel.shape[0]), "hidden_size": int(recurrent.shape[0]), "direction": direction}
+    readings: tuple[RNNSpec, ...]
     if cudnn:
         readings = (RNNSpec(family, **fields),)
     else:
         bias = len(arrays) in (3, 6)
         reset_after = cell_cfg.get("reset_after")
-        if family == "gru" and not isinstance(reset_after, bool):
+        if not isinstance(reset_after, bool):
             # GRUs before Keras 2.1 had no reset_after and reset before; a (2, 3*units) bias is reset-after's.
-            reset_after = bias and arrays[2].ndim == 2
+            reset_after = family == "gru" and bias and arrays[2].ndim == 2
         specs = []
         for version in (major,) if major is not None else (2, 3):
             cell, activations = _cell(family, cell_cfg, shown, version)

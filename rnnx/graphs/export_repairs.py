@@ -28,7 +28,7 @@ def separate_outputs(proto: Any) -> PassResult:
     graph = proto.graph
     taken = {i.name for i in graph.input} | {t.name for t in graph.initializer}
     names = {n for node in graph.node for n in node.output} | taken | {o.name for o in graph.output}
-    result = PassResult()
+    result: PassResult[Any] = PassResult()
     seen: set[str] = set()
     for k, out in enumerate(graph.output):
         if out.name in taken or out.name in seen:
@@ -64,7 +64,7 @@ def drop_noop_squeezes(proto: Any) -> PassResult:
     from onnx import helper
 
     graph = proto.graph
-    result = PassResult()
+    result: PassResult[Any] = PassResult()
     squeezes = [n for n in graph.node if n.op_type == "Squeeze" and n.domain in ("", "ai.onnx") and len(n.input) > 1 and n.input[1]]
     if not squeezes:
         return result

@@ -194,9 +194,10 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> ChainFusion
     last = chain[-1]
     # The last step's c may be unused and dropped from its outputs.
     last_c = _only_squeeze(g, last.output[2]) if is_lstm and len(last.output) > 2 and last.output[2] else None
-    squeezes_c = [_only_squeeze(g, n.output[2]) if len(n.output) > 2 else None for n in chain[:-1]] if is_lstm else []
-    if any(s is None for s in squeezes_h + squeezes_c):
+    found_c = [_only_squeeze(g, n.output[2]) if len(n.output) > 2 else None for n in chain[:-1]] if is_lstm else []
+    if any(s is None for s in squeezes_h + found_c):
         return Declined("steps.states", "a step's state is used other than through Squeeze")
+    squeezes_c = [s for s in found_c if s is not None]  # every one of them, after the check above
     if any(g.consumers.get(n.output[0]) for n in chain if n.output[0]):
         return Declined("steps.states", "a step's Y output is used; only its states may be")
     chain_ids = {id(n) for n in chain}
@@ -208,11 +209,12 @@ def _plan(g: GraphIndex, chain: list[Any], steps: dict[int, Any]) -> ChainFusion
         for user in g.consumers.get(sq.output[0], []):
             if per is not None and id(user) in per.roots:
                 continue  # per-step work, applied to all steps after the fused node
-            if user.op_type == "Unsqueeze" and g.axes(user) in ([0], [1]):
+            axes = g.axes(user) if user.op_type == "Unsqueeze" else None
+            if axes is not None and axes in ([0], [1]):
                 others = [c for c in g.consumers.get(user.output[0], []) if id(c) not in chain_ids]
-                if not others and g.axes(user) == [0]:
+                if not others and axes == [0]:
                     continue  # feeds the next step only
-                if (len(others) == 1 and others[0].op_type == "Concat" and g.attr(others[0], "axis") == g.axes(user)[0]
+                if (len(others) == 1 and others[0].op_type == "Concat" and g.attr(others[0], "axis") == axes[0]
                         and (stack is None or others[0] is stack)):
                     stack = others[0]  # the outputs stacked over time (axis 0, or 1 batch-first)
                     continue

@@ -238,7 +238,7 @@ def _build(g: GraphIndex, u: Unrolled, steps: Steps, carried: list[str], stacks:
     local = {o for n in steps.template for o in n.output if o}
     inside = {p: f"{prefix}/in{j}" for j, p in enumerate(carried)}
     renamed = {**{v: f"{prefix}/{v}" for v in local}, **inside}
-    body = []
+    body: list[Any] = []
     for n in steps.template:
         found = u.slices.get(id(n))
         if found is not None:
@@ -314,7 +314,7 @@ def _scanned(g: GraphIndex, u: Unrolled, steps: Steps, stacks: list[_Stack], las
         axis = s.axis + rank if s.axis < 0 else s.axis
         unsq = g.producer.get(s.value)
         squeezed = unsq is not None and unsq.op_type == "Unsqueeze" and [a % rank for a in (g.axes(unsq) or [])] == [axis]
-        v = unsq.input[0] if squeezed else s.value
+        v = unsq.input[0] if squeezed and unsq is not None else s.value
         scanned.setdefault(v, f"{prefix}/scan{len(scanned)}")
         plans.append((s, v, axis, squeezed))
     for v in sorted(lasts):

@@ -144,14 +144,14 @@ def node_activations(node: dict[str, Any], slots: int, dirs: int, where: str) ->
             raise RNNXError(f"{where}: {canonical} takes {missing}, but activation_{missing} has no value left for it; ONNX defines no default "
                             f"ONNX Runtime agrees with (it uses 0), so the file must give activation_{missing}") from None
     for param in ("alpha", "beta"):
-        values = given[param]
-        if used[param] == len(values):
+        listed = given[param]
+        if used[param] == len(listed):
             continue
         # More values than the functions take: some tools write one per function. Accept that
         # only where it gives each function the same value as the in-order reading.
         takers = [k for k, a in enumerate(acts) if getattr(a, param) is not None]
-        if len(values) != len(names) or any(values[k] != values[n] for n, k in enumerate(takers)):
-            raise RNNXError(f"{where}: activation_{param} has {len(values)} values, but the activations {names} take {used[param]}; "
+        if len(listed) != len(names) or any(listed[k] != listed[n] for n, k in enumerate(takers)):
+            raise RNNXError(f"{where}: activation_{param} has {len(listed)} values, but the activations {names} take {used[param]}; "
                             f"rnnx cannot tell which function each is for (ONNX Runtime hands them out in order to the functions that take one)")
     per_direction = [tuple(acts[d * slots:(d + 1) * slots]) for d in range(dirs)]
     if len(set(per_direction)) > 1:
@@ -213,7 +213,8 @@ def layer_arrays(weights: RNNWeights, layer: int) -> dict[str, Any]:
     spec = weights.spec
     node: dict[str, Any] = {"op_type": OP_TYPES[spec.cell], **{k: v.array() for k, v in layer_pieces(weights, layer).items()}}
     if spec.proj_size:
-        node["proj"] = np.stack([weights.proj(layer, d) for d in spec.directions])
+        projs = [weights.proj(layer, d) for d in spec.directions]
+        node["proj"] = np.stack([p for p in projs if p is not None])  # all of them: RNNWeights holds every tensor its spec has
     node["direction"] = spec.direction
     node["hidden_size"] = spec.hidden_size
     node["activations"] = DEFAULT_ACTIVATIONS[spec.cell] * spec.num_directions

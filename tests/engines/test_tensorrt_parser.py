@@ -502,5 +502,5 @@ def test_converts_native_nodes_that_tensorrt_does_not_run_as_written(tmp_path) -
         path = tmp_path / f"n{i}.onnx"
         rnnx.save(RNNWeights.random(RNNSpec.parse(spec)), path)
         verdicts = [v for v in parser_verdicts(onnx.load(str(path))) if v.op_type in RECURRENT + ("Scan",)]
-        assert verdicts and tensorrt_parser._worst([v.verdict for v in verdicts]) == verdict, (spec, [v.reasons for v in verdicts])
+        assert verdicts and tensorrt_parser.worst_verdict([v.verdict for v in verdicts]) == verdict, (spec, [v.reasons for v in verdicts])
         assert any(key in keys(v) for v in verdicts), spec
