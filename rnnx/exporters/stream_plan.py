@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -233,37 +233,56 @@ class StreamPlan:
 
         record = self.record
         assert record is not None
-        states = {s.input: s for s in record.states}
-        carried = {name: values[leaf.index].numpy() for leaf in leaves for name in [leaf.name] if name in states}
-        pieces: dict[str, list[np.ndarray]] = {}
-        for start in range(0, frames, chunk):
-            feed = dict(carried)
-            for leaf, value in zip(leaves, values):
-                if leaf.name == record.first:
-                    feed[leaf.name] = np.array(start == 0)  # the file computes the model's initial states on the first chunk only
-                    continue
-                if not isinstance(value, torch.Tensor) or leaf.name in states:
-                    continue
-                axis = record.inputs.get(leaf.name, {}).get("time_axis")
-                value = value if axis is None else value.narrow(axis, start, min(chunk, frames - start))
-                feed[leaf.name] = value.numpy()
-            try:
-                out = runner(feed)
-            except RNNXError as exc:
-                case.error = f"frames {start}..{min(start + chunk, frames)}: {exc}"
-                return
-            for name, value in out.items():
-                pieces.setdefault(name, []).append(np.asarray(value))
-            carried = _carried(out, record)
-        if len(runner.output_names) != len(want):
+        states = {s.input for s in record.states}
+        feed = {leaf.name: v.numpy() for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)}
+        axes = {name: record.inputs.get(name, {}).get("time_axis") for name in feed if name not in states}
+        # Frames are joined along the time axis; a state, or an output that holds no frames,
+        # is compared as it stands after the last chunk.
+        out_axes = {name: record.outputs.get(name, {}).get("time_axis") for name in runner.output_names}
+        got, case.error = run_in_chunks(runner, feed, axes, out_axes, frames, chunk, lambda out: _carried(out, record), record.first)
+        if not case.error and len(runner.output_names) != len(want):
             case.error = f"the ONNX model has {len(runner.output_names)} outputs, the torch model returned {len(want)} tensors"
-            return
-        for i, name in enumerate(runner.output_names):
-            axis = record.outputs.get(name, {}).get("time_axis")
-            # Frames are joined along the time axis; a state, or an output that holds no frames,
-            # is compared as it stands after the last chunk.
-            got = pieces[name][-1] if axis is None else np.concatenate(pieces[name], axis=axis)
-            case.outputs.append(compare_output(name, got, want[i], check, want64[i] if want64 is not None and len(want64) == len(want) else None))
+        for i, name in enumerate(runner.output_names if not case.error else ()):
+            case.outputs.append(compare_output(name, got[name], want[i], check, want64[i] if want64 is not None and len(want64) == len(want) else None))
+
+
+GUESS = -1  # an output's time axis read from the chunks' sizes (its dims are not named)
+
+
+def run_in_chunks(runner: Any, feed: Mapping[str, np.ndarray], time_axes: Mapping[str, int | None], out_axes: Mapping[str, int | None],
+                  frames: int, chunk: int, carry: Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]],
+                  first: str | None = None) -> tuple[dict[str, np.ndarray], str]:
+    """A streaming file's ``runner`` over ``frames`` frames of ``feed`` in chunks of ``chunk``,
+    each input cut along its axis in ``time_axes`` (None or absent: fed whole), the states in
+    ``feed`` fed to the first chunk and ``carry(outputs)`` to each next, ``first`` (the record's
+    first-chunk input) true with the first chunk only. Returns the outputs joined along
+    ``out_axes`` (None or absent: as after the last chunk; :data:`GUESS`: the first cut input's
+    axis, where every chunk's output holds that chunk's frames) and an error, or "" where every
+    chunk ran (the self-check's and ``rnnx verify --chunks``' one chunk loop)."""
+    carried: dict[str, np.ndarray] = {}
+    pieces: dict[str, list[np.ndarray]] = {}
+    for start in range(0, frames, chunk):
+        stop = min(start + chunk, frames)
+        step = {n: v if time_axes.get(n) is None else np.take(v, np.arange(start, stop), axis=time_axes[n]) for n, v in feed.items()}
+        step.update(carried)
+        if first is not None:
+            step[first] = np.array(start == 0)
+        try:
+            out = runner(step)
+            carried = carry(out)
+        except RNNXError as exc:
+            return {}, f"frames {start}..{stop}: {one_line(exc, CAUSE_CHARS)}"
+        for name, value in out.items():
+            pieces.setdefault(name, []).append(np.asarray(value))
+    lead = next((a for a in time_axes.values() if a is not None), None)
+    sizes = [min(chunk, frames - start) for start in range(0, frames, chunk)]
+    got = {}
+    for name, parts in pieces.items():
+        axis = out_axes.get(name)
+        if axis == GUESS:
+            axis = lead if lead is not None and all(p.ndim > lead and p.shape[lead] == n for p, n in zip(parts, sizes)) else None
+        got[name] = parts[-1] if axis is None else np.concatenate(parts, axis=axis)
+    return got, ""
 
 
 BATCH_LABEL = "batch"  # the record's name for the batch axis, which a runtime replaces by its batch size

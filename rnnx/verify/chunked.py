@@ -31,8 +31,9 @@ from rnnx.check import Row, Rule, Verdict, judge
 from rnnx.check.runners import Subject, close, make, running
 from rnnx.check.truths import TorchTruth
 from rnnx.engines.chunk_divergence import first_divergence
-from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
+from rnnx.errors import RNNXError
 from rnnx.exporters.call_record import read_call
+from rnnx.exporters.stream_plan import GUESS, run_in_chunks
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_read import value_dims
 from rnnx.shapes.cases import plan_cases
@@ -43,7 +44,6 @@ from rnnx.streaming import graph_ranks, read_streaming
 from rnnx.tolerance import Tolerances
 from rnnx.verify.feeds import make_feed
 
-GUESS = -1  # an output's time axis read from the chunks' sizes (its dims are not named)
 MIN_FRAMES = 19  # the sequence is at least this long, and longer than the largest chunk so that it is cut
 
 
@@ -268,7 +268,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     torch64 = TorchTruth(torch_model, report.notes, "outputs compared with torch in float32 only")
     tolerances = tolerances or Tolerances()
     spec_of = {s.name: s for s in specs}
-    failed: tuple[dict[str, np.ndarray], int] | None = None  # the first chunked run that failed: its feed and chunk
+    failed: tuple[dict[str, np.ndarray], int] | None = None  # the first chunked run that failed: its inputs and chunk
     with running("ort", Subject(model=model_path, proto=proto)) as runner:  # a file from elsewhere: isolated
         for k, (frames, batch) in enumerate((f, b) for f in frames_list for b in batch_list):
             case = plan_cases(specs, roles, shapes, [frames], [batch] if batch is not None else None, dims or {})[0]
@@ -276,6 +276,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
             for p in pairs:  # a stream starts from zeros
                 feed[p.input] = np.zeros(case.shapes[p.input], dtype=spec_of[p.input].dtype)
             whole = {n: feed[n] for n in called}
+            used = {n: feed[n] for n in (*names, *(p.input for p in pairs))}
             want32 = torch_outputs(torch_model, call, whole)
             want64 = torch64.float64(lambda model64: torch_outputs(model64, call, whole, dtype=torch.float64))
             if len(want32) == len(plain_outputs):
@@ -286,7 +287,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
                 raise RNNXError(f"the torch model returned {len(want32)} tensors, the file has {len(plain_outputs)} outputs besides the states "
                                 f"({', '.join(plain_outputs)}); is this the model the file was exported from, and are the states paired right?")
             for chunk in chunks:
-                got, error = _run_chunks(runner, feed, pairs, names, time_axes, out_axes, frames, chunk, spec_of, case.shapes, first)
+                got, error = run_in_chunks(runner, used, time_axes, out_axes, frames, chunk, lambda out: _carried(out, pairs, spec_of, case.shapes), first)
                 for i, out in enumerate(compared):
                     where = {"frames": frames, "batch": batch, "chunk": chunk, "output": out}
                     if error:
@@ -297,16 +298,15 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
                     else:
                         report.rows.append(judge(got.get(out), want32[i], Rule(tolerances.get(out, "float32")), **where))
                 if failed is None and chunk < frames and any(not r.passed for r in report.rows if r.chunk == chunk):
-                    failed = (feed, chunk)
+                    failed = (used, chunk)
     if failed is not None and first is None:  # the walk feeds every chunk alike: each would recompute the initial states
-        where = _divergence(proto, model_path, failed[0], time_axes, pairs, failed[1], names)
+        where = _divergence(proto, model_path, failed[0], time_axes, pairs, failed[1])
         if where:
             report.notes.append(f"the file's chunks part from its own run on the whole sequence: {where}")
     return report
 
 
-def _divergence(proto: Any, model_path: Path, feed: dict[str, np.ndarray], time_axes: dict[str, int | None], pairs: list[Pair], chunk: int,
-                names: list[str]) -> str | None:
+def _divergence(proto: Any, model_path: Path, used: dict[str, np.ndarray], time_axes: dict[str, int | None], pairs: list[Pair], chunk: int) -> str | None:
     """The operation where the file's chunked run first parts from its whole run (run isolated,
     as the check ran it)."""
     runners: list[Any] = []
@@ -316,8 +316,6 @@ def _divergence(proto: Any, model_path: Path, feed: dict[str, np.ndarray], time_
         return runners[-1]
 
     runnable = for_runtime(proto, model_path.resolve().parent)
-    used = {n: feed[n] for n in (*names, *(p.input for p in pairs))}
-
     try:
         return first_divergence(runnable, used, time_axes, [(p.input, p.output) for p in pairs], chunk, isolated)
     finally:
@@ -339,43 +337,11 @@ def _time_axes(record: Any, streamed: list[Any], roles: dict[str, str], model_pa
     return labels[0], {s.name: (s.dims.index(labels[0]) if labels[0] in s.dims else None) for s in streamed}
 
 
-def _run_chunks(runner: Any, feed: dict[str, np.ndarray], pairs: list[Pair], names: list[str], time_axes: dict[str, int | None],
-                out_axes: dict[str, int | None], frames: int, chunk: int, spec_of: dict[str, Any],
-                shapes: dict[str, list[int]], first: str | None = None) -> tuple[dict[str, np.ndarray], str]:
-    """The file run over ``frames`` frames in chunks of ``chunk``: (the joined outputs, an error or "").
-    ``first``: the record's first-chunk input, fed true with the first chunk only."""
-    carried = {p.input: feed[p.input] for p in pairs}
-    pieces: dict[str, list[np.ndarray]] = {}
-    for start in range(0, frames, chunk):
-        stop = min(start + chunk, frames)
-        step = dict(carried)
-        if first is not None:
-            step[first] = np.array(start == 0)
-        for name in names:
-            axis = time_axes.get(name)
-            step[name] = feed[name] if axis is None else np.take(feed[name], np.arange(start, stop), axis=axis)
-        try:
-            out = runner(step)
-        except RNNXError as exc:
-            return {}, f"frames {start}..{stop}: {one_line(exc, CAUSE_CHARS)}"
-        for name, value in out.items():
-            pieces.setdefault(name, []).append(np.asarray(value))
-        carried = {}
-        for p in pairs:
-            value = np.asarray(out[p.output])
-            want = tuple(shapes[p.input])
-            if value.shape != want or value.dtype != spec_of[p.input].dtype:
-                return {}, (f"frames {start}..{stop}: state output {p.output} is {value.dtype}{list(value.shape)}, its input {p.input} takes "
+def _carried(out: dict[str, np.ndarray], pairs: list[Pair], spec_of: dict[str, Any], shapes: dict[str, list[int]]) -> dict[str, np.ndarray]:
+    """The next chunk's state inputs: this chunk's state outputs, refused where one does not fit its input."""
+    for p in pairs:
+        value, want = np.asarray(out[p.output]), tuple(shapes[p.input])
+        if value.shape != want or value.dtype != spec_of[p.input].dtype:
+            raise RNNXError(f"state output {p.output} is {value.dtype}{list(value.shape)}, its input {p.input} takes "
                             f"{spec_of[p.input].dtype}{list(want)}; are the states paired right?")
-            carried[p.input] = value
-    lead = next((a for a in time_axes.values() if a is not None), None)
-    sizes = [min(chunk, frames - start) for start in range(0, frames, chunk)]
-    got = {}
-    for name, parts in pieces.items():
-        axis = out_axes.get(name)
-        if axis == GUESS:  # the first streamed input's time axis, where every chunk's output holds that chunk's frames
-            fits = lead is not None and all(p.ndim > lead and p.shape[lead] == n for p, n in zip(parts, sizes))
-            axis = lead if fits else None
-        got[name] = parts[-1] if axis is None else np.concatenate(parts, axis=axis)
-    return got, ""
-
+    return {p.input: np.asarray(out[p.output]) for p in pairs}
