@@ -1,4 +1,5 @@
-"""The rnnx command as users and pipelines call it: a real subprocess, real files."""
+"""The rnnx command as users and pipelines call it: real files, and a real subprocess wherever the test is about the process
+(exit codes of a whole run, tracebacks, signals, concurrent runs); elsewhere rnnx.cli.main in-process (`inproc`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,20 @@ EXAMPLE = Path(__file__).parents[1] / "examples" / "encoder.safetensors"
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rnnx.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def inproc(capsys: pytest.CaptureFixture[str], *args: object) -> subprocess.CompletedProcess[str]:
+    """``run`` without the new process (2-3 s of importing torch and rnnx), for tests about what
+    a verb does, not about the process: rnnx.cli.main in this one, its output read by capsys."""
+    from rnnx.cli.main import main
+
+    capsys.readouterr()
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as stop:  # argparse's usage errors
+        code = int(stop.code or 0)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["rnnx", *map(str, args)], code, out, err)
 
 
 def digest(path: Path) -> str:
@@ -86,17 +101,17 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert result.returncode != 0 and "Traceback" in result.stderr
 
 
-def test_several_groups_ask_for_select(tmp_path: Path) -> None:
+def test_several_groups_ask_for_select(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     torch = pytest.importorskip("torch")
     model = torch.nn.ModuleDict({"a": torch.nn.GRU(3, 4), "b": torch.nn.LSTM(3, 4)})
     path = tmp_path / "two.pt"
     torch.save(model.state_dict(), path)
-    result = run("convert", path, "-o", tmp_path / "x.onnx")
+    result = inproc(capsys, "convert", path, "-o", tmp_path / "x.onnx")
     assert result.returncode == 2 and "2 recurrent groups ('a', 'b'); pass --select GROUP" in result.stderr
-    assert run("convert", path, "-o", tmp_path / "x.onnx", "--select", "b").returncode == 0
+    assert inproc(capsys, "convert", path, "-o", tmp_path / "x.onnx", "--select", "b").returncode == 0
 
 
-def test_parity_failure_exits_1(tmp_path: Path) -> None:
+def test_parity_failure_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A check that fails exits 1: float32's rounding fails a tolerance of zero."""
     zero = ("--atol", "0", "--rtol", "0")
     out = tmp_path / "enc.onnx"
@@ -106,24 +121,24 @@ def test_parity_failure_exits_1(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "a file that failed its check stays unwritten, with no temporary left"
     earlier = tmp_path / "enc.pt"
     earlier.write_bytes(b"previous")  # and an earlier output under that name stays as it was
-    again = run("convert", EXAMPLE, "-o", earlier, *zero)
+    again = inproc(capsys, "convert", EXAMPLE, "-o", earlier, *zero)
     assert again.returncode == 1 and earlier.read_bytes() == b"previous" and len(list(tmp_path.iterdir())) == 1, again.stderr
 
 
-def test_nan_weights_are_refused(tmp_path: Path) -> None:
+def test_nan_weights_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     weights = RNNWeights.random(RNNSpec.parse("gru,input=2,hidden=3"))
     weights["l0.forward.R.z"][1, 1] = np.nan
     src = tmp_path / "nan.safetensors"
     rnnx.save(weights, src)
-    result = run("convert", src, "-o", tmp_path / "x.onnx")
+    result = inproc(capsys, "convert", src, "-o", tmp_path / "x.onnx")
     assert result.returncode == 2 and "NaN or Inf" in result.stderr
 
 
-def test_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
+def test_refuses_to_overwrite_its_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "w.safetensors"
     rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=2,hidden=3")), src)
     before = digest(src)
-    result = run("convert", src, "-o", src)
+    result = inproc(capsys, "convert", src, "-o", src)
     assert result.returncode == 2 and "overwrite the input" in result.stderr
     assert digest(src) == before
 
@@ -155,7 +170,7 @@ example_inputs = lambda: (torch.randn(5, 3, 8),)
 '''
 
 
-def test_export_verb(tmp_path: Path) -> None:
+def test_export_verb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     torch = pytest.importorskip("torch")
     (tmp_path / "mymodel.py").write_text(MODEL_FILE)
     ckpt = tmp_path / "ck.pt"
@@ -170,22 +185,22 @@ def test_export_verb(tmp_path: Path) -> None:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     torch.save(mod.Net().state_dict(), ckpt)
-    ok = run("export", f"{tmp_path / 'mymodel.py'}:Net", "--checkpoint", ckpt, "--input", "4x2x8", "-o", tmp_path / "m2.onnx")
+    ok = inproc(capsys, "export", f"{tmp_path / 'mymodel.py'}:Net", "--checkpoint", ckpt, "--input", "4x2x8", "-o", tmp_path / "m2.onnx")
     assert ok.returncode == 0, ok.stderr
     torch.save(torch.nn.GRU(3, 3).state_dict(), ckpt)
-    bad = run("export", f"{tmp_path / 'mymodel.py'}:Net", "--checkpoint", ckpt, "-o", tmp_path / "m3.onnx")
+    bad = inproc(capsys, "export", f"{tmp_path / 'mymodel.py'}:Net", "--checkpoint", ckpt, "-o", tmp_path / "m3.onnx")
     assert bad.returncode == 2 and "does not fit the model" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "m3.onnx").exists()
-    missing = run("export", f"{tmp_path / 'mymodel.py'}:nope", "-o", tmp_path / "m4.onnx")
+    missing = inproc(capsys, "export", f"{tmp_path / 'mymodel.py'}:nope", "-o", tmp_path / "m4.onnx")
     assert missing.returncode == 2 and "has no attribute 'nope'" in missing.stderr
 
 
-def test_nonfinite_warn_converts_and_says_so(tmp_path: Path) -> None:
+def test_nonfinite_warn_converts_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     weights = RNNWeights.random(RNNSpec.parse("gru,input=2,hidden=3"))
     weights["l0.forward.W.n"][0, 0] = np.inf
     src = tmp_path / "inf.safetensors"
     rnnx.save(weights, src)
-    result = run("convert", src, "-o", tmp_path / "x.onnx", "--nonfinite", "warn")
+    result = inproc(capsys, "convert", src, "-o", tmp_path / "x.onnx", "--nonfinite", "warn")
     assert result.returncode == 0 and "holds NaN or Inf" in result.stdout and (tmp_path / "x.onnx").exists()
 
 
@@ -235,12 +250,12 @@ class Net(nn.Module):
 '''
 
 
-def test_export_names_inputs_axes_and_outputs(tmp_path: Path) -> None:
+def test_export_names_inputs_axes_and_outputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     (tmp_path / "s2s.py").write_text(SEQ2SEQ_FILE)
     model = f"{tmp_path / 's2s.py'}:Net"
     # Named inputs may come in any order; 1:int64 is a shape (one token), not the value 1.
-    result = run("export", model, "--input", "tgt:1x1:int64", "--input", "src:1x9:int64", "--dynamic", "tgt:1=target_len",
+    result = inproc(capsys, "export", model, "--input", "tgt:1x1:int64", "--input", "src:1x9:int64", "--dynamic", "tgt:1=target_len",
                  "--static", "src:1", "--output-names", "logits", "-o", tmp_path / "m.onnx", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -253,7 +268,7 @@ def test_export_names_inputs_axes_and_outputs(tmp_path: Path) -> None:
     for bad, message in ((["--input", "nope:2x3"], "expected a parameter of Net.forward"),
                          (["--input", "src:2x9:int64", "--input", "tgt:2x4:int64", "--dynamic", "tgt:x"], "expected NAME:DIM[=LABEL]"),
                          (["--input", "src:2xq"], "expected a shape like 5x3x8")):
-        out = run("export", model, *bad, "-o", tmp_path / "bad.onnx")
+        out = inproc(capsys, "export", model, *bad, "-o", tmp_path / "bad.onnx")
         assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert not (tmp_path / "bad.onnx").exists()
 
@@ -273,7 +288,7 @@ def test_an_internal_error_has_its_own_exit_status(monkeypatch: pytest.MonkeyPat
         cli.main(["formats", "--debug"])
 
 
-def test_no_output_overwrites_an_input_or_a_special_file(tmp_path: Path) -> None:
+def test_no_output_overwrites_an_input_or_a_special_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Every verb that writes refuses an output that is one of its inputs (by any name), another
     output, or a device/pipe; the inputs' bytes never change."""
     import os
@@ -286,7 +301,7 @@ def test_no_output_overwrites_an_input_or_a_special_file(tmp_path: Path) -> None
     ckpt = tmp_path / "ck.pt"
     torch.save(torch.nn.GRU(3, 4).state_dict(), ckpt)
     onnx_file = tmp_path / "g.onnx"
-    assert run("convert", weights, "-o", onnx_file).returncode == 0
+    assert inproc(capsys, "convert", weights, "-o", onnx_file).returncode == 0
     link = tmp_path / "link.safetensors"
     os.link(weights, link)
     fifo = tmp_path / "pipe"
@@ -302,24 +317,24 @@ def test_no_output_overwrites_an_input_or_a_special_file(tmp_path: Path) -> None
         (("convert", weights, "-o", fifo), "not a regular file"),
     ]
     for argv, message in cases:
-        out = run(*argv)
+        out = inproc(capsys, *argv)
         assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, (argv, out.stderr)
     assert all(p.read_bytes() == data for p, data in before.items())
     assert fifo.exists() and not fifo.is_file()
 
 
-def test_a_private_output_stays_private(tmp_path: Path) -> None:
+def test_a_private_output_stays_private(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import os
     import stat
 
     weights = tmp_path / "w.safetensors"
     rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=0), weights)
     out = tmp_path / "out.onnx"
-    assert run("convert", weights, "-o", out, "--no-check").returncode == 0
+    assert inproc(capsys, "convert", weights, "-o", out, "--no-check").returncode == 0
     os.chmod(out, 0o600)
     old = out.read_bytes()
     rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=1), weights)
-    assert run("convert", weights, "-o", out, "--no-check").returncode == 0
+    assert inproc(capsys, "convert", weights, "-o", out, "--no-check").returncode == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600 and out.read_bytes() != old
 
 
@@ -351,7 +366,7 @@ def test_a_terminated_conversion_leaves_nothing(tmp_path: Path, signame: str) ->
     assert not out.exists() and not list(tmp_path.glob(".big.onnx.*")), sorted(p.name for p in tmp_path.iterdir())
 
 
-def test_an_existing_output_never_decides_the_format(tmp_path: Path) -> None:
+def test_an_existing_output_never_decides_the_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--help says .safetensors means rnnx's canonical form; a torch file already at -o must not change that."""
     torch = pytest.importorskip("torch")
     from safetensors.torch import save_file
@@ -360,16 +375,16 @@ def test_an_existing_output_never_decides_the_format(tmp_path: Path) -> None:
     rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=0), weights)
     out = tmp_path / "out.safetensors"
     save_file({k: v.contiguous() for k, v in torch.nn.GRU(3, 4).state_dict().items()}, str(out))
-    result = run("convert", weights, "-o", out, "--json")
+    result = inproc(capsys, "convert", weights, "-o", out, "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["output_format"] == "rnnx"
 
 
-def test_huge_check_sizes_are_refused(tmp_path: Path) -> None:
+def test_huge_check_sizes_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     weights = tmp_path / "w.safetensors"
     rnnx.save(RNNWeights.random(RNNSpec.parse("gru,input=3,hidden=4"), seed=0), weights)
     for flag in ("--seq-lens", "--batch"):
-        out = run("verify", "--against", weights, "--backends", "reference", flag, "1000000000")
+        out = inproc(capsys, "verify", "--against", weights, "--backends", "reference", flag, "1000000000")
         assert out.returncode == 2 and "expected at most 100000" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
@@ -393,14 +408,15 @@ def test_other_libraries_warnings_stay_out_of_a_refusal(monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize(("dtype", "module", "backend"), [("float16", "LSTM", "ort"), ("float64", "LSTM", None), ("float64", "GRU", None)])
-def test_half_and_double_checkpoints_convert_to_onnx_with_the_check_on(tmp_path: Path, dtype: str, module: str, backend: str | None) -> None:
+def test_half_and_double_checkpoints_convert_to_onnx_with_the_check_on(tmp_path: Path, capsys: pytest.CaptureFixture[str], dtype: str, module: str,
+                                                                     backend: str | None) -> None:
     """The written file takes inputs of its weights' dtype; where ONNX Runtime has no CPU kernel
     for that dtype, the check says so and re-reads the file instead of failing."""
     torch = pytest.importorskip("torch")
     torch.manual_seed(5)
     layer = getattr(torch.nn, module)(3, 4, num_layers=2).to(getattr(torch, dtype))
     torch.save(layer.state_dict(), tmp_path / "ck.pt")
-    out = run("convert", tmp_path / "ck.pt", "-o", tmp_path / "m.onnx", "--json")
+    out = inproc(capsys, "convert", tmp_path / "ck.pt", "-o", tmp_path / "m.onnx", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["check"]["passed"] and report["written"]
