@@ -201,7 +201,7 @@ def serve() -> None:
     """The child: cap the address space, open the session, run feeds until the parent closes the pipe."""
     import resource
 
-    _die_with_parent()
+    die_with_parent()
     budget = int(sys.argv[1])
     resource.setrlimit(resource.RLIMIT_AS, (budget, budget))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
@@ -265,8 +265,10 @@ def _over_budget(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or "Failed to allocate memory" in str(exc) or "bad_alloc" in str(exc)
 
 
-def _die_with_parent() -> None:
-    """A killed rnnx (SIGKILL, or SIGTERM mid-run) must not leave a child spinning in a Loop."""
+def die_with_parent(code: int = 0) -> None:
+    """A killed rnnx (SIGKILL, or SIGTERM mid-run) must not leave a child spinning in a Loop
+    (or a probe of the user's model: :mod:`rnnx.exporters.bounded`); ``code``: the exit status
+    where the parent is gone already."""
     parent = os.getppid()
     try:
         import ctypes
@@ -276,7 +278,7 @@ def _die_with_parent() -> None:
     except (OSError, AttributeError):
         pass
     if os.getppid() != parent:  # the parent left before the request took effect
-        os._exit(0)
+        os._exit(code)
 
 
 def _error_line(exc: BaseException) -> str:

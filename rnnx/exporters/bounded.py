@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from rnnx import limits
+from rnnx.engines.isolated import die_with_parent
 from rnnx.errors import DETAIL_CHARS, BudgetExceeded, RNNXError, one_line
 from rnnx.exporters.model_exit import where
 
@@ -175,7 +176,7 @@ def _child(runs: Sequence[Run], pipe: int) -> None:
     try:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the parent's handlers (remove outputs, print) are its own
             signal.signal(sig, signal.SIG_DFL)
-        _die_with_parent()
+        die_with_parent(_CHILD_FAILED)
         gc.freeze()  # the parent's garbage is the parent's: no finalizer of its objects runs here
         torch = sys.modules.get("torch")
         if torch is not None:
@@ -310,19 +311,6 @@ def _rss(pid: int) -> int | None:
             return int(f.read().split()[1]) * _PAGE
     except (OSError, IndexError, ValueError):
         return None
-
-
-def _die_with_parent() -> None:
-    """A parent killed outright (SIGKILL, or SIGTERM's handler leaving at once) takes its probe with it."""
-    parent = os.getppid()
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        os._exit(_CHILD_FAILED)
 
 
 # --- in-process ------------------------------------------------------------------------------
