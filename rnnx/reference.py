@@ -63,24 +63,29 @@ class ReferenceOutput:
 class _Cell:
     """One (layer, direction) cell's weights in float64 (or the dtype it computes in), looked up by gate name."""
 
-    def __init__(self, weights: RNNWeights, layer: int, direction: str, dtype: type = np.float64) -> None:
+    def __init__(self, weights: RNNWeights, layer: int, direction: str, dtype: type[np.floating] = np.float64) -> None:
         spec = weights.spec
         self.spec = spec
 
-        def f64(a: np.ndarray | None) -> np.ndarray | None:
-            return None if a is None else np.asarray(a, dtype=dtype)
+        def held(kind: str, gate: str | None = None) -> np.ndarray:
+            a = weights.get(layer, direction, kind, gate)
+            assert a is not None, kind  # RNNWeights holds every tensor its spec has
+            return a
 
-        self.W = {g: f64(weights.get(layer, direction, "W", g)) for g in spec.gates}
+        def f64(a: np.ndarray) -> np.ndarray:
+            return np.asarray(a, dtype=dtype)
+
+        self.W = {g: f64(held("W", g)) for g in spec.gates}
         # The recurrent matrices stacked in gate order: one product per step instead of one per
         # gate. Cast straight into the stack, whose rows are each gate's matrix: no second copy.
-        self.R_all = np.concatenate([weights.get(layer, direction, "R", g) for g in spec.gates], axis=0, dtype=dtype)
+        self.R_all = np.concatenate([held("R", g) for g in spec.gates], axis=0, dtype=dtype)
         rows = spec.hidden_size
         self.R = {g: self.R_all[k * rows:(k + 1) * rows] for k, g in enumerate(spec.gates)}
         zeros = np.zeros(spec.hidden_size, dtype)
-        self.bW = {g: f64(weights.get(layer, direction, "bW", g)) if spec.bias else zeros for g in spec.gates}
-        self.bR = {g: f64(weights.get(layer, direction, "bR", g)) if spec.bias else zeros for g in spec.gates}
-        self.P = {g: f64(weights.get(layer, direction, "P", g)) for g in ("i", "f", "o")} if spec.peepholes else None
-        self.proj = f64(weights.get(layer, direction, "proj"))
+        self.bW = {g: f64(held("bW", g)) if spec.bias else zeros for g in spec.gates}
+        self.bR = {g: f64(held("bR", g)) if spec.bias else zeros for g in spec.gates}
+        self.P = {g: f64(held("P", g)) for g in ("i", "f", "o")} if spec.peepholes else None
+        self.proj = f64(held("proj")) if spec.proj_size else None
 
         self.bR_all = np.concatenate([self.bR[g] for g in spec.gates])
         # ONNX's per-direction slots: f for gates, g for the candidate, h for the cell output
@@ -133,7 +138,7 @@ def forward(
     c0: np.ndarray | None = None,
     seq_lens: np.ndarray | None = None,
     batch_first: bool = False,
-    dtype: type = np.float64,
+    dtype: type[np.floating] = np.float64,
 ) -> ReferenceOutput:
     """Run the stack in float64 and return ``y``, ``h_n`` and (LSTM only) ``c_n``.
 

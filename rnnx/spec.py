@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from rnnx import limits
 from rnnx.errors import RNNXError
@@ -318,7 +319,7 @@ class RNNSpec:
     def layer_input_size(self, layer: int) -> int:
         return self.input_size if layer == 0 else self.num_directions * self.output_size
 
-    def with_(self, **changes: object) -> RNNSpec:
+    def with_(self, **changes: Any) -> RNNSpec:
         return replace(self, **changes)
 
     # --- the string form -----------------------------------------------------------

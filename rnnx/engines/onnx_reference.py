@@ -99,7 +99,7 @@ def _with_lengths() -> tuple[type, ...]:
                  (("LSTM", op_lstm.LSTM), ("GRU", op_gru.GRU), ("RNN", op_rnn.RNN_14)))
 
 
-def _lengths_run(base: type) -> Any:
+def _lengths_run(base: Any) -> Any:  # an onnx.reference op class (onnx reaches mypy as Any)
     """``base``'s ``_run``, each sequence of a batch given lengths run alone over its frames."""
 
     def _run(self: Any, X: np.ndarray, W: np.ndarray, R: np.ndarray, B: Any = None, sequence_lens: Any = None, *rest: Any, **attrs: Any) -> Any:
@@ -121,6 +121,7 @@ def _lengths_run(base: type) -> Any:
                 outputs = [np.zeros(_whole(np.shape(v), k, steps, X.shape[batch_axis], self.layout, out_batch_axis), np.asarray(v).dtype)
                            for k, v in enumerate(got)]
             for k, value in enumerate(got):
+                where: tuple[slice, ...]
                 if k == 0:  # Y: (T, D, B, H), or (B, T, D, H) with layout 1
                     where = (slice(b, b + 1), slice(0, length)) if self.layout else (slice(0, length), slice(None), slice(b, b + 1))
                 else:  # Y_h, Y_c: (D, B, H), or (B, D, H)
@@ -190,12 +191,12 @@ def _tf32_ops() -> tuple[type, ...]:
     per-step state rounded likewise."""
     from onnx.reference.ops import op_conv, op_conv_transpose, op_gemm, op_matmul
 
-    def products(base: type) -> Any:
+    def products(base: Any) -> Any:
         def _run(self: Any, *inputs: Any, **attrs: Any) -> Any:  # the first two inputs are the product's (a bias is added in float32)
             return base._run(self, *[round_to_tf32(v) if k < 2 and _is_float32(v) else v for k, v in enumerate(inputs)], **attrs)
         return _run
 
-    def recurrent(base: type) -> Any:
+    def recurrent(base: Any) -> Any:
         def _run(self: Any, X: np.ndarray, W: np.ndarray, R: np.ndarray, *rest: Any, **attrs: Any) -> Any:
             outs = base._run(self, round_to_tf32(X), _mark(round_to_tf32(W)), _mark(round_to_tf32(R)), *rest, **attrs)
             return tuple(None if v is None else np.asarray(v).view(np.ndarray) for v in outs)

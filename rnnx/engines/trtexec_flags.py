@@ -17,6 +17,8 @@ to be built from the same sources, which this module does not prove. Notes on ho
 
 from __future__ import annotations
 
+from typing import Any
+
 VERSIONS = ("8.0", "8.2", "8.5", "8.6", "10.0", "10.1", "10.3", "10.x")
 NEWEST_10X = "10.16"  # the "10.x" column: tag v10.16, the newest 10.x tag in the snapshot read
 STATES = ("accepted", "deprecated", "absent", "unknown")
@@ -74,7 +76,8 @@ EXPLICIT_BATCH_NEEDED_CITE = [
 
 # flag -> syntax, meaning, state per version, and the lines read. The first cite of each version is the parser line
 # (or, for "absent", a note that the flag string does not occur); later cites back notes and units.
-FLAGS = {
+# Each flag's row: its states per version and the lines cited (rows differ in their keys).
+FLAGS: dict[str, dict[str, Any]] = {
  "--onnx": {
   "syntax": "--onnx=<file>", "meaning": "ONNX model file to parse and build an engine from.",
   "versions": {"8.0": "accepted", "8.2": "accepted", "8.5": "accepted", "8.6": "accepted", "10.0": "accepted", "10.1": "accepted",

@@ -81,11 +81,13 @@ def const_value(g: GraphIndex, name: str, depth: int = 0) -> np.ndarray | None:
         sizes = args[0] if args and args[0] is not None else g.attr(node, "split")
         cuts = np.cumsum(sizes)[:-1] if sizes is not None else len(node.output)
         return np.split(data, cuts, axis=axis)[list(node.output).index(name)]
-    starts, ends = (np.atleast_1d(a) for a in args[:2])
-    axes = np.atleast_1d(args[2]) if len(args) > 2 and args[2] is not None else np.arange(len(starts))
+    if len(args) < 2 or args[0] is None or args[1] is None:
+        return None  # a Slice without its starts or ends (ONNX requires both): nothing to fold, not a crash
+    starts, ends = np.atleast_1d(args[0]), np.atleast_1d(args[1])
+    sliced = np.atleast_1d(args[2]) if len(args) > 2 and args[2] is not None else np.arange(len(starts))
     steps = np.atleast_1d(args[3]) if len(args) > 3 and args[3] is not None else np.ones(len(starts), np.int64)
     index = [slice(None)] * data.ndim
-    for s, e, a, st in zip(starts, ends, axes, steps):
+    for s, e, a, st in zip(starts, ends, sliced, steps):
         index[int(a)] = slice(int(s), int(e), int(st))
     return data[tuple(index)]
 
@@ -104,10 +106,10 @@ def affine(g: GraphIndex, name: str, depth: int = 0) -> Affine | None:
         if left is None or right is None:
             return None
         terms = dict(left.terms)
-        for k, W in right.terms.items():
-            if k in terms and terms[k].shape != W.shape:
+        for k, term in right.terms.items():
+            if k in terms and terms[k].shape != term.shape:
                 return None
-            terms[k] = terms[k] + W if k in terms else W
+            terms[k] = terms[k] + term if k in terms else term
         return Affine(terms, np.asarray(left.bias) + np.asarray(right.bias), left.nodes + right.nodes + [node], left.dtype or right.dtype)
     if op == "MatMul":
         W = const_value(g, node.input[1])

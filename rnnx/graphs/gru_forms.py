@@ -116,15 +116,16 @@ def match_gru_forms(g: GraphIndex, tanh: Any) -> CellMatch | Declined | None:
                 reset.append((g.prod(sig[0], "Sigmoid"), next(i for i in node.input if i != sig[0]), node))
                 continue
         plain.append(t)
-    parts = [affine(g, t) for t in plain]
-    if any(p is None for p in parts):
+    maps = [affine(g, t) for t in plain]
+    parts = [part for part in maps if part is not None]
+    if len(parts) != len(maps):
         return None
     n_in = Affine()
-    for p in parts:
-        for k, W in p.terms.items():  # type: ignore[union-attr]
+    for part in parts:
+        for k, W in part.terms.items():
             n_in.terms[k] = n_in.terms[k] + W if k in n_in.terms else W
-        n_in.bias = np.asarray(n_in.bias) + np.asarray(p.bias)  # type: ignore[union-attr]
-        n_in.nodes += p.nodes  # type: ignore[union-attr]
+        n_in.bias = np.asarray(n_in.bias) + np.asarray(part.bias)
+        n_in.nodes += part.nodes
     inner: list[Any] = [tanh, *opened, *n_in.nodes]
     if len(reset) > 1 or (reset and not plain):
         return None  # an LSTM's c' = f*c + i*g under tanh, say: not a GRU's candidate
@@ -166,7 +167,8 @@ def match_gru_forms(g: GraphIndex, tanh: Any) -> CellMatch | Declined | None:
     inner += [r_sig, *r_in.nodes]
     # The output: a polynomial in n, h and one more Sigmoid z of (x, h).
     zs = [u for k in (x, h) for m in g.consumers.get(k, []) for u in _downstream_sigmoids(g, m) if u is not r_sig]
-    region, frontier, best = [], [tanh.output[0]], None
+    region: list[Any] = []
+    frontier, best = [tanh.output[0]], None
     for z_sig in {id(z): z for z in zs}.values():
         z_in = affine(g, z_sig.input[0])
         if z_in is None or set(z_in.terms) != {x, h}:
