@@ -10,8 +10,9 @@ from typing import Any
 from rnnx import progress
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import ops, shapes, torchscript_route
-from rnnx.exporters.bounded import STOPPED, Bounds, bounded
+from rnnx.exporters.bounded import Bounds
 from rnnx.exporters.selfcheck import run_eager
+from rnnx.exporters.size_runs import model_runs
 from rnnx.exporters.torchlib_once import torchlib_listed_once
 from rnnx.exporters.writing import first_line, quiet, suggested_fixes
 from rnnx.graphs.legalize import convert_down
@@ -139,20 +140,7 @@ def runs_program(model: Any, structure: Any) -> Any:
     (:mod:`rnnx.exporters.bounded`): a stop by a budget, or a model that ends the process, stops
     the export rather than answer "no"."""
 
-    def runs(values: list[Any]) -> bool:
-        def run() -> None:  # the outputs stay in the child: only whether the model runs is asked
-            run_eager(model, values, structure)
-
-        shapes = ", ".join("x".join(map(str, v.shape)) for v in values if hasattr(v, "shape"))
-        try:
-            bounded(run, f"the run of the model on the example grown ({shapes})", Bounds.of(model, values))
-            return True
-        except STOPPED:
-            raise
-        except Exception:  # any exception means "not at this shape"; the user's model may raise anything
-            return False
-
-    return runs
+    return lambda values: not model_runs(model, structure, values, Bounds.of(model, values), "on the example grown")
 
 
 def accepts_values(program: Any, values: list[Any], structure: Any) -> bool:

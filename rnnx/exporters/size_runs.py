@@ -16,14 +16,15 @@ from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import GROWTH
 
 
-def _runs(model: Any, leaves: Sequence[Leaf], structure: Any, values: list[Any], bounds: Bounds, what: str) -> str:
-    """"" where the model runs on ``values``, else what it raised; a stop is raised."""
+def model_runs(model: Any, structure: Any, values: list[Any], bounds: Bounds, what: str, names: Sequence[str] = ()) -> str:
+    """"" where the model runs on ``values`` (inputs ``names``, for the message), else what it
+    raised; a stop by a budget is raised. ``what``: the run, as a stop's message names it."""
     def run() -> None:  # the outputs stay in the child: only whether the model runs is asked
         run_eager(model, values, structure)
 
-    shapes = ", ".join(f"{leaf.name} {'x'.join(map(str, v.shape))}" for leaf, v in zip(leaves, values) if hasattr(v, "shape"))
+    shapes = ", ".join(f"{n} {'x'.join(map(str, v.shape))}".strip() for n, v in zip(list(names) or [""] * len(values), values) if hasattr(v, "shape"))
     try:
-        bounded(run, f"the run of the model at {what} ({shapes})", bounds)
+        bounded(run, f"the run of the model {what} ({shapes})", bounds)
         return ""
     except STOPPED:
         raise
@@ -41,7 +42,7 @@ def refused_dimensions(model: Any, leaves: Sequence[Leaf], structure: Any, namin
         label = name.partition("=")[0]
         if naming.roles.get(label) not in ("other", None) or label not in sizes or "=" not in name:
             continue
-        why = _runs(model, leaves, structure, fresh_inputs(leaves, naming, sizes, seed), bounds, name)
+        why = model_runs(model, structure, fresh_inputs(leaves, naming, sizes, seed), bounds, f"at {name}", [leaf.name for leaf in leaves])
         if why:
             refused[label] = why
     return refused
@@ -60,7 +61,7 @@ def ties(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Naming, ref
         for other in partners:
             grow = base[label] + GROWTH.get(naming.roles.get(other, ""), GROWTH[OTHER])
             values = fresh_inputs(leaves, naming, {**base, label: grow, other: grow}, seed)
-            if not _runs(model, leaves, structure, values, bounds, f"{label}={grow} with {other}={grow}"):
+            if not model_runs(model, structure, values, bounds, f"at {label}={grow} with {other}={grow}", [leaf.name for leaf in leaves]):
                 out[label] = other
                 break
     return out
