@@ -35,7 +35,7 @@ from rnnx.layouts import onnx as onnx_layout
 from rnnx.layouts.onnx import LOWERED_KEY, PROJECTED_LSTM_INPUTS, SCAN_GATE_ORDER
 from rnnx.pass_result import Declined, PassResult
 from rnnx.spec import Activation
-from rnnx.weights import RNNWeights
+from rnnx.weights import RNNWeights, tensor_name
 
 DOMAIN = "rnnx.lower"
 LSTM_PROJECTED = "LSTMProjected"
@@ -59,7 +59,8 @@ class _Builder:
     def __init__(self, prefix: str, elem: int) -> None:
         from onnx import helper
 
-        self.helper, self.prefix, self.elem, self.nodes = helper, prefix, elem, []
+        self.helper, self.prefix, self.elem = helper, prefix, elem
+        self.nodes: list[Any] = []
         self.np_dtype = helper.tensor_dtype_to_np_dtype(elem)
 
     def const(self, name: str, value: Any, dtype: Any = None) -> str:
@@ -123,7 +124,7 @@ def _body(weights: RNNWeights, layer: int, direction: str, p: str, elem: int) ->
         gate = dict(zip(order, parts))
         if spec.peepholes:
             for g in ("i", "f"):
-                gate[g] = b.op("Add", [gate[g], b.op("Mul", [c, outer_const(f"P{g}", weights.get(layer, direction, "P", g))], f"pc_{g}")], f"pre2_{g}")
+                gate[g] = b.op("Add", [gate[g], b.op("Mul", [c, outer_const(f"P{g}", _held(weights, layer, direction, "P", g))], f"pc_{g}")], f"pre2_{g}")
         i = b.activate(act_f, b.clip(clip, gate["i"], "clip_i"), "i")
         if spec.input_forget:  # coupled gates: f = 1 - i, the forget weights unused
             f = b.op("Sub", [b.const("one_f", 1.0), i], "f")
@@ -132,16 +133,16 @@ def _body(weights: RNNWeights, layer: int, direction: str, p: str, elem: int) ->
         g = b.activate(act_g, b.clip(clip, gate["g"], "clip_g"), "g")
         c_new = b.op("Add", [b.op("Mul", [f, c], "fc"), b.op("Mul", [i, g], "ig")], "c_new")
         if spec.peepholes:
-            gate["o"] = b.op("Add", [gate["o"], b.op("Mul", [c_new, outer_const("Po", weights.get(layer, direction, "P", "o"))], "pc_o")], "pre2_o")
+            gate["o"] = b.op("Add", [gate["o"], b.op("Mul", [c_new, outer_const("Po", _held(weights, layer, direction, "P", "o"))], "pc_o")], "pre2_o")
         o = b.activate(act_f, b.clip(clip, gate["o"], "clip_o"), "o")
         h_new = b.op("Mul", [o, b.activate(act_h, c_new, "tc")], "h_full")  # c itself is not clipped (ONNX Runtime)
         if spec.proj_size:
-            h_new = b.op("MatMul", [h_new, outer_const("Pt", weights.proj(layer, direction).T)], "h_proj")
+            h_new = b.op("MatMul", [h_new, outer_const("Pt", _held(weights, layer, direction, "proj").T)], "h_proj")
         updates = [(h_new, h), (c_new, c)]
     elif spec.cell == "gru":
         Rt_rz = outer_const("Rt_rz", weights.stacked(layer, direction, "R", ["r", "z"]).T)
-        Rt_n = outer_const("Rt_n", weights.get(layer, direction, "R", "n").T)
-        bR_n = outer_const("bR_n", weights.get(layer, direction, "bR", "n") if spec.bias else np.zeros(H))
+        Rt_n = outer_const("Rt_n", _held(weights, layer, direction, "R", "n").T)
+        bR_n = outer_const("bR_n", _held(weights, layer, direction, "bR", "n") if spec.bias else np.zeros(H))
         xr, xz, xn = p + "x_r", p + "x_z", p + "x_n"
         b.nodes.extend(_split(xw, [xr, xz, xn], H))
         hr, hz = p + "h_r", p + "h_z"
@@ -172,6 +173,11 @@ def _body(weights: RNNWeights, layer: int, direction: str, p: str, elem: int) ->
     return graph, outer
 
 
+def _held(weights: RNNWeights, layer: int, direction: str, kind: str, gate: str | None = None) -> np.ndarray:
+    """A tensor the spec has, never None: RNNWeights refuses weights that lack one."""
+    return weights[tensor_name(layer, weights.direction_name(direction), kind, gate)]
+
+
 def _hoisted_bias(weights: RNNWeights, layer: int, direction: str) -> np.ndarray:
     """Biases added to the hoisted input product: everything except a GRU's recurrent n bias."""
     spec = weights.spec
@@ -180,9 +186,9 @@ def _hoisted_bias(weights: RNNWeights, layer: int, direction: str) -> np.ndarray
         return np.zeros(len(order) * spec.hidden_size)
     parts = []
     for g in order:
-        bias = weights.get(layer, direction, "bW", g).astype(np.float64)
+        bias = _held(weights, layer, direction, "bW", g).astype(np.float64)
         if not (spec.cell == "gru" and g == "n"):
-            bias = bias + weights.get(layer, direction, "bR", g)
+            bias = bias + _held(weights, layer, direction, "bR", g)
         parts.append(bias)
     return np.concatenate(parts)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from rnnx.errors import RNNXError, shown
 from rnnx.shapes.file_dims import FileDims, dims_text
@@ -241,7 +241,8 @@ def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple
         sizes[label] = list(found) if found else [None, None, None]
         basis[label] = [why] * 3
     defaults = {label: basis[label][0] for label in labels}  # the same at every end
-    layers = ([([{n: t[i] for n, t in base.shapes.items()} for i in range(3)], ("the default profile for weights",) * 3)] if base else [])
+    layers: list[tuple[list[dict[str, Shape]], tuple[str, ...]]] = (
+        [([{n: t[i] for n, t in base.shapes.items()} for i in range(3)], ("the default profile for weights",) * 3)] if base else [])
     layers.append((given, tuple(_given_basis(g) for g in given_from)))
     for shapes_by_end, sources in layers:
         taken: set[tuple[str, int]] = set()  # a label's end set once per layer: the first input that gives it wins
@@ -256,31 +257,28 @@ def _complete(inputs: FileDims, given: list[dict[str, Shape]], given_from: tuple
     for name, dims in inputs.dims.items():
         if not any(isinstance(d, str) for d in dims) and not any(name in g for g in given):
             continue  # a static input needs no profile entry: TensorRT takes its one shape
-        ends = []
+        ends: list[tuple[int | None, ...]] = []
         for end in range(3):
             if name in given[end]:
                 ends.append(tuple(given[end][name]))
                 continue
-            shape = [dim if isinstance(dim, int) else sizes[dim][end] for dim in dims]
-            ends.append(tuple(shape))  # type: ignore[arg-type]
+            ends.append(tuple(dim if isinstance(dim, int) else sizes[dim][end] for dim in dims))
         for d, dim in enumerate(dims):
-            missing = [ENDS[e] for e in range(3) if ends[e][d] is None]
-            if missing:
-                raise RNNXError(_uncovered(inputs, name, d, str(dim), missing))
             lo, opt, hi = (ends[e][d] for e in range(3))
-            if not (0 <= lo <= opt <= hi):  # type: ignore[operator]
+            if lo is None or opt is None or hi is None:
+                raise RNNXError(_uncovered(inputs, name, d, str(dim), [ENDS[e] for e in range(3) if ends[e][d] is None]))
+            if not (0 <= lo <= opt <= hi):
                 label = f" ({shown(dim)})" if isinstance(dim, str) else ""
                 said = _ends_from([basis[dim][e] if isinstance(dim, str) and name not in given[e] else _given_basis(given_from[e])
                                    for e in range(3)])
                 raise RNNXError(f"input {shown(name)} dimension {d}{label}: min {lo}, opt {opt}, max {hi} ({said}): expected 0 <= min <= opt "
                                 f"<= max; give the other ends too (min_shapes=, opt_shapes=, max_shapes=)")
-        chosen[name] = (ends[0], ends[1], ends[2])  # type: ignore[assignment]
+        chosen[name] = cast(Triple, (ends[0], ends[1], ends[2]))  # every end of every dimension is set: a None was refused above
     dimensions = {}
     for label in labels:
-        why = basis[label]
         dimensions[label] = {"role": inputs.roles.get(label, OTHER), "role_from": inputs.role_from.get(label, ""),
                              "min": sizes[label][0], "opt": sizes[label][1], "max": sizes[label][2],
-                             "from": _ends_from(why)}
+                             "from": _ends_from(basis[label])}
     return ProfileChoice(Profile(chosen), dimensions, asked)
 
 
