@@ -26,13 +26,14 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
+from rnnx.check import Case  # noqa: E402
 from rnnx.engines.tensorrt import BuildOptions, plan_build  # noqa: E402
 from rnnx.pipelines.bundle_cases import plan_cases as bundle_cases  # noqa: E402
-from rnnx.shapes.cases import Case, plan_cases  # noqa: E402
 from rnnx.shapes.file_dims import read_file_dims  # noqa: E402
 from rnnx.shapes.rewrite_plan import candidates, plan_shapes, shapes_at  # noqa: E402
 from rnnx.shapes.roles import BATCH, LENGTH, ROLES  # noqa: E402
 from rnnx.streaming import graph_ranks, read_streaming  # noqa: E402
+from rnnx.verify.cases import plan_cases  # noqa: E402
 from rnnx.verify.feeds import make_feed  # noqa: E402
 
 THIRD_PARTY = Path(__file__).resolve().parent / "fixtures" / "third_party"

@@ -1,6 +1,6 @@
 """One check harness: cases run by runners, judged against truths, collected in a report.
 
-- :mod:`rnnx.check.case`: a :class:`Case` (name, feeds, shapes, chunks);
+- :mod:`rnnx.check.case`: a :class:`Case` (name, sizes, shapes, feeds, rows, chunks), every verb's;
 - :mod:`rnnx.check.truths`: what a run is held to (the float64 reference, torch in float32 and
   float64 with its fallback, ONNX's reference evaluator);
 - :mod:`rnnx.check.runners`: every runner, from one registry, each closed when done, untrusted

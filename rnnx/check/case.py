@@ -1,34 +1,80 @@
-"""A case: one set of inputs a check runs, named, with the shapes it has and, for a streaming
-check, the chunk sizes it is cut into."""
+"""A case: one set of inputs a check runs, named, with its sizes and shapes, and what happened
+there. Every verb's cases are this one type: verify's and a rewrite's (sizes by label, shapes by
+input), export's self-check (the rows of its outputs, the shapes ONNX Runtime returned), a
+bundle's golden cases (chunks, each state input's carry) and the harness's own (feeds)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from rnnx.check.judge import Row
+from rnnx.shapes.cases import input_shapes
+
 
 @dataclass
 class Case:
-    """``feeds`` by input name; ``shapes`` each input's (what reports print); ``chunks`` the
-    chunk sizes a streaming case runs in (empty: the whole sequence at once). ``skipped`` says why
-    a case did not run and is no failure (the truth itself refused it); ``error`` why it failed."""
+    """``sizes`` each dynamic dimension's label -> its size; ``shapes`` each input's (what reports
+    print); ``feeds`` by input name; ``rows`` each output held to its truth; ``chunks`` what a
+    streaming case runs in (chunk sizes, or each chunk itself) and ``carry`` each state input ->
+    the output that feeds it the next chunk. ``skipped`` says why a case did not run and is no
+    failure (the truth itself refused it); ``error`` why it failed; ``output_shapes`` what the run
+    returned; ``at_example`` a case at the example's shapes, run where no other case ran."""
 
     name: str
-    feeds: dict[str, Any] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
     shapes: dict[str, list[int]] = field(default_factory=dict)
-    chunks: list[int] = field(default_factory=list)
+    feeds: dict[str, Any] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    chunks: list[Any] = field(default_factory=list)
+    carry: dict[str, str] = field(default_factory=dict)
     skipped: str = ""
     error: str = ""
+    output_shapes: dict[str, list[int]] = field(default_factory=dict)
+    at_example: bool = False
 
     @classmethod
-    def of(cls, name: str, feeds: Mapping[str, Any], chunks: list[int] | None = None) -> Case:
+    def of(cls, name: str, feeds: Mapping[str, Any], chunks: list[Any] | None = None) -> Case:
         """A case whose shapes are its feeds'."""
-        return cls(name, dict(feeds), {k: [int(n) for n in np.shape(v)] for k, v in feeds.items()}, list(chunks or []))
+        return cls(name, shapes={k: [int(n) for n in np.shape(v)] for k, v in feeds.items()}, feeds=dict(feeds), chunks=list(chunks or []))
+
+    @classmethod
+    def at(cls, specs: Sequence[Any], name: str, sizes: Mapping[str, int]) -> Case:
+        """The case ``name`` with every label at ``sizes``: each input's shape worked out
+        (:func:`rnnx.shapes.cases.input_shapes`)."""
+        return cls(name, dict(sizes), input_shapes(specs, sizes))
+
+    @property
+    def passed(self) -> bool:
+        """Decided here for every verb: a skipped case passes (the truth refused it), an error
+        fails, and so does a case where nothing was compared."""
+        return bool(self.skipped) or (not self.error and bool(self.rows) and all(r.passed for r in self.rows))
 
     def where(self) -> str:
         """The case's name and every input's shape: ``batch=1 (x: 1x5x3)``."""
         shapes = ", ".join(f"{k}: " + "x".join(map(str, v)) for k, v in self.shapes.items())
         return f"{self.name} ({shapes})" if shapes else self.name
+
+    def to_json(self, fields: Sequence[str], row_fields: Sequence[str] | None = None, absent: str | None = "", **given: Any) -> dict[str, Any]:
+        """The fields a report's schema pins, in its order: attributes (``passed`` and ``where``
+        too), ``KEY:rows`` for the rows under the report's own key (each :meth:`Row.to_json` of
+        ``row_fields``), ``given`` values where the report computes one itself; an empty
+        ``skipped`` or ``error`` is written ``absent`` (None where the schema says null)."""
+        out: dict[str, Any] = {}
+        for name in fields:
+            key, _, attr = name.partition(":")
+            attr = attr or key
+            if key in given:
+                out[key] = given[key]
+            elif attr == "rows":
+                out[key] = [r.to_json(row_fields) for r in self.rows]
+            elif attr == "where":
+                out[key] = self.where()
+            elif attr in ("skipped", "error"):
+                out[key] = getattr(self, attr) or absent
+            else:
+                out[key] = getattr(self, attr)
+        return out

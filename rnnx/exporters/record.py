@@ -215,7 +215,7 @@ def free_output_dims(proto: Any, cases: Sequence[Any]) -> list[str]:
     an output's batch declared 1 while the input's is dynamic: other runtimes warn on every
     run, or trust the declaration). Named after the input label whose size it took in every
     case, else ``<output>_dim<k>``. Returns what was freed."""
-    ran = [c for c in cases if c.skipped is None and c.error is None and c.output_shapes]
+    ran = [c for c in cases if not c.skipped and not c.error and c.output_shapes]
     freed = []
     for out in proto.graph.output:
         for d, dim in enumerate(out.type.tensor_type.shape.dim):

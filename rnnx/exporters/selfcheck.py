@@ -32,7 +32,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 
 from rnnx import progress
-from rnnx.check import Row, Rule, judge, worst_failure
+from rnnx.check import Case, Row, Rule, judge, worst_failure
 from rnnx.check.runners import Subject, make
-from rnnx.check.truths import TorchTruth, as_float64, float64_copy  # noqa: F401  (float64_copy: the streaming modules import it from here)
+from rnnx.check.truths import TorchTruth, as_float64
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters.bounded import STOPPED, Bounds, Run, bounded_each
 from rnnx.exporters.example_values import draw_floats, draw_integers, integer_summary, value_summary
@@ -74,29 +74,16 @@ def held_to(row: Row) -> str:
     return f"atol {row.atol:g}, rtol {row.rtol:g}, {row.stat}"
 
 
-@dataclass
-class CheckCase:
-    name: str
-    sizes: dict[str, int]
-    shapes: dict[str, list[int]]
-    outputs: list[Row] = field(default_factory=list)  # rnnx.check rows, labelled output and dtype
-    error: str | None = None
-    skipped: str | None = None
-    output_shapes: dict[str, list[int]] = field(default_factory=dict)  # what ONNX Runtime returned, by graph output
-
-    @property
-    def passed(self) -> bool:
-        return self.skipped is not None or (self.error is None and all(o.passed for o in self.outputs))
-
-    def where(self) -> str:
-        return f"{self.name} ({', '.join(f'{k}: ' + 'x'.join(map(str, v)) for k, v in self.shapes.items())})"
+#: A case's fields in the JSON (rnnx/cli/schema/export.json): its rows (one per output, labelled
+#: output and dtype) under "outputs", and what ONNX Runtime returned, by graph output.
+CASE_FIELDS = ("name", "sizes", "shapes", "outputs:rows", "error", "skipped", "output_shapes", "passed")
 
 
 @dataclass
 class SelfCheck:
     """Truthy when at least one case ran and none failed."""
 
-    cases: list[CheckCase] = field(default_factory=list)
+    cases: list[Case] = field(default_factory=list)
     tolerances: Tolerances = field(default_factory=Tolerances)
     notes: list[str] = field(default_factory=list)
     layers: list[dict[str, Any]] = field(default_factory=list)  # the layer-by-layer check, where it ran
@@ -120,7 +107,7 @@ class SelfCheck:
         return self.default.rtol
 
     def __bool__(self) -> bool:
-        ran = [c for c in self.cases if c.skipped is None]
+        ran = [c for c in self.cases if not c.skipped]
         return bool(ran) and all(c.passed for c in ran) and not self.layer_failure and not self.audit_failure
 
     def failure(self) -> str:
@@ -132,10 +119,10 @@ class SelfCheck:
         if self.audit_failure:
             return f"dimension audit: {self.audit_failure}"
         for case in self.cases:
-            if case.skipped is None and not case.passed:
+            if not case.passed:
                 if case.error:
                     return f"self-check at {case.where()}: {case.error}"
-                worst = worst_failure(case.outputs)
+                worst = worst_failure(case.rows)
                 if worst is None:  # no output compared at all
                     return f"self-check at {case.where()}: nothing was compared"
                 return (f"self-check at {case.where()}: output {worst.output!r} differs from torch by {worst.max_abs:.3e} "
@@ -150,8 +137,7 @@ class SelfCheck:
                 "calibrated_multiple": CALIBRATED_MULTIPLE, "tolerances": self.tolerances.to_json(), "notes": self.notes,
                 "layers": self.layers, "layer_failure": self.layer_failure or None,
                 "dimensions": self.dims, "audit_failure": self.audit_failure or None, "nondeterministic": self.nondeterministic,
-                "cases": [asdict(replace(c, outputs=[])) | {"outputs": [o.to_json(OUTPUT_FIELDS) for o in c.outputs], "passed": c.passed}
-                          for c in self.cases]}
+                "cases": [c.to_json(CASE_FIELDS, OUTPUT_FIELDS, absent=None) for c in self.cases]}
 
     def __str__(self) -> str:
         given = f"; set: {', '.join(f'{k}: {v}' for k, v in self.tolerances.to_json().items())}" if self.tolerances else ""
@@ -170,7 +156,7 @@ class SelfCheck:
             elif c.error:
                 verdict = f"FAIL: {c.error}"
             else:
-                worst = max(c.outputs, key=lambda o: (np.isnan(o.max_abs), o.max_abs), default=None)
+                worst = max(c.rows, key=lambda o: (np.isnan(o.max_abs), o.max_abs), default=None)
                 verdict = "ok" if c.passed else "FAIL"
                 if worst is not None:
                     ratio = f", {worst.ratio:.2g}x its floor" if worst.ratio is not None and c.passed else ""
@@ -354,7 +340,7 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
     try:
         runner = make("ort", Subject(model=path, trusted=True))  # the file rnnx just wrote
     except RNNXError as exc:  # rnnx wrote a graph ONNX Runtime cannot load: the check has failed
-        check.cases.append(CheckCase("loading", {}, {leaf.name: list(leaf.value.shape) for leaf in leaves if leaf.is_tensor}, error=str(exc)))
+        check.cases.append(Case("loading", {}, {leaf.name: list(leaf.value.shape) for leaf in leaves if leaf.is_tensor}, error=str(exc) or repr(exc)))
         return check
     check.notes += getattr(runner, "notes", [])
     # The user's own example exactly as given comes first: a file that refuses it (a size-1
@@ -363,7 +349,7 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
         name, values, want, want64 = truth.name, truth.values, truth.want, truth.want64
         progress.step(f"checking in ONNX Runtime at {name}")
         tensors = [v for v in values if isinstance(v, torch.Tensor)]
-        case = CheckCase(name, truth.sizes, {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)})
+        case = Case(name, truth.sizes, {leaf.name: list(v.shape) for leaf, v in zip(leaves, values) if isinstance(v, torch.Tensor)})
         check.cases.append(case)
         if truth.skipped is not None:
             case.skipped = truth.skipped
@@ -374,7 +360,7 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
         try:
             got = runner(dict(zip(runner.input_names, (t.numpy() for t in tensors))))
         except RNNXError as exc:
-            case.error = str(exc)
+            case.error = str(exc) or repr(exc)  # "" would read as no error
             continue
         case.output_shapes = {name: [int(n) for n in np.shape(value)] for name, value in got.items()}
         if len(got) != len(want):
@@ -383,8 +369,8 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
         if want64 is not None and len(want64) != len(want):
             want64 = None
         for i, (out_name, g) in enumerate(got.items()):
-            case.outputs.append(compare_output(out_name, np.asarray(g), want[i], check, want64[i] if want64 is not None else None,
-                                               (given or {}).get(i)))
+            case.rows.append(compare_output(out_name, np.asarray(g), want[i], check, want64[i] if want64 is not None else None,
+                                            (given or {}).get(i)))
     return check
 
 
@@ -392,7 +378,7 @@ def example_finite(check: SelfCheck) -> bool:
     """Whether the example's case ran, with every output finite in torch (the example's torch
     outputs are compared first, so a non-finite one shows as a NaN error there)."""
     first = check.cases[0] if check.cases else None
-    return first is not None and first.name == EXAMPLE_CASE and first.skipped is None and all(np.isfinite(o.max_abs) for o in first.outputs)
+    return first is not None and first.name == EXAMPLE_CASE and not first.skipped and all(np.isfinite(o.max_abs) for o in first.rows)
 
 
 def compare_output(name: str, got: np.ndarray, want: Any, check: SelfCheck, want64: Any = None, given: float | None = None) -> Row:

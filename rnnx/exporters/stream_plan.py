@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from rnnx import progress
+from rnnx.check import Case
 from rnnx.check.truths import TorchTruth, as_float64
 from rnnx.engines.chunk_divergence import first_divergence
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import shapes
-from rnnx.exporters.selfcheck import CheckCase, SelfCheck, compare_output, example_sizes, fresh_inputs, run_eager
+from rnnx.exporters.selfcheck import SelfCheck, compare_output, example_sizes, fresh_inputs, run_eager
 from rnnx.exporters.stream_context import ConvCache
 from rnnx.exporters.stream_loops import Loop, LoopState
 from rnnx.exporters.stream_running import RunningState
@@ -192,11 +193,11 @@ class StreamPlan:
                 if want is None:
                     error = f"the torch model raised {one_line(exc, CAUSE_CHARS, typed=True)} on the whole sequence"
                     for chunk in STREAM_CHUNKS:
-                        check.cases.append(CheckCase(_case_name(chunk * record.multiple, frames, batch), sizes, shown, error=error))
+                        check.cases.append(Case(_case_name(chunk * record.multiple, frames, batch), sizes, shown, error=error))
                     continue
             for chunk in (c * record.multiple for c in STREAM_CHUNKS):
                 progress.step(f"checking streaming in chunks of {chunk}" + (f" at batch {batch}" if batch else ""))
-                case = CheckCase(_case_name(chunk, frames, batch), sizes, shown)
+                case = Case(_case_name(chunk, frames, batch), sizes, shown)
                 check.cases.append(case)
                 self._run_chunks(case, check, runner, leaves, values, chunk, frames, want, want64)
                 if failed is None and not case.passed and chunk < frames:
@@ -227,7 +228,7 @@ class StreamPlan:
         pairs = [(s.input, s.output) for s in record.states]
         return first_divergence(onnx.load(str(path)), feed, axes, pairs, chunk, OnnxRuntimeRunner)
 
-    def _run_chunks(self, case: CheckCase, check: SelfCheck, runner: Any, leaves: Sequence[shapes.Leaf], values: list[Any], chunk: int,
+    def _run_chunks(self, case: Case, check: SelfCheck, runner: Any, leaves: Sequence[shapes.Leaf], values: list[Any], chunk: int,
                     frames: int, want: list[Any], want64: list[Any] | None) -> None:
         import torch
 
@@ -243,7 +244,7 @@ class StreamPlan:
         if not case.error and len(runner.output_names) != len(want):
             case.error = f"the ONNX model has {len(runner.output_names)} outputs, the torch model returned {len(want)} tensors"
         for i, name in enumerate(runner.output_names if not case.error else ()):
-            case.outputs.append(compare_output(name, got[name], want[i], check, want64[i] if want64 is not None and len(want64) == len(want) else None))
+            case.rows.append(compare_output(name, got[name], want[i], check, want64[i] if want64 is not None and len(want64) == len(want) else None))
 
 
 GUESS = -1  # an output's time axis read from the chunks' sizes (its dims are not named)

@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.check import Rule, judge
+from rnnx.check import Case, Rule, judge
 from rnnx.check.runners import Subject, make
 from rnnx.errors import BudgetExceeded, RNNXError
-from rnnx.shapes.cases import Case as InputCase
 from rnnx.shapes.file_dims import label_sizes
 from rnnx.shapes.profiles import ProfileChoice, shapes_text
 from rnnx.shapes.sizes import BUNDLE_CHUNKS, multiple_of
@@ -32,17 +31,13 @@ MAX_CASE_VALUES = 1 << 24  # per case, all inputs together: a profile corner lar
 
 @dataclass
 class Chunk:
+    """One run of a case (:class:`rnnx.check.Case`, whose ``chunks`` they are; a stream's
+    ``carry`` says which state input each later chunk takes from which output of the one before)."""
+
     shapes: dict[str, list[int]]
     feed: dict[str, np.ndarray]  # every input; a later chunk's states are the reference chain's (for Polygraphy)
     golden: dict[str, np.ndarray] = field(default_factory=dict)
     floors: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Case:
-    name: str
-    chunks: list[Chunk]
-    carry: dict[str, str] = field(default_factory=dict)  # state input -> the output that feeds it next chunk
 
 
 def plan_cases(proto: Any, specs: list[Any], choice: ProfileChoice | None, example: dict[str, list[int]], record: Any, seed: int,
@@ -66,7 +61,7 @@ def plan_cases(proto: Any, specs: list[Any], choice: ProfileChoice | None, examp
         if sum(math.prod(s) for s in shapes.values()) > MAX_CASE_VALUES:  # Python's ints: np.prod wraps past 2^63 to a small number
             notes.append(f"the {name} case ({shapes_text(shapes)}) holds over {MAX_CASE_VALUES} values: left out")
             continue
-        case = Case(name, [Chunk(shapes, _feed(specs, shapes, seed + k))]) if record is None else \
+        case = Case(name, chunks=[Chunk(shapes, _feed(specs, shapes, seed + k))]) if record is None else \
             _stream_case(name, specs, shapes, record, seed + k, choice)
         if any([c.shapes for c in case.chunks] == [c.shapes for c in other.chunks] for other in cases):
             continue  # a stream at the example's batch is the min corner's stream too
@@ -96,7 +91,7 @@ def _stream_case(name: str, specs: list[Any], shapes: dict[str, list[int]], reco
         for s in record.states:
             feed[s.input] = np.zeros(at[s.input], dtype=feed[s.input].dtype)
         chunks.append(Chunk(at, feed))
-    return Case(f"{name} stream", chunks, states)
+    return Case(f"{name} stream", chunks=chunks, carry=states)
 
 
 def _within(name: str, axis: int, frames: int, choice: ProfileChoice | None, multiple: int) -> int:
@@ -108,7 +103,7 @@ def _within(name: str, axis: int, frames: int, choice: ProfileChoice | None, mul
 
 
 def _feed(specs: list[Any], shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
-    return make_feed(specs, InputCase("bundle", label_sizes(specs, shapes), shapes), {}, seed)  # the sizes bound a lengths input
+    return make_feed(specs, Case("bundle", label_sizes(specs, shapes), shapes), {}, seed)  # the sizes bound a lengths input
 
 
 # --- the reference and the floors -----------------------------------------------------------------

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from rnnx._version import __version__
+from rnnx.check import Case
 from rnnx.engines import trtexec, trtexec_flags
 from rnnx.fileio import file_sha256
 from rnnx.formats.onnx_read import load_model, value_dims
 from rnnx.graphs.legalize import model_opset
-from rnnx.pipelines.bundle_cases import Case
 from rnnx.pipelines.bundle_folder import WRITTEN_BY
 from rnnx.shapes.roles import LENGTH
 from rnnx.tolerance import CALIBRATED_MULTIPLE

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rnnx import limits
-from rnnx.check import Row, worst_failure
+from rnnx.check import Case, Row, worst_failure
 from rnnx.check.report import NOTHING_CHECKED
 from rnnx.check.runners import Subject, close, make
 from rnnx.check.stack import ROW_FIELDS, compare, describe
@@ -64,20 +64,9 @@ def check_rewrite_size(model: Any, source: Any, lowered: int = 0) -> None:
 # --- the shapes -----------------------------------------------------------------------------
 
 
-@dataclass
-class CheckCase:
-    """One shape of the check, and what happened there."""
-
-    name: str
-    sizes: dict[str, int]  # each dynamic dimension's label -> its size
-    shapes: dict[str, list[int]]  # each graph input's shape
-    rows: list[Row] = field(default_factory=list)
-    skipped: str = ""  # the input model refuses this shape: not the rewrite's doing
-    error: str = ""  # the rewrite failed where the input model ran: a failure
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.skipped) or (not self.error and bool(self.rows) and all(r.passed for r in self.rows))
+#: A case's fields in the JSON (rnnx/cli/schema/fuse.json and lower.json): ``skipped`` where the input model
+#: refuses the shape (not the rewrite's doing), ``error`` where the rewrite failed where it ran.
+CASE_FIELDS = ("name", "sizes", "shapes", "where", "passed", "skipped", "error")
 
 
 @dataclass
@@ -89,7 +78,7 @@ class RewriteCheck:
     label: str
     dims: dict[str, list[int | str]] = field(default_factory=dict)
     roles: dict[str, str] = field(default_factory=dict)
-    cases: list[CheckCase] = field(default_factory=list)
+    cases: list[Case] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # shapes the input model refused while rnnx looked for one it runs
     notes: list[str] = field(default_factory=list)
 
@@ -105,7 +94,7 @@ class RewriteCheck:
         ran = [c for c in self.cases if not c.skipped]
         return bool(ran) and all(c.passed for c in ran)
 
-    def where(self, case: CheckCase) -> str:
+    def where(self, case: Case) -> str:
         """``x[batch=1, 80, seq=16], h[batch=1, 16]``: each input's shape, each dynamic size by its label."""
         return ", ".join(f"{shown(name, quoted=False)}[{', '.join(_dim_text(d, s) for d, s in zip(self.dims.get(name, shape), shape))}]"
                          for name, shape in case.shapes.items())
@@ -129,8 +118,7 @@ class RewriteCheck:
                 rows.append({"case": case.name, "shapes": case.shapes, **row})
         return {
             "passed": bool(self), "tolerances": tolerances or {}, "dims": self.dims, "roles": self.roles,
-            "cases": [{"name": c.name, "sizes": c.sizes, "shapes": c.shapes, "where": self.where(c), "passed": c.passed,
-                       "skipped": c.skipped or None, "error": c.error or None} for c in self.cases],
+            "cases": [c.to_json(CASE_FIELDS, absent=None, where=self.where(c)) for c in self.cases],
             "rows": rows, "refused": self.refused, "notes": self.notes,
         }
 
@@ -211,7 +199,7 @@ def compare_models(original: Any, rewritten: Any, seed: int = 0, label: str = "t
 
 # a case, its feeds, the input model's outputs (or refusal) for each, and its outputs on the feeds
 # nudged by one ulp (the rounding floor of the calibrated rule; None where that run failed)
-_Run = tuple[CheckCase, list[dict[str, np.ndarray]], list[Any], list[Any]]
+_Run = tuple[Case, list[dict[str, np.ndarray]], list[Any], list[Any]]
 
 
 def _too_large(plan: ShapePlan, shapes: dict[str, list[int]], budget: int) -> bool:
@@ -224,7 +212,7 @@ def _run_original(model: Any, plan: ShapePlan, runner: Any, name: str, sizes: di
     """The input model at ``sizes``: with boolean inputs twice (all true, all false). A run it
     refuses is the case's ``skipped``."""
     shapes = shapes_at(plan, sizes)
-    case = CheckCase(name, sizes, shapes)
+    case = Case(name, sizes, shapes)
     if _too_large(plan, shapes, budget):
         case.skipped = "its inputs would pass the memory budget"
         return case, [], [], []
@@ -308,7 +296,7 @@ def _first_case(model: Any, plan: ShapePlan, check: RewriteCheck, runner: Any, s
                     f"(ONNX Runtime: {first_error}); give shapes it takes with dims=LABEL=SIZE or input_shapes=NAME:SHAPE")
 
 
-def _compare(check: RewriteCheck, case: CheckCase, runs: list[dict[str, np.ndarray]], want: list[Any], honest: list[Any], after: Any,
+def _compare(check: RewriteCheck, case: Case, runs: list[dict[str, np.ndarray]], want: list[Any], honest: list[Any], after: Any,
              tolerances: Tolerances | None, half: bool = False) -> None:
     """``half``: the graph computes in float16 (float32 at its edges or not): its floating
     outputs are held at float16's floor, the precision they were computed in."""

@@ -11,7 +11,7 @@ and which sizes to try. The answers are here, so that a fix reaches every verb:
 - :mod:`rnnx.shapes.file_dims`: the one reading of an ONNX file's inputs: dims, roles (the
   export record, else the name, else the wiring) and where each was read, the recorded
   example, derived dimensions (``(seq - 3)//2 + 1``), and the feed a probe runs the file with;
-- :mod:`rnnx.shapes.cases`: verify's cases;
+- :mod:`rnnx.shapes.cases`: the sizes of verify's cases;
 - :mod:`rnnx.shapes.profiles`: the TensorRT profile (``rnnx build``, ``rnnx bundle``), its
   lengths' min and max asked of the file through a probe the engines give
   (:mod:`rnnx.engines.shape_probe`: ONNX Runtime and ONNX's reference evaluator);

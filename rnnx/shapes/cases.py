@@ -1,5 +1,6 @@
-"""verify's cases: the lengths x batches a whole model is checked at, the other dynamic sizes held
-at the example's (or the sizes given), every input's shape worked out per case.
+"""verify's cases' sizes: the lengths x batches a whole model is checked at, the other dynamic
+sizes held at the example's (or the sizes given), and every input's shape worked out at them
+(the cases themselves are :class:`rnnx.check.Case`, made by :mod:`rnnx.verify.cases`).
 
 The roles come from :func:`rnnx.shapes.file_dims.read_file_dims`; the sizes from
 :mod:`rnnx.shapes.sizes` (``VERIFY_BATCHES``, ``VERIFY_LENGTH``).
@@ -8,28 +9,18 @@ The roles come from :func:`rnnx.shapes.file_dims.read_file_dims`; the sizes from
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from itertools import product
 
 from rnnx.errors import RNNXError
-from rnnx.shapes.file_dims import InputSpec, label_sizes, size_of
+from rnnx.shapes.file_dims import InputSpec, size_of
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import VERIFY_BATCHES, VERIFY_LENGTH
 
 
-@dataclass
-class Case:
-    name: str
-    sizes: dict[str, int]
-    shapes: dict[str, list[int]] = field(default_factory=dict)
-    skipped: str = ""  # the torch model itself raised at these shapes
-    error: str = ""  # ONNX Runtime failed where torch ran: a failure
-    at_example: bool = False  # the example's shapes, run because the torch model took none of the sizes verify chose
-
-
-def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str, list[int]], seq_lens: list[int] | None,
-               batches: list[int] | None, dims: dict[str, int]) -> list[Case]:
-    """Lengths x batches; other dynamic sizes fixed from ``dims`` or the example."""
+def plan_sizes(specs: list[InputSpec], roles: dict[str, str], example: dict[str, list[int]], seq_lens: list[int] | None,
+               batches: list[int] | None, dims: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
+    """Each case's name and sizes: lengths x batches; other dynamic sizes fixed from ``dims`` or the example."""
     base: dict[str, int] = {}
     for spec in specs:
         for d, dim in enumerate(spec.dims):
@@ -68,7 +59,7 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
         length_options = [{label: base.get(label, VERIFY_LENGTH) for label in length_labels},
                           {label: 2 * base.get(label, VERIFY_LENGTH) + 3 for label in length_labels}]
     batch_options = list(batches or VERIFY_BATCHES)
-    cases = []
+    cases: list[tuple[str, dict[str, int]]] = []
     seen = set()
     for lens, b in product(length_options, batch_options if batch_labels else [None]):
         sizes = {**fixed, **lens, **({label: b for label in batch_labels} if b is not None else {})}
@@ -78,31 +69,20 @@ def plan_cases(specs: list[InputSpec], roles: dict[str, str], example: dict[str,
         seen.add(key)
         name = ", ".join([f"{k}={v}" for k, v in lens.items()] + ([f"batch={b}"] if b is not None else [])
                          + [f"{k}={v}" for k, v in dims.items()]) or "fixed shapes"
-        cases.append(case_at(specs, name, sizes))
+        cases.append((name, sizes))
     return cases
 
 
-def case_at(specs: list[InputSpec], name: str, sizes: dict[str, int]) -> Case:
-    """The case ``name`` with every label at ``sizes``: each input's shape worked out."""
-    case = Case(name, dict(sizes))
+def input_shapes(specs: Sequence[InputSpec], sizes: Mapping[str, int]) -> dict[str, list[int]]:
+    """Each input's shape with every label at ``sizes``."""
+    shapes = {}
     for spec in specs:
-        shape = [size_of(dim, sizes) for dim in spec.dims]
+        shape = [size_of(dim, dict(sizes)) for dim in spec.dims]
         if any(s is None for s in shape):
             bad = next(dim for dim, s in zip(spec.dims, shape) if s is None)
             raise RNNXError(f"dimension {bad!r} of input {spec.name!r}: rnnx cannot work out its size; give it with dims=LABEL=SIZE")
-        case.shapes[spec.name] = [int(s) for s in shape]  # type: ignore[arg-type]
-    return case
-
-
-def example_case(specs: list[InputSpec], shapes: dict[str, list[int]]) -> Case | None:
-    """The case at the example's ``shapes`` (each label at its size there), run where nothing else
-    is known; None where an input's example shape is not known."""
-    try:
-        case = case_at(specs, "the example's shapes", label_sizes(specs, shapes))
-    except RNNXError:
-        return None
-    case.at_example = True
-    return case
+        shapes[spec.name] = [int(s) for s in shape]  # type: ignore[arg-type]
+    return shapes
 
 
 def shape_note(roles: dict[str, str]) -> str:

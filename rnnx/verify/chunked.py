@@ -36,12 +36,12 @@ from rnnx.exporters.call_record import read_call
 from rnnx.exporters.stream_plan import GUESS, run_in_chunks
 from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_read import value_dims
-from rnnx.shapes.cases import plan_cases
 from rnnx.shapes.file_dims import read_file_dims
 from rnnx.shapes.roles import BATCH, LENGTH
 from rnnx.shapes.sizes import STREAM_BATCHES, VERIFY_CHUNKS, multiple_of
 from rnnx.streaming import graph_ranks, read_streaming
 from rnnx.tolerance import Tolerances
+from rnnx.verify.cases import plan_cases
 from rnnx.verify.feeds import make_feed
 
 MIN_FRAMES = 19  # the sequence is at least this long, and longer than the largest chunk so that it is cut

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.check import Case
 from rnnx.exporters.example_values import draw_floats, draw_integers, integer_summary, value_summary
-from rnnx.shapes.cases import Case
 from rnnx.shapes.file_dims import InputSpec
 
 

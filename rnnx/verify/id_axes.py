@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.check import Case
 from rnnx.errors import RNNXError
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.example_values import integer_summary
-from rnnx.shapes.cases import case_at
 from rnnx.shapes.file_dims import InputSpec, label_sizes
 from rnnx.verify.calls import Call, torch_outputs
 from rnnx.verify.feeds import make_feed
@@ -153,7 +153,7 @@ def _example_feed(specs: list[InputSpec], shapes: dict[str, list[int]], example:
     """Inputs at the example's shapes: the model's own example where it has one, else drawn as
     verify draws (each id input holding its largest id once, so that a cut axis is passed)."""
     try:
-        drawn = make_feed(specs, case_at(specs, "the example", label_sizes(specs, shapes)), example, seed)
+        drawn = make_feed(specs, Case.at(specs, "the example", label_sizes(specs, shapes)), example, seed)
     except RNNXError:
         return None  # an input whose example shape nothing gives: nothing to ask from
     feed = {}

@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from rnnx.check import Case
 from rnnx.errors import NOTE_CHARS, RNNXError, one_line
 from rnnx.exporters.audit import DimensionAudit
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.shapes import Leaf
-from rnnx.shapes.cases import Case, case_at
 from rnnx.shapes.file_dims import FROM_RECORD, FileDims, InputSpec
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import multiple_of
@@ -82,7 +82,7 @@ class DimSource:
 
 @dataclass
 class ModelDims:
-    """The file's inputs as the torch model sizes them, for :func:`rnnx.shapes.cases.plan_cases`."""
+    """The file's inputs as the torch model sizes them, for :func:`rnnx.verify.cases.plan_cases`."""
 
     specs: list[InputSpec]
     roles: dict[str, str]
@@ -132,7 +132,7 @@ class ModelDims:
             spelled = "batch" if self.roles.get(label) == BATCH else label  # verify's case names call every batch "batch"
             old = f"{spelled}={case.sizes[label]}"
             name = case.name.replace(old, f"{spelled}={size}") if old in case.name else f"{case.name}, {label}={size}"
-            other = case_at(specs, name, {**case.sizes, label: size})
+            other = Case.at(specs, name, {**case.sizes, label: size})
             try:
                 runs_at(other)
             except Exception:  # noqa: BLE001  the user's model may raise anything: not a size it takes either
@@ -158,7 +158,7 @@ class ModelDims:
         if not said:
             return None
         name = case.name + "".join(f", {k}={v}" for k, v in sizes.items() if v != case.sizes.get(k))
-        return case_at(specs, name, sizes), ("; ".join(said) + ": the torch model raised with them apart, and takes them tied; "
+        return Case.at(specs, name, sizes), ("; ".join(said) + ": the torch model raised with them apart, and takes them tied; "
                                              "the file's labels do not say so")
 
     def refusal(self, case: Case, refused: bool) -> str:

@@ -4,15 +4,16 @@ first layer that drifts."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from rnnx.check import Row, Verdict
-from rnnx.shapes.cases import Case
+from rnnx.check import Case, Row, Verdict
 from rnnx.verify.layers import LayerCheck
 
 #: A row's fields in the JSON report (rnnx/cli/schema/verify.json): its labels, then every statistic.
 ROW_FIELDS = ("case", "output", "against", "**stats")
+#: A case's fields there: its sizes and shapes, and why it was skipped or failed ("" where not).
+CASE_FIELDS = ("name", "sizes", "shapes", "skipped", "error", "at_example")
 
 
 @dataclass
@@ -58,7 +59,7 @@ class WholeModelReport(Verdict):
     def to_json(self) -> dict[str, Any]:
         first = self.first_drift
         return {"model": self.model, "against": self.against, "self_check": self.self_check, "passed": self.passed, "inputs": self.inputs, "roles": self.roles,
-                "cases": [asdict(c) for c in self.cases], "rows": [r.to_json(ROW_FIELDS) for r in self.rows],
+                "cases": [c.to_json(CASE_FIELDS) for c in self.cases], "rows": [r.to_json(ROW_FIELDS) for r in self.rows],
                 "layers": [la.to_json() for la in self.layers], "first_drift": first.name if first else None, "notes": self.notes,
                 "called": self.called, "dimensions": self.dimensions, "refused": self.refused or None,
                 "not_varied": self.not_varied}

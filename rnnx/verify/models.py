@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from rnnx import limits, progress
-from rnnx.check import Rule, judge
+from rnnx.check import Case, Rule, judge
 from rnnx.check.runners import Subject, make
 from rnnx.check.truths import TorchTruth
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
@@ -49,11 +49,12 @@ from rnnx.formats.onnx_lazy import for_runtime
 from rnnx.formats.onnx_metadata import read_metadata
 from rnnx.formats.onnx_read import load_model as load_onnx, to_array
 from rnnx.graphs.precision import computes_in_float16
-from rnnx.shapes.cases import Case, case_at, example_case, plan_cases, shape_note
+from rnnx.shapes.cases import shape_note
 from rnnx.shapes.file_dims import InputSpec, read_file_dims
 from rnnx.shapes.roles import BATCH, LENGTH
 from rnnx.tolerance import Tolerances
 from rnnx.verify.calls import plan_call, torch_outputs
+from rnnx.verify.cases import example_case, plan_cases
 from rnnx.verify.feeds import make_feed
 from rnnx.verify.id_axes import IdAxes, find_id_axes, torch_runs
 from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
@@ -175,7 +176,7 @@ def _cases_by_model(asked: ModelDims, shapes: dict[str, list[int]], seq_lens: li
     for label, sizes in asked.extra.items():
         for size in sizes:
             name = f"{label}={size}" if cases[0].name == "fixed shapes" else f"{cases[0].name}, {label}={size}"
-            cases.append(case_at(asked.specs, name, {**cases[0].sizes, label: size}))
+            cases.append(Case.at(asked.specs, name, {**cases[0].sizes, label: size}))
     return cases
 
 

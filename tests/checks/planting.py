@@ -522,7 +522,7 @@ def run_export(family: Family, folder: Path, mistake: Mistake | None = None, see
         except ExportCheckFailed as exc:
             report, failed = exc.report, True
     check = report.check
-    outs = [o.ratio for c in check.cases for o in c.outputs]
+    outs = [o.ratio for c in check.cases for o in c.rows]
     layers = [la.get("ratio") for la in check.layers]
     # Where a route's file fails its self-check, rnnx.export tries the next route (dynamo, dynamo
     # with unneeded dimensions static, TorchScript): each carries the planted stand-in weights;

@@ -165,8 +165,8 @@ def test_an_honest_model_exports_the_same_file_with_probes_in_children_or_in_pro
     assert in_children.written and in_children.passed and in_process.written
     assert in_children.axes == in_process.axes == {"x": {0: "batch", 1: "seq"}}
     assert in_children.check.dims == in_process.check.dims
-    assert [(c.name, c.skipped, [o.max_abs for o in c.outputs]) for c in in_children.check.cases] == \
-        [(c.name, c.skipped, [o.max_abs for o in c.outputs]) for c in in_process.check.cases]
+    assert [(c.name, c.skipped, [o.max_abs for o in c.rows]) for c in in_children.check.cases] == \
+        [(c.name, c.skipped, [o.max_abs for o in c.rows]) for c in in_process.check.cases]
     assert (tmp_path / "children.onnx").read_bytes() == (tmp_path / "in_process.onnx").read_bytes()
 
 

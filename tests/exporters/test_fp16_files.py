@@ -49,7 +49,7 @@ def test_export_fp16_writes_a_float16_file_checked_against_float64(keep: bool, t
     inputs, outputs, weights = _io(path)
     assert report.passed and inputs == [("feats", edge)] and outputs[0][1] == edge
     assert weights == {TensorProto.FLOAT16}  # every weight rounded to float16 once
-    rows = [o for c in report.check.cases for o in c.outputs]
+    rows = [o for c in report.check.cases for o in c.rows]
     assert rows and all(o.floor is not None and o.ratio <= 16 for o in rows)
     # what the file computes, against the float32 model in float64: float16's error, not float32's
     runner = OnnxRuntimeRunner(path)

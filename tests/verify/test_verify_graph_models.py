@@ -25,8 +25,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
+from rnnx.check import Case  # noqa: E402
 from rnnx.cli.main import main  # noqa: E402
-from rnnx.shapes.cases import Case  # noqa: E402
 from rnnx.shapes.file_dims import InputSpec  # noqa: E402
 from rnnx.verify.feeds import make_feed  # noqa: E402
 from rnnx.verify.models import verify_model  # noqa: E402

@@ -214,7 +214,7 @@ def test_refusals_are_one_line(foreign: tuple[Path, Path], exported: dict[str, t
 
 
 def test_inputs_are_seeded_and_lengths_fill_the_sequence() -> None:
-    from rnnx.shapes.cases import Case
+    from rnnx.check import Case
     from rnnx.shapes.file_dims import InputSpec
     from rnnx.verify.feeds import make_feed
 
