@@ -62,3 +62,23 @@ def model_file(path: Path, source: str) -> dict[str, Any]:
     namespace: dict[str, Any] = {}
     exec(compile(source, str(path), "exec"), namespace)  # noqa: S102  the test's own model code
     return namespace
+
+
+def rnnx_in_process(*args: object) -> subprocess.CompletedProcess[str]:
+    """``python -m rnnx ARGS`` run in this process (rnnx.cli.main, its stdout and stderr
+    caught), answered as subprocess.run answers: for tests about what a verb does, not about
+    the process, without the 2-3 s a new process takes to import torch and rnnx. Not for
+    --time-limit/--max-memory runs meant to be killed, signals, environment variables or
+    tracebacks: those keep a real subprocess."""
+    import contextlib
+    import io
+
+    from rnnx.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as stop:  # argparse's usage errors
+            code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 2
+    return subprocess.CompletedProcess(["rnnx", *map(str, args)], code, out.getvalue(), err.getvalue())

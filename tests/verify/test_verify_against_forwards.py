@@ -5,7 +5,7 @@ among the arguments, a dict of tensors, ``forward(self, *tensors)``.
 ``rnnx export`` records how it called the model (the ``rnnx.call`` entry,
 :mod:`rnnx.exporters.record`), and verify calls the torch model the same way. Each model
 below is written to a .py file as other authors write them, exported with ``rnnx.export``,
-then verified by the command line in a subprocess at batch 1 and larger, at lengths 1 and
+then verified by the command line (rnnx.cli.main, in-process) at batch 1 and larger, at lengths 1 and
 more; the same class with other weights must fail (exit 1), a model whose forward binds the
 call differently is refused in one line (exit 2), and files without the record keep the
 call they had before.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import json
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from rnnx.errors import RNNXError  # noqa: E402
 from rnnx.exporters import call_record  # noqa: E402
 from rnnx.exporters.loading import load_model  # noqa: E402
 from rnnx.verify.calls import plan_call  # noqa: E402
-from tests.helpers import MadeOnFirstUse  # noqa: E402
+from tests.helpers import MadeOnFirstUse, rnnx_in_process  # noqa: E402
 
 MODELS = '''
 import torch
@@ -210,7 +209,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Pat
 
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rnnx", "verify", *map(str, args)], capture_output=True, text=True, timeout=600)
+    # in-process: what is checked is the call verify makes, not the process (the verify verb's
+    # subprocess tests are in tests/verify/test_verify.py); 13 new processes cost ~35 s of CPU
+    return rnnx_in_process("verify", *args)
 
 
 def _record(path: Path) -> call_record.CallRecord:
