@@ -86,13 +86,7 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     the input runs (see :mod:`rnnx.pipelines.rewrite_check`); ``dims`` sets a dynamic
     dimension's size by its label, ``input_shapes`` an input's whole shape (a shape under the
     key None: the one input of a model that has one)."""
-    source, output = Path(source), Path(output)
-    refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
-    progress.step(f"reading {source.name}")
-    original = load_model(source)
-    check_rewrite_size(original, source)
-    if dims or input_shapes:  # a size that names nothing in the file is refused before any work
-        plan_shapes(original, dims=dims, input_shapes=input_shapes)
+    original = read_source(Path(source), Path(output), dims, input_shapes)
     drop_newer_attributes(original, strict=False)  # a graph from another tool: repair what the converter left, refuse nothing
     before = _count_nodes(original)
     model, passes = run_fuse_passes(copy.deepcopy(original))
@@ -102,11 +96,32 @@ def fuse_file(source: Path, output: Path, check: bool = True, seed: int = 0, tol
     report = FuseReport(str(output), before, _count_nodes(model), found["cells"], found["chains"], found["loops"], found["bidirectional"],
                         left_alone=passes.left_alone, tolerances=tolerances.to_json() if tolerances else {},
                         native=sum(n.op_type in NATIVE_OPS for g in all_graphs(model.graph) for n in g.node))
-    if check and passes.changed:
+    report.check = write_checked(original, model, Path(source), Path(output), "fused", check and passes.changed, seed, tolerances, dims, input_shapes)
+    return report
+
+
+def read_source(source: Path, output: Path, dims: dict[str, int] | None, input_shapes: dict[str | None, list[int]] | None, lowering: bool = False) -> Any:
+    """The model at ``source`` to rewrite into ``output`` (refused before any work where ``output``
+    would overwrite it, it is too large to check, or a size names nothing in it): fuse's and lower's."""
+    refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
+    progress.step(f"reading {source.name}")
+    original = load_model(source)
+    check_rewrite_size(original, source, lowered=sum(n.op_type in NATIVE_OPS for g in all_graphs(original.graph) for n in g.node) if lowering else 0)
+    if dims or input_shapes:
+        plan_shapes(original, dims=dims, input_shapes=input_shapes)
+    return original
+
+
+def write_checked(original: Any, model: Any, source: Path, output: Path, done: str, check: bool, seed: int, tolerances: Tolerances | None,
+                  dims: dict[str, int] | None, input_shapes: dict[str | None, list[int]] | None) -> RewriteCheck | None:
+    """Write ``model`` to ``output`` where, with ``check``, it holds against ``original`` in ONNX
+    Runtime; else raise :class:`~rnnx.pipelines.rewrite_check.RewriteDiffers` (``done``: what was done to it) and write nothing."""
+    report = None
+    if check:
         progress.step("checking against the input in ONNX Runtime")
-        report.check = compare_models(original, model, seed, str(source), tolerances, dims, input_shapes)
-        if not report.check:
-            raise RewriteDiffers(f"the fused model differs from {source} in ONNX Runtime ({report.check.failure()}); nothing was written", report.check)
+        report = compare_models(original, model, seed, str(source), tolerances, dims, input_shapes)
+        if not report:
+            raise RewriteDiffers(f"the {done} model differs from {source} in ONNX Runtime ({report.failure()}); nothing was written", report)
     progress.step(f"writing {output.name}")
     save_model(model, output)
     return report

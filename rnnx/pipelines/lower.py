@@ -13,16 +13,12 @@ from rnnx import progress
 from rnnx.engines.tensorrt_parser import parser_for, parser_verdicts
 from rnnx.engines.tensorrt_parser_rules import DIFFERS, REFUSED
 from rnnx.errors import RNNXError
-from rnnx.fileio import refuse_overwriting
-from rnnx.formats.onnx_build import save_model
 from rnnx.formats.onnx_prune import prune
-from rnnx.formats.onnx_read import data_files, load_model
-from rnnx.graphs.index import all_graphs
 from rnnx.graphs.lower import lower_recurrences
 from rnnx.layouts.onnx import NATIVE_OPS
 from rnnx.pass_result import Declined
-from rnnx.pipelines.rewrite_check import RewriteCheck, RewriteDiffers, check_rewrite_size, compare_models
-from rnnx.shapes.rewrite_plan import plan_shapes
+from rnnx.pipelines.fuse import read_source, write_checked
+from rnnx.pipelines.rewrite_check import RewriteCheck
 from rnnx.tolerance import Tolerances
 
 
@@ -75,13 +71,7 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
     lower exactly the recurrent nodes that TensorRT's parser would refuse or build into
     something that computes differently, keep the rest native, and judge the written file by
     the same table (a node still not accepted is reported)."""
-    source, output = Path(source), Path(output)
-    refuse_overwriting([source, *data_files(source)], {"-o": output, "-o's external data": output.with_name(output.name + ".data")})
-    progress.step(f"reading {source.name}")
-    original = load_model(source)
-    check_rewrite_size(original, source, lowered=sum(n.op_type in NATIVE_OPS for g in all_graphs(original.graph) for n in g.node))
-    if dims or input_shapes:  # a size that names nothing in the file is refused before any work
-        plan_shapes(original, dims=dims, input_shapes=input_shapes)
+    original = read_source(Path(source), Path(output), dims, input_shapes, lowering=True)
     model = copy.deepcopy(original)
     progress.step("lowering recurrences into Scans")
     judged = _tensorrt_judgement(original, for_tensorrt) if for_tensorrt is not None else None
@@ -90,14 +80,7 @@ def lower_file(source: Path, output: Path, select: str | None = None, check: boo
     result = lower_recurrences(model, select, frozenset(judged[0]) if judged is not None else None)
     if result.rewritten:
         prune(model)  # the native nodes' W, R and B: the Scans hold their own form, and the old would ship twice
-    report: RewriteCheck | None = None
-    if check and result:
-        progress.step("checking against the input in ONNX Runtime")
-        report = compare_models(original, model, seed, str(source), tolerances, dims, input_shapes)
-        if not report:
-            raise RewriteDiffers(f"the lowered model differs from {source} in ONNX Runtime ({report.failure()}); nothing was written", report)
-    progress.step(f"writing {output.name}")
-    save_model(model, output)
+    report = write_checked(original, model, Path(source), Path(output), "lowered", check and bool(result), seed, tolerances, dims, input_shapes)
     lowered = LowerReport(str(output), result.rewritten, result.left_alone, report, tolerances.to_json() if tolerances else {})
     if judged is not None:
         lowered.tensorrt = parser_for(for_tensorrt)[0]
