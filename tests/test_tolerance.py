@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,13 +16,16 @@ from rnnx import RNNSpec, RNNWeights, RNNXError, parity
 from rnnx.check import stack
 from rnnx.formats.onnx_build import build_stack_model
 from rnnx.tolerance import BY_DTYPE, STATS, Tolerance, Tolerances, compare_arrays, parse_tol_items
+from tests.helpers import rnnx_in_process
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "encoder.safetensors"
 F32 = Tolerance(1e-4, 1e-3)
 
 
-def run(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rnnx.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
+def run(*args: object) -> subprocess.CompletedProcess[str]:
+    # in-process: these tests are about the options, not the process (each verb keeps a
+    # subprocess test in its own module: tests/test_cli.py, graphs/test_lower.py, graphs/test_fuse.py, verify/test_verify.py)
+    return rnnx_in_process(*args)
 
 
 # Polygraphy's elementwise rule: an element fails only past atol AND past rtol.

@@ -1,8 +1,8 @@
 """verify drives the files rnnx itself writes, in every layout, from their record or their wiring.
 
-Each file is written by the real command (``rnnx convert`` with every combination of its
+Each file is written by the command's code (``rnnx convert`` with every combination of its
 layout flags, ``rnnx export`` of PyTorch modules written as users write them) and checked by
-the real ``rnnx verify``: it must pass on the file as written and fail, naming the mistake,
+``rnnx verify`` (both through rnnx.cli.main, in-process): it must pass on the file as written and fail, naming the mistake,
 on the same file with a planted gate-order bug.
 """
 
@@ -20,13 +20,16 @@ import pytest
 import rnnx
 from rnnx import RNNSpec, RNNWeights
 from rnnx.formats.onnx_build import build_stack_model
+from tests.helpers import rnnx_in_process
 from tests.verify.test_verify import _forum_packed
 
 FLAGS = list(itertools.product([False, True], repeat=3))  # batch_first, seq_lens, no_states
 
 
 def _rnnx(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rnnx", *map(str, args)], capture_output=True, text=True, timeout=300)
+    # in-process (rnnx.cli.main): what is tested is what convert writes and verify drives, not
+    # the process; tests/test_cli.py and tests/verify/test_verify.py run these verbs as subprocesses
+    return rnnx_in_process(*args)
 
 
 # Each flag is on in one default case and off in another; the other combinations run with --slow.
