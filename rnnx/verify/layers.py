@@ -55,10 +55,9 @@ class Layer:
     quantization: Quantization | None = None  # a quantized node (DynamicQuantizeLSTM): held to the bound its scales give
 
 
-def single_layer(weights: RNNWeights, k: int) -> RNNWeights:
-    """Layer ``k`` of a stack as a one-layer stack (its tensors renamed ``l0.``: a :class:`Truth`
-    keeps ``k``, so that what is said about them names the module's own layer)."""
-    return one_layer(weights, k)
+# Layer k of a stack as a one-layer stack (its tensors renamed ``l0.``: a Truth keeps k, so that
+# what is said about them names the module's own layer).
+single_layer = one_layer
 
 
 class Truth(NamedTuple):

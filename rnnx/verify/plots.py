@@ -32,23 +32,31 @@ def _pyplot() -> Any:
     return plt
 
 
-def error_over_time(report: VerifyReport) -> Any:
-    """Max abs error of Y against the reference at each step, per backend, at the longest run."""
+def _per_step(lines: list[tuple[list[float], str, str]], title: str, legend_size: int, floors: list[float] | tuple[()] = ()) -> Any:
+    """Max abs error against the float64 reference at each step: one line per (errors, style,
+    label), and a dotted line at each tolerance in ``floors``."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    rows = [r for r in report.rows if r.output == "Y" and r.against == "reference" and r.per_step]
-    longest = max((r.seq_len for r in rows), default=0)
-    for backend in dict.fromkeys(r.backend for r in rows):
-        candidates = [r for r in rows if r.backend == backend and r.seq_len == longest]
-        worst = max(candidates, key=lambda r: r.max_abs)
-        ax.semilogy(range(len(worst.per_step)), [max(e, 1e-12) for e in worst.per_step], label=f"{backend} (B={worst.batch}, {worst.dtype})")
-        ax.axhline(worst.atol, color="grey", linewidth=0.5, linestyle=":")
+    for errors, style, label in lines:
+        ax.semilogy(range(len(errors)), [max(e, 1e-12) for e in errors], style, label=label)
+    for atol in floors:
+        ax.axhline(atol, color="grey", linewidth=0.5, linestyle=":")
     ax.set_xlabel("time step")
     ax.set_ylabel("max |error| vs float64 reference")
-    ax.set_title(f"Error along the sequence: {report.spec}")
-    ax.legend(fontsize=8)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size)
     fig.tight_layout()
     return fig
+
+
+def error_over_time(report: VerifyReport) -> Any:
+    """Max abs error of Y against the reference at each step, per backend, at the longest run."""
+    rows = [r for r in report.rows if r.output == "Y" and r.against == "reference" and r.per_step]
+    longest = max((r.seq_len for r in rows), default=0)
+    worst = [max((r for r in rows if r.backend == backend and r.seq_len == longest), key=lambda r: r.max_abs)
+             for backend in dict.fromkeys(r.backend for r in rows)]
+    return _per_step([(w.per_step, "-", f"{w.backend} (B={w.batch}, {w.dtype})") for w in worst], f"Error along the sequence: {report.spec}", 8,
+                     [w.atol for w in worst])
 
 
 def diagnosis_heatmap(report: VerifyReport, backend: str) -> Any:
@@ -80,19 +88,8 @@ def _png(fig: Any) -> str:
 def layer_errors(report: WholeModelReport) -> Any:
     """A whole model's recurrent layers: each one's max abs error of Y against the float64
     reference at each step, at its worst case (the layer that drifts stands out)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    for la in report.layers:
-        if la.per_step:
-            style = "-" if la.status == "ok" else "--"
-            ax.semilogy(range(len(la.per_step)), [max(e, 1e-12) for e in la.per_step], style,
-                        label=f"{la.name} ({la.truth}){'' if la.status == 'ok' else ': ' + la.status.upper()}")
-    ax.set_xlabel("time step")
-    ax.set_ylabel("max |error| vs float64 reference")
-    ax.set_title("Each recurrent layer on the inputs it received")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return _per_step([(la.per_step, "-" if la.status == "ok" else "--", f"{la.name} ({la.truth}){'' if la.status == 'ok' else ': ' + la.status.upper()}")
+                      for la in report.layers if la.per_step], "Each recurrent layer on the inputs it received", 7)
 
 
 def write_html(report: VerifyReport | WholeModelReport, path: Path) -> None:
