@@ -12,9 +12,8 @@ ONNX Runtime at three shapes the example does not have, against torch eager.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -26,7 +25,7 @@ pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
 from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata  # noqa: E402
-from tests.helpers import model_file  # noqa: E402
+from tests.helpers import MadeOnFirstUse, model_file, rnnx_in_process  # noqa: E402
 
 MODELS = '''
 import torch
@@ -176,6 +175,24 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return path, model_file(path, MODELS)
 
 
+def _from_batch_1(folder: Path, ns: dict, name: str) -> tuple[Path, Any]:
+    """``name`` exported from a batch-1 example, weights seeded with 0 and saved beside it
+    (``name``.pt): the file and the export's report."""
+    torch.manual_seed(0)
+    model = ns[name]().eval()
+    torch.save(model.state_dict(), folder / f"{name}.pt")
+    example = CASES[name](ns, 1, 6, torch.Generator().manual_seed(0)) if name in CASES else (torch.randn(1, 6, 5),)
+    return folder / f"{name}.onnx", rnnx.export(model, example, folder / f"{name}.onnx")
+
+
+@pytest.fixture(scope="module")
+def from_batch_1(models, tmp_path_factory: pytest.TempPathFactory) -> MadeOnFirstUse:
+    """One export per model for the tests that read the same batch-1 file (none changes it)."""
+    _, ns = models
+    folder = tmp_path_factory.mktemp("batch1")
+    return MadeOnFirstUse({name: (lambda name=name: _from_batch_1(folder, ns, name)) for name in ("OCR", "Enhancer", "MaskedAttention", "HandLSTM")})
+
+
 def _ocr(ns: dict, b: int, t: int, g: torch.Generator) -> tuple:
     return torch.randn(b, 1, 8, t, generator=g), torch.randint(2, 9, (b, 5), generator=g)
 
@@ -221,10 +238,9 @@ def test_the_file_takes_every_batch_and_length_the_model_takes(models, tmp_path:
             assert any(case["shapes"][d["input"]][d["dim"]] != d["size"] for case in report.check.to_json()["cases"]), d
 
 
-def test_an_input_the_model_never_reads_takes_any_size_and_its_batch_stays_tied(models, tmp_path: Path) -> None:
-    _, ns = models
-    report = rnnx.export(ns["OCR"]().eval(), _ocr(ns, 1, 6, torch.Generator().manual_seed(0)), tmp_path / "o.onnx")
-    shapes = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in onnx.load(str(tmp_path / "o.onnx")).graph.input}
+def test_an_input_the_model_never_reads_takes_any_size_and_its_batch_stays_tied(from_batch_1: MadeOnFirstUse) -> None:
+    path, report = from_batch_1["OCR"]
+    shapes = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in onnx.load(str(path)).graph.input}
     assert shapes["text"] == ["batch", "text_dim1"] and shapes["image"][0] == "batch"
     text = [d for d in report.check.dims if d["input"] == "text"]
     assert all(d["verdict"] == "dynamic" and "never reads" in d["why"] for d in text)
@@ -320,8 +336,9 @@ def test_verify_draws_integer_inputs_from_the_recorded_example_and_a_nan_referen
     assert report.passed
     export, _ = read_metadata(onnx.load(str(tmp_path / "ids.onnx")))
     assert export["values"]["ids"]["min"] >= 1
-    verify = [sys.executable, "-m", "rnnx", "verify", "--against", f"{path}:LogIds", "--checkpoint", str(tmp_path / "w.pt")]
-    done = subprocess.run(verify + [str(tmp_path / "ids.onnx")], capture_output=True, text=True, timeout=300)
+    # in-process (rnnx.cli.main): what verify draws is tested, not the process
+    verify = ["verify", "--against", f"{path}:LogIds", "--checkpoint", str(tmp_path / "w.pt")]
+    done = rnnx_in_process(*verify, tmp_path / "ids.onnx")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     # a file whose record does not say which ids the example held: verify draws the embedding's
     # rows, id 0 among them, the model's own output is not finite: an input problem, exit 2
@@ -329,7 +346,7 @@ def test_verify_draws_integer_inputs_from_the_recorded_example_and_a_nan_referen
     export.pop("values")
     set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
     onnx.save(proto, str(tmp_path / "old.onnx"))
-    done = subprocess.run(verify + [str(tmp_path / "old.onnx")], capture_output=True, text=True, timeout=300)
+    done = rnnx_in_process(*verify, tmp_path / "old.onnx")
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     line = done.stderr.strip()
     assert "the torch model's own output" in line and "the model does not take such inputs" in line and "Traceback" not in line
@@ -351,15 +368,11 @@ def test_a_write_through_data_is_traced_and_the_patch_is_undone(models, tmp_path
 
 
 @pytest.mark.parametrize("name", ["OCR", "Enhancer", "MaskedAttention", "HandLSTM"])
-def test_verify_against_the_model_code_passes_on_what_rnnx_exported_from_batch_1(models, tmp_path: Path, name: str) -> None:
-    path, ns = models
-    torch.manual_seed(0)
-    model = ns[name]().eval()
-    torch.save(model.state_dict(), tmp_path / "w.pt")
-    example = CASES[name](ns, 1, 6, torch.Generator().manual_seed(0)) if name in CASES else (torch.randn(1, 6, 5),)
-    assert rnnx.export(model, example, tmp_path / "m.onnx").passed
-    done = subprocess.run([sys.executable, "-m", "rnnx", "verify", str(tmp_path / "m.onnx"), "--against", f"{path}:{name}",
-                           "--checkpoint", str(tmp_path / "w.pt"), "--json"], capture_output=True, text=True, timeout=300)
+def test_verify_against_the_model_code_passes_on_what_rnnx_exported_from_batch_1(models, from_batch_1: MadeOnFirstUse, name: str) -> None:
+    path, _ = models
+    onnx_file, exported = from_batch_1[name]
+    assert exported.passed
+    done = rnnx_in_process("verify", onnx_file, "--against", f"{path}:{name}", "--checkpoint", onnx_file.with_suffix(".pt"), "--json")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     report = json.loads(done.stdout)
     ran = [c for c in report["cases"] if not c.get("skipped")]
