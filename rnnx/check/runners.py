@@ -91,7 +91,7 @@ def _ort(subject: Subject) -> Runner:
 def _onnx_reference(subject: Subject) -> Runner:
     dtype = subject.dtype or "float64"
     if subject.trusted:
-        return ReferenceRun(load_model(_model(subject, "ONNX's reference evaluator")), dtype)  # type: ignore[return-value]
+        return ReferenceRun(load_model(_model(subject, "ONNX's reference evaluator")), dtype)
     return isolated_session(subject, f"reference:{dtype}")
 
 
@@ -99,7 +99,7 @@ def _trt(subject: Subject) -> Runner:
     path = _model(subject, "TensorRT")
     if path.suffix.lower() != ".engine":
         raise RNNXError("TensorRT runs an engine: pass MODEL.engine (rnnx build makes one)")
-    return TensorRTRunner(path)  # type: ignore[return-value]
+    return TensorRTRunner(path)
 
 
 def _spec(subject: Subject, backend: str) -> Any:
@@ -112,12 +112,12 @@ RUNNERS: dict[str, Callable[[Subject], Runner]] = {
     "ort": _ort,
     "onnx-reference": _onnx_reference,
     "trt": _trt,
-    "reference": lambda s: ReferenceRunner(_weights(s, "the reference")),  # type: ignore[arg-type,return-value]
-    "torch": lambda s: TorchRunner(_weights(s, "torch"), dtype=s.dtype),  # type: ignore[return-value]
-    "cudnn": lambda s: CudnnRunner(_weights(s, "cuDNN")),  # type: ignore[return-value]
-    "jax": lambda s: JaxRunner(_model(s, "jax"), _spec(s, "jax")),  # type: ignore[return-value]
-    "flax": lambda s: FlaxRunner(_model(s, "flax"), _spec(s, "flax")),  # type: ignore[return-value]
-    "keras": lambda s: KerasRunner(_model(s, "keras"), _spec(s, "keras")),  # type: ignore[return-value]
+    "reference": lambda s: ReferenceRunner(_weights(s, "the reference")),
+    "torch": lambda s: TorchRunner(_weights(s, "torch"), dtype=s.dtype),
+    "cudnn": lambda s: CudnnRunner(_weights(s, "cuDNN")),
+    "jax": lambda s: JaxRunner(_model(s, "jax"), _spec(s, "jax")),
+    "flax": lambda s: FlaxRunner(_model(s, "flax"), _spec(s, "flax")),
+    "keras": lambda s: KerasRunner(_model(s, "keras"), _spec(s, "keras")),
 }
 
 #: The backend that runs a file of each format rnnx writes, in the framework that owns the format.

@@ -238,9 +238,7 @@ def _reference(model: bytes, dtype: str) -> tuple[Any, list[str], list[str]]:
 
     proto = onnx.load_from_string(model)
     runner = ReferenceRun(proto, dtype)
-    initializers = {t.name for t in proto.graph.initializer}
-    inputs = [i.name for i in proto.graph.input if i.name not in initializers]
-    return (lambda feed: [runner(feed)[n] for n in runner.output_names]), inputs, list(runner.output_names)
+    return (lambda feed: [runner(feed)[n] for n in runner.output_names]), list(runner.input_names), list(runner.output_names)
 
 
 def _serve_runs(stdin: BinaryIO, stdout: BinaryIO, run: Any) -> None:

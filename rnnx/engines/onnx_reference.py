@@ -68,12 +68,17 @@ def _retype_graph(graph: Any, elem: int, np_type: Any) -> None:
 
 class ReferenceRun:
     """Runs a file in ``dtype`` through ONNX's reference evaluator: ``run(feed) -> {output: array}``,
-    floating inputs cast to ``dtype`` (integers as given)."""
+    floating inputs cast to ``dtype`` (integers as given). A :class:`~rnnx.engines.runner.Runner`."""
+
+    device = "cpu"
 
     def __init__(self, proto: Any, dtype: str = "float64") -> None:
         from onnx.reference import ReferenceEvaluator
 
         self.dtype = np.dtype(_TYPES[dtype][1])
+        self.precision = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "tf32": "tf32"}[dtype]
+        initializers = {t.name for t in proto.graph.initializer}
+        self.input_names = [i.name for i in proto.graph.input if i.name not in initializers]
         self.output_names = [o.name for o in proto.graph.output]
         try:
             self.evaluator = ReferenceEvaluator(retyped(proto, dtype), new_ops=list(_tf32_ops() if dtype == "tf32" else _with_lengths()))

@@ -23,12 +23,17 @@ STACK_INPUTS = ("X", "h0", "c0", "seq_lens")
 class Runner(Protocol):
     """Named numpy inputs in, named numpy outputs out (see the module's docstring)."""
 
-    input_names: list[str]
-    output_names: list[str]
-    device: str  # "cpu" or "cuda"
-    precision: str  # what it computes in: "fp32", "fp64", ... or "as the model's tensors"
+    # Read-only: a runner may hold each as a plain attribute or compute it (a property).
+    @property
+    def input_names(self) -> list[str]: ...
+    @property
+    def output_names(self) -> list[str]: ...
+    @property
+    def device(self) -> str: ...  # "cpu" or "cuda"
+    @property
+    def precision(self) -> str: ...  # what it computes in: "fp32", "fp64", ... or "as the model's tensors"
 
-    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+    def __call__(self, feeds: dict[str, np.ndarray], /) -> dict[str, np.ndarray]: ...  # positional: runners name it as they like
 
 
 def stack_input_names(spec: RNNSpec, sequence_lens: bool = True) -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 from rnnx.check import Case, Report, Rule, judge, judge_outputs
 from rnnx.check.runners import RUNNERS, Subject, make, running
 from rnnx.check.truths import TorchTruth, stack_honest, stack_reference
+from rnnx.engines.runner import Runner
 from rnnx.errors import RNNXError
 from rnnx.formats.onnx_build import build_stack_model, save_model
 from rnnx.parity import random_inputs
@@ -135,6 +136,15 @@ def test_the_registry_makes_each_backend_and_refuses_an_unknown_one(stack: tuple
     with pytest.raises(RNNXError, match="expected a model file"):
         make("ort", Subject(weights))
     assert {"ort", "trt", "torch", "cudnn", "reference", "onnx-reference", "jax", "flax", "keras"} <= set(RUNNERS)
+
+
+@pytest.mark.parametrize("trusted", [True, False], ids=["in process", "isolated"])
+def test_onnx_reference_is_a_runner_in_process_as_in_its_child(stack: tuple[RNNWeights, Path], trusted: bool) -> None:
+    # In process it was ONNX's bare evaluator: no input_names, device or precision to read.
+    weights, path = stack
+    with running("onnx-reference", Subject(weights, path, trusted=trusted)) as runner:
+        assert isinstance(runner, Runner), type(runner).__name__
+        assert runner.input_names == ["X", "h0", "c0"] and runner.output_names == ["Y", "h_n", "c_n"]
 
 
 def test_the_isolated_runner_is_closed_when_the_block_ends(stack: tuple[RNNWeights, Path]) -> None:
