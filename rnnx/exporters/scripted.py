@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,8 @@ from rnnx.exporters import call_record, record
 from rnnx.exporters.determinism import check_determinism
 from rnnx.exporters.example_values import value_summary
 from rnnx.exporters.shapes import Leaf, Naming
-from rnnx.exporters.writing import ExportReport, first_line, quiet, write_checked
+from rnnx.exporters.torchscript_route import translate
+from rnnx.exporters.writing import ExportReport, write_checked
 from rnnx.graphs.fuse_cells import fuse_cells
 from rnnx.graphs.fuse_steps import fuse_steps
 from rnnx.layouts.onnx import NATIVE_OPS
@@ -122,16 +122,7 @@ def export_scripted(model: Any, args: tuple[Any, ...], path: Path, *, opset: int
     if len(names) != len(tensors):
         raise RNNXError(f"input names: expected one per tensor input ({len(tensors)}), found {len(names)}")
     tensor_axes = [ax for x, ax in zip(example, axes) if isinstance(x, torch.Tensor)]
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "scripted.onnx"
-        try:
-            with quiet():
-                torch.onnx.export(model.eval(), args, str(raw), dynamo=False, opset_version=opset, input_names=names,
-                                  output_names=list(output_names) if output_names else None,
-                                  dynamic_axes={n: dict(ax) for n, ax in zip(names, tensor_axes) if ax})
-        except Exception as exc:  # the TorchScript exporter raises many types; the first line says what failed
-            raise RNNXError(f"torch.onnx could not export the TorchScript model: {first_line(exc)}") from exc
-        proto = onnx.load(str(raw))
+    proto = translate(model.eval(), args, names, dict(zip(names, tensor_axes)), opset, output_names, "torch.onnx could not export the TorchScript model")
     if not output_names:
         record.rename_values(proto, {o.name: f"output_{i}" for i, o in enumerate(proto.graph.output)})
     cells, chains = fuse_cells(proto), fuse_steps(proto)

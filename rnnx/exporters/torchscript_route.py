@@ -184,9 +184,11 @@ def unscope(proto: Any) -> None:
             node.name = "/" + node.name[len(prefix):]
 
 
-def translate(work: Any, args: tuple[Any, ...], names: Sequence[str], dynamic_axes: Mapping[str, Mapping[int, str]], opset: int) -> Any:
-    """The ONNX proto of ``work`` (a model with rnnx's stand-ins) traced on ``args``, graph
-    inputs named ``names``; raises RNNXError with the exporter's first line if it fails."""
+def translate(work: Any, args: tuple[Any, ...], names: Sequence[str], dynamic_axes: Mapping[str, Mapping[int, str]], opset: int,
+              output_names: Sequence[str] | None = None, failed: str = f"{ROUTE} could not translate the model") -> Any:
+    """The ONNX proto of ``work`` (a model with rnnx's stand-ins, or a TorchScript file's) traced
+    on ``args``, graph inputs named ``names``; raises RNNXError, ``failed`` and the exporter's
+    first line, if it fails."""
     import onnx
     import torch
 
@@ -198,7 +200,7 @@ def translate(work: Any, args: tuple[Any, ...], names: Sequence[str], dynamic_ax
         try:
             with quiet(), _native_output_to(Path(tmp) / "stderr.txt"), packed_sequences_as_lengths(), data_writes_traced(), torch.no_grad():
                 torch.onnx.export(work, args, str(raw), dynamo=False, opset_version=opset, input_names=list(names),
-                                  dynamic_axes={n: dict(ax) for n, ax in dynamic_axes.items() if ax})
+                                  output_names=list(output_names) if output_names else None, dynamic_axes={n: dict(ax) for n, ax in dynamic_axes.items() if ax})
         except Exception as exc:  # the TorchScript exporter raises many types; the first line says what failed
-            raise RNNXError(f"{ROUTE} could not translate the model: {first_line(exc)}") from exc
+            raise RNNXError(f"{failed}: {first_line(exc)}") from exc
         return onnx.load(str(raw))
