@@ -6,8 +6,6 @@ by ``rnnx verify --chunks`` through the forward's own state parameters, and delt
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,7 @@ ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
-from tests.helpers import model_file  # noqa: E402
+from tests.helpers import model_file, rnnx_in_process  # noqa: E402
 
 MODELS = '''
 import torch
@@ -139,10 +137,11 @@ def test_a_crn_whose_strided_convolutions_feed_each_other_streams_at_any_batch(m
     assert report.axes["spec"] == {0: "batch", 2: "seq"}
     assert any(c.name.startswith("streamed in chunks of 1 frame") and c.passed for c in report.check.cases)
     # inspect says what the file carries from chunk to chunk, in text and JSON
-    shown = subprocess.run([sys.executable, "-m", "rnnx", "inspect", str(tmp_path / "crn.onnx")], capture_output=True, text=True, timeout=120)
+    # the verbs in-process (rnnx.cli.main): what they say is tested here, the process in tests/graphs/test_inspect.py and tests/verify
+    shown = rnnx_in_process("inspect", tmp_path / "crn.onnx")
     assert shown.returncode == 0 and "streaming: chunks along seq, a multiple of 1 frame(s)" in shown.stdout
     assert "carried for conv2: conv2.cache_in -> conv2.cache_out" in shown.stdout and "carried for lstm: lstm.h_in -> lstm.h_out" in shown.stdout
-    shown = subprocess.run([sys.executable, "-m", "rnnx", "inspect", str(tmp_path / "crn.onnx"), "--json"], capture_output=True, text=True, timeout=120)
+    shown = rnnx_in_process("inspect", tmp_path / "crn.onnx", "--json")
     record = json.loads(shown.stdout)["streaming"]
     assert record["chunk_multiple"] == 1 and {s["input"] for s in record["states"]} == {"lstm.h_in", "lstm.c_in", "conv1.cache_in", "conv2.cache_in"}
     # by hand, as a user would: batch 3, in chunks of 4 frames, each chunk's states fed to the next
@@ -167,9 +166,8 @@ def test_verify_drives_the_states_of_a_model_that_already_streams_through_its_fo
     torch.save(model.state_dict(), tmp_path / "lm.pt")
     example = (torch.randint(0, 20, (1, 6)), torch.zeros(1, 1, 12), torch.zeros(1, 1, 12))
     assert rnnx.export(model, example, tmp_path / "lm.onnx", output_names=["logits", "h_out", "c_out"]).passed
-    done = subprocess.run([sys.executable, "-m", "rnnx", "verify", str(tmp_path / "lm.onnx"), "--against", f"{path}:CharLM",
-                           "--checkpoint", str(tmp_path / "lm.pt"), "--chunks", "1,7", "--state", "h=h_out", "--state", "c=c_out", "--json"],
-                          capture_output=True, text=True, timeout=300)
+    done = rnnx_in_process("verify", tmp_path / "lm.onnx", "--against", f"{path}:CharLM", "--checkpoint", tmp_path / "lm.pt", "--chunks", "1,7",
+                           "--state", "h=h_out", "--state", "c=c_out", "--json")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["passed"] and {r["output"] for r in report["rows"]} == {"logits", "h_out", "c_out"}
@@ -231,9 +229,8 @@ def test_verify_chunks_names_the_operation_where_a_hand_streamed_file_parts(mode
     torch.save(model.state_dict(), tmp_path / "own.pt")
     assert rnnx.export(model, (torch.randn(1, 9, 16), torch.zeros(1, 1, 24)), tmp_path / "own.onnx", input_names=["x", "h"],
                        output_names=["y", "h_out"]).passed
-    done = subprocess.run([sys.executable, "-m", "rnnx", "verify", str(tmp_path / "own.onnx"), "--against", f"{path}:OwnStateDelta",
-                           "--checkpoint", str(tmp_path / "own.pt"), "--chunks", "1,7", "--state", "h=h_out", "--json"],
-                          capture_output=True, text=True, timeout=300)
+    done = rnnx_in_process("verify", tmp_path / "own.onnx", "--against", f"{path}:OwnStateDelta", "--checkpoint", tmp_path / "own.pt",
+                           "--chunks", "1,7", "--state", "h=h_out", "--json")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     notes = json.loads(done.stdout)["notes"]
     assert any("the first operation whose chunked output differs" in n and "Concat" in n and "previous = torch.cat" in n for n in notes), notes
