@@ -437,10 +437,10 @@ def _run_part(model: Any, outputs: list[str], feed: Mapping[str, np.ndarray]) ->
                               [helper.make_empty_tensor_value_info(o) for o in outputs],
                               [t for t in model.graph.initializer if t.name in used])
     part = helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
-    import onnxruntime as ort
+    from rnnx.engines.onnxruntime import cpu_session
 
     try:
-        session = ort.InferenceSession(part.SerializeToString(), session_options(extended_only=computes_in_float16(part)), providers=["CPUExecutionProvider"])
+        session = cpu_session(part, session_options(extended_only=computes_in_float16(part)))
     except Exception:  # noqa: BLE001  a part ONNX Runtime cannot build leaves the dims unknown, and zeros() says so
         return {}
     try:

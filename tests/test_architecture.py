@@ -192,3 +192,71 @@ def test_the_one_reading_check_can_fail(tmp_path: Path) -> None:
     (tmp_path / "rnnx" / "exporters").mkdir()
     (tmp_path / "rnnx" / "exporters" / "record.py").write_text('export["roles"] = naming.roles\n')
     assert private_readings(tmp_path) == ['rnnx/engines/own.py:1: roles = (export or {}).get("roles") or {}']
+
+
+# --- one check harness ----------------------------------------------------------------------------
+# Every verb's check is made of rnnx.check's parts: one row type (a run's output against its
+# truth), one case type, one judge (the calibrated-or-fixed decision), and runners from the
+# engines. A second row or case class, a judgement made beside the judge, or a session built by
+# a verb itself is where a check starts to pass without checking, so each is refused here.
+ROW_HOME = "rnnx/check/judge.py"
+CASE_HOME = "rnnx/check/case.py"
+JUDGE_HOMES = ("rnnx/check/", "rnnx/tolerance.py")
+# A comparison below rnnx.check, which its layer cannot import: formats/flax checks the file it
+# writes against the float64 reference on both sides (its own rounding only), before convert's check.
+JUDGED_BELOW = {"rnnx/formats/flax.py"}
+SESSION_HOME = "rnnx/engines/"
+# ErrorStats' statistics, and the names the reports print them by: a class holding two of them
+# as its own fields is a second row.
+STATISTICS = {"max_abs", "mean_abs", "median_abs", "quantile_abs", "p99_abs", "max_rel", "mean_rel", "median_rel", "quantile_rel", "p99_rel"}
+JUDGES = {"compare_arrays", "compare_calibrated"}
+
+
+def _called(node: ast.Call) -> str:
+    return node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else ""
+
+
+def harness_breaches(root: Path) -> list[str]:
+    """Classes beside rnnx.check's Row and Case that play their part, calls to the comparator
+    outside the judge, and ONNX Runtime sessions built outside the engines."""
+    found: list[tuple[str, int, str]] = []
+    for path in sorted((root / "rnnx").rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                own = {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+                if relative != ROW_HOME and (node.name.endswith("Row") or (len(own & STATISTICS) >= 2 and node.name != "ErrorStats")):
+                    found.append((relative, node.lineno, f"class {node.name}: a second row type (rnnx.check.Row)"))
+                if relative != CASE_HOME and node.name.endswith("Case"):
+                    found.append((relative, node.lineno, f"class {node.name}: a second case type (rnnx.check.Case)"))
+            elif isinstance(node, ast.Call) and _called(node) in JUDGES and not relative.startswith(JUDGE_HOMES) and relative not in JUDGED_BELOW:
+                found.append((relative, node.lineno, f"calls {_called(node)} beside the judge (rnnx.check.judge)"))
+            elif isinstance(node, ast.Call) and _called(node) == "InferenceSession" and not relative.startswith(SESSION_HOME):
+                found.append((relative, node.lineno, "builds an ONNX Runtime session outside rnnx/engines/"))
+    return [f"{relative}:{line}: {what}" for relative, line, what in sorted(found)]
+
+
+def test_every_check_is_made_of_the_one_harness() -> None:
+    assert harness_breaches(ROOT) == []
+
+
+def test_the_harness_check_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "rnnx" / "check").mkdir(parents=True)
+    (tmp_path / "rnnx" / "check" / "judge.py").write_text("class Row:\n    labels: dict\n")
+    (tmp_path / "rnnx" / "check" / "case.py").write_text("class Case:\n    name: str\n")
+    (tmp_path / "rnnx" / "tolerance.py").write_text("class ErrorStats:\n    max_abs: float\n    max_rel: float\n"
+                                                    "def compare_arrays(a, b):\n    return compare_calibrated(a, b)\n")
+    (tmp_path / "rnnx" / "verb.py").write_text(
+        "import onnxruntime as ort\nfrom rnnx.tolerance import compare_arrays\n\n"
+        "class OutputRow:\n    name: str\n\n"
+        "class Worst:\n    output: str\n    max_abs: float\n    p99_abs: float\n\n"
+        "class Held:\n    output: str\n    max_abs: float\n\n"
+        "class ShapeCase:\n    name: str\n\n"
+        "def check(a, b):\n    session = ort.InferenceSession(b'')\n    return compare_arrays(a, b).passed\n")
+    assert harness_breaches(tmp_path) == [
+        "rnnx/verb.py:4: class OutputRow: a second row type (rnnx.check.Row)",
+        "rnnx/verb.py:7: class Worst: a second row type (rnnx.check.Row)",
+        "rnnx/verb.py:16: class ShapeCase: a second case type (rnnx.check.Case)",
+        "rnnx/verb.py:20: builds an ONNX Runtime session outside rnnx/engines/",
+        "rnnx/verb.py:21: calls compare_arrays beside the judge (rnnx.check.judge)",
+    ]

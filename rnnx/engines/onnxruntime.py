@@ -44,6 +44,16 @@ def _sniffed_float16(model: str | Path | Any) -> bool:
     return computes_in_float16(model)
 
 
+def cpu_session(model: str | Path | Any, options: Any = None) -> Any:
+    """A bare ONNX Runtime session on the CPU, for a caller that runs chosen outputs itself (the
+    streaming record's partial runs); ``options``: its SessionOptions (default
+    :func:`session_options`'s). Raises ONNX Runtime's own error where it cannot build one."""
+    import onnxruntime as ort
+
+    source = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
+    return ort.InferenceSession(source, options if options is not None else session_options(), providers=["CPUExecutionProvider"])
+
+
 class OnnxRuntimeRunner:
     """Runs an ONNX model (path or ModelProto) in ONNX Runtime, on the CPU unless told otherwise."""
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from rnnx import formats, parity, progress
-from rnnx.check import Row, stack
+from rnnx.check import Row, Rule, judge, stack
 from rnnx.check.runners import FORMAT_BACKENDS, RUNS_WEIGHTS, Subject, running
 from rnnx.check.stack import StackReport
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
@@ -36,7 +36,7 @@ from rnnx.formats.onnx_quantized import QUANTIZE_OPTIONS, error_bound, is_dequan
 from rnnx.formats.onnx_read import choose_group, data_files, load_model, recurrent_groups
 from rnnx.graphs.precision import keep_io_types
 from rnnx.spec import RNNSpec
-from rnnx.tolerance import BY_DTYPE, ErrorStats, Tolerance, Tolerances, compare_arrays
+from rnnx.tolerance import BY_DTYPE, ErrorStats, Tolerance, Tolerances
 from rnnx.weights import RNNWeights
 
 PRECISIONS = ("fp32", "fp16")  # what an ONNX file computes in: --precision (--dtype is a raw blob's element type)
@@ -185,7 +185,8 @@ def _values_row(backend: str, reread: RNNWeights, weights: RNNWeights, rounding:
     the first tensor beyond ``rounding``, else the one furthest off."""
     found: tuple[str, ErrorStats] | None = None
     for name in weights:
-        stats = compare_arrays(reread[name], weights[name], rounding)
+        stats = judge(reread[name], weights[name], Rule(rounding)).stats
+        assert stats is not None  # judge gives statistics wherever there is a truth
         if found is None or (not stats.passed and found[1].passed) or (stats.passed == found[1].passed and stats.max_abs > found[1].max_abs):
             found = (name, stats)
     assert found is not None

@@ -30,10 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from rnnx import reference
+from rnnx.check import Rule, judge
 from rnnx.errors import RNNXError
 from rnnx.formats import files
 from rnnx.spec import RNNSpec
-from rnnx.tolerance import Tolerance, compare_arrays, per_step_max
+from rnnx.tolerance import Tolerance, per_step_max
 from rnnx.weights import RNNWeights
 
 #: A hypothesis that fits within the diagnosis's slack (``atol``, looser than the verdict's
@@ -356,13 +357,13 @@ def explain(weights: RNNWeights, inputs: Mapping[str, np.ndarray], backend_y: np
 
     def weigh(name: str, altered: RNNWeights, from_layer: int, kind: str) -> Hypothesis | None:
         y = run.run(altered, from_layer)
-        if compare_arrays(y, run.truth_y, tol).passed:  # changes nothing here: never offered
+        if judge(y, run.truth_y, Rule(tol)).passed:  # changes nothing here: never offered
             found.not_offered.append(name)
             return None
         residual = got - y
         worst = float(np.max(np.abs(residual), initial=0.0)) if np.all(np.isfinite(y)) else float("inf")
         share = min(1.0, max(0.0, 1.0 - _rms(residual) / base)) if base > 0 and np.isfinite(worst) else 0.0
-        full = np.isfinite(worst) and (compare_arrays(got, y, tol).passed or (worst <= atol and worst <= FULL_SHARE * found.error))
+        full = np.isfinite(worst) and (judge(got, y, Rule(tol)).passed or (worst <= atol and worst <= FULL_SHARE * found.error))
         return Hypothesis(name, worst, per_step_max(got, y, time_axis=0), share, bool(full), kind)
 
     diff = differing(stored, weights) if stored is not None and stored.spec == weights.spec else []
