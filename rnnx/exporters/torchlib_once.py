@@ -58,7 +58,8 @@ def _once(read: Callable[[], list[Any]]) -> Callable[[], list[Any]]:
             _LISTED[key] = list(read())
         return list(_LISTED[key])  # a copy: torch may not change ours
 
-    listed.rnnx_once = True  # type: ignore[attr-defined]  (a nested block finds it in place)
+    # marked, so that a nested block finds it in place
+    listed.rnnx_once = True  # type: ignore[attr-defined]
     return listed
 
 
