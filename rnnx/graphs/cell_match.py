@@ -227,8 +227,9 @@ def _int_value(g: GraphIndex, name: str, pre: str, width: int, depth: int = 0) -
     if op == "Gather" and g.prod(node.input[0], "Shape") is not None and g.prod(node.input[0], "Shape").input[0] == pre:
         k = g.constants.get(node.input[1])
         return np.array([width], np.int64) if k is not None and int(np.asarray(k).reshape(-1)[0]) in (1, -1) else None
-    args = [_int_value(g, i, pre, width, depth + 1) for i in node.input if i]
-    if not args or any(a is None for a in args):
+    found = [_int_value(g, i, pre, width, depth + 1) for i in node.input if i]
+    args = [a for a in found if a is not None]
+    if not found or len(args) != len(found):
         return None
     if op in ("Cast", "Identity", "Squeeze", "Unsqueeze", "Reshape"):
         return args[0].reshape(-1)
@@ -263,7 +264,7 @@ def _gate_activation(g: GraphIndex, part: str) -> tuple[str, str, list[Any], tup
     add = _single_consumer(g, part, "Add")
     clip = _single_consumer(g, add.output[0], "Clip") if add is not None else None
     mul = _single_consumer(g, clip.output[0], "Mul") if clip is not None else None
-    if mul is None:
+    if add is None or clip is None or mul is None:
         return None
     shift = next((g.constants.get(i) for i in add.input if i != part), None)
     scale = next((g.constants.get(i) for i in mul.input if i != clip.output[0]), None)
@@ -302,7 +303,7 @@ def lstm_gate_parts(g: GraphIndex, node: Any) -> tuple[str, list[str], list[Any]
             bounds = [b if b is not None else _int_value(g, i, pre, width_of_pre[0]) for b, i in zip(bounds, sl.input[1:4])]
             if any(b is None for b in bounds):
                 return None
-        starts, ends, axes = bounds
+        starts, ends, axes = [b for b in bounds if b is not None]  # all three: a missing one returned above
         if len(starts) != 1 or int(axes[0]) not in (1, -1) or (len(sl.input) > 4 and sl.input[4] and int(np.atleast_1d(g.constants.get(sl.input[4], [1]))[0]) != 1):
             return None
         ranges.append((int(starts[0]), int(ends[0]), sl))
@@ -315,15 +316,16 @@ def lstm_gate_parts(g: GraphIndex, node: Any) -> tuple[str, list[str], list[Any]
 
 def match_lstm(g: GraphIndex, pre: str, parts: list[str], cutters: list[Any]) -> CellMatch | Declined:
     """The checks of an LSTM candidate found by :func:`lstm_gate_parts`."""
-    gate_acts = [_gate_activation(g, p) for p in parts]
-    if any(a is None for a in gate_acts):
+    found_acts = [_gate_activation(g, p) for p in parts]
+    gate_acts = [a for a in found_acts if a is not None]
+    if len(gate_acts) != len(found_acts):
         return Declined("lstm.activations", "a gate is not one Sigmoid, Tanh or hard sigmoid (clip(x + b, 0, 1/a) * a)")
-    acts = [_Act(a[1], a[0]) for a in gate_acts]  # type: ignore[index]
+    acts = [_Act(a[1], a[0]) for a in gate_acts]
     tanh = [k for k, a in enumerate(acts) if a.op_type == "Tanh"]
     if len(tanh) != 1:
         return Declined("lstm.activations", f"{len(tanh)} gates go through Tanh, expected 1 (the cell candidate)")
     k_g = tanh[0]
-    kinds = {(gate_acts[k][1], gate_acts[k][3]) for k in range(4) if k != k_g}  # type: ignore[index]
+    kinds = {(gate_acts[k][1], gate_acts[k][3]) for k in range(4) if k != k_g}
     if len(kinds) != 1:
         return Declined("lstm.activations", "the i, f and o gates go through different functions; ONNX's LSTM applies one to all three")
     (f_act, f_params), = kinds
@@ -366,7 +368,7 @@ def match_lstm(g: GraphIndex, pre: str, parts: list[str], cutters: list[Any]) ->
     if isinstance(state, Declined):
         return state
     (inp,) = [t for t in found.linear if t is not state]
-    inner = [*cutters, *(n for a in gate_acts for n in a[2]), mul_ig, add_c, mul_fc, tanh_c, mul_h, *found.nodes]  # type: ignore[union-attr]
+    inner = [*cutters, *(n for a in gate_acts for n in a[2]), mul_ig, add_c, mul_fc, tanh_c, mul_h, *found.nodes]
     leak = _used_outside(g, inner, {c_new, mul_h.output[0]})
     if leak is not None:
         return Declined("lstm.private", f"{leak} is used outside the cell")
