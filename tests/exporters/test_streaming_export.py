@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ F = torch.nn.functional
 
 import rnnx  # noqa: E402
 from rnnx.exporters import stream_plan  # noqa: E402
+from tests.helpers import rnnx_in_process  # noqa: E402
 
 ATOL = 1e-4
 FRAMES = 23  # not the chunked check's 19, nor a multiple of 7
@@ -303,7 +303,8 @@ def test_cli_streaming(tmp_path: Path) -> None:
     (tmp_path / "net.py").write_text(MODEL_FILE)
 
     def run(*args: Any) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "rnnx.cli", *map(str, args)], capture_output=True, text=True, timeout=300)
+        # in-process (rnnx.cli.main): the flag is tested here, the export verb's process in tests/test_cli.py
+        return rnnx_in_process(*args)
 
     ok = run("export", f"{tmp_path / 'net.py'}:Net", "-o", tmp_path / "net.onnx", "--streaming", "--json")
     assert ok.returncode == 0, ok.stderr
