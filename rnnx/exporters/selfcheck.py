@@ -294,6 +294,9 @@ def torch_truths(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Nam
     def tensors(m: Any, values: list[Any]) -> list[Any]:
         return [w for w in tree_flatten(run_eager(m, values, structure))[0] if isinstance(w, torch.Tensor)]
 
+    def tensors_in_float64(values: list[Any]) -> list[Any]:  # the float64 inputs made in the child, one case at a time
+        return tensors(torch64.model64, as_float64(values))
+
     notes = [] if notes is None else notes
     bounds = Bounds.of(model, [leaf.value for leaf in leaves])
     torch64 = TorchTruth(model, notes, keep=STOPPED)
@@ -305,7 +308,7 @@ def torch_truths(model: Any, leaves: Sequence[Leaf], structure: Any, naming: Nam
         runs.append(Run(f"the self-check's run of the model at {name} ({shapes})", partial(tensors, model, truth.values)))
         if torch64.model64 is not None:
             runs.append(Run(f"the self-check's run of the model's float64 copy at {name} ({shapes})",
-                            partial(tensors, torch64.model64, as_float64(truth.values)), after=len(runs) - 1))
+                            partial(tensors_in_float64, truth.values), after=len(runs) - 1))
     # Every case's runs in one bounded child (a fork per run cost more than the runs themselves).
     progress.step(f"running the torch model at {len(truths)} sizes")
     outcomes = iter(bounded_each(runs, bounds))
