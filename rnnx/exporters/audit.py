@@ -50,6 +50,7 @@ from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.model_lines import branch_at, loop_at
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.shapes import Leaf, Naming
+from rnnx.exporters.user_code import pre_hooks
 from rnnx.formats.onnx_read import invented_label
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import audit_sizes
@@ -142,23 +143,16 @@ class DimensionAudit:
 
         shapes: dict[str, list[tuple[int | None, int | None]]] = collections.defaultdict(list)
         calls: collections.Counter = collections.Counter()
-        names = {id(m): n for n, m in self.model.named_modules()}
 
-        def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            name = names.get(id(module), "?")
+        def hook(name: str, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             calls[name] += 1
             seen = _recurrence_sizes(module, args[0] if args else kwargs.get("input"))
             if seen is not None:
                 shapes[name].append(seen)
 
         # a TorchScript module takes no hooks: its roles stay unknown (other)
-        hooked = not isinstance(self.model, torch.jit.ScriptModule)
-        handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in self.model.modules()] if hooked else []
-        try:
+        with pre_hooks(() if isinstance(self.model, torch.jit.ScriptModule) else self.model.named_modules(), hook):
             out = run_eager(self.model, values, self.structure)
-        finally:
-            for h in handles:
-                h.remove()
         return _Observation(dict(shapes), calls), [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
 
     def _baseline(self) -> _Observation:
@@ -291,20 +285,16 @@ class DimensionAudit:
 
         target = self.leaves[index].value
         found: list[tuple[str, str]] = []
-        names = {id(m): n for n, m in self.model.named_modules()}
 
-        def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        def hook(name: str, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             if any(a is target for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)):
-                found.append((names.get(id(module), "?"), type(module).__name__))
+                found.append((name, type(module).__name__))
 
-        handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in self.model.modules()]
         try:
-            run_eager(self.model, [leaf.value for leaf in self.leaves], self.structure)
+            with pre_hooks(self.model.named_modules(), hook):
+                run_eager(self.model, [leaf.value for leaf in self.leaves], self.structure)
         except Exception:  # noqa: BLE001  a model that raises here reads nothing we can name
             pass
-        finally:
-            for h in handles:
-                h.remove()
         return found
 
 

@@ -14,6 +14,7 @@ from rnnx.exporters.bounded import Bounds
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.size_runs import model_runs
 from rnnx.exporters.torchlib_once import torchlib_listed_once
+from rnnx.exporters.user_code import pre_hooks
 from rnnx.exporters.writing import first_line, quiet, suggested_fixes
 from rnnx.graphs.legalize import convert_down
 from rnnx.shapes.roles import OTHER
@@ -171,7 +172,7 @@ def recurrent_arguments(model: Any, leaves: list[Any], structure: Any) -> dict[i
     ids = {id(leaf.value): leaf.index for leaf in leaves if leaf.is_tensor}
     found: dict[int, tuple[str, Any]] = {}
 
-    def hook(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def hook(name: str, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         x = args[0] if args else kwargs.get("input")
         if isinstance(x, torch.Tensor) and id(x) in ids:
             found.setdefault(ids[id(x)], ("input", module))
@@ -180,14 +181,11 @@ def recurrent_arguments(model: Any, leaves: list[Any], structure: Any) -> dict[i
             if isinstance(state, torch.Tensor) and id(state) in ids:
                 found.setdefault(ids[id(state)], ("state", module))
 
-    handles = [m.register_forward_pre_hook(hook, with_kwargs=True) for m in model.modules() if isinstance(m, RECURRENT_MODULES)]
     try:
-        run_eager(model, [leaf.value for leaf in leaves], structure)
-    except Exception:  # the model's own failure is reported by the trace, not here
+        with pre_hooks(((n, m) for n, m in model.named_modules() if isinstance(m, RECURRENT_MODULES)), hook):
+            run_eager(model, [leaf.value for leaf in leaves], structure)
+    except Exception:  # noqa: BLE001  the model's own failure is reported by the trace, not here
         pass
-    finally:
-        for h in handles:
-            h.remove()
     return found
 
 

@@ -11,6 +11,7 @@ batch_first or unbatched, PackedSequence-free padded input plus optional lengths
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import types
 from collections.abc import Iterator
@@ -335,15 +336,11 @@ class NativeCell(ForwardTimeWeights):
         return torch.ops.rnnx.rnn_cell(input, h, W, R, B, spec.hidden_size, spec.cell[4:])
 
 
-_STAND_INS: dict[type, type] = {}
-
-
-def _stand_in_class(cls: type) -> type:
-    """``cls`` with rnnx's forward in front; same name, so messages and reprs read as before."""
-    if cls not in _STAND_INS:
-        mixin = NativeRecurrence if issubclass(cls, RECURRENT_MODULES) else NativeCell
-        _STAND_INS[cls] = type(cls.__name__, (mixin, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
-    return _STAND_INS[cls]
+@functools.cache
+def in_front(mixin: type, cls: type) -> type:
+    """``cls`` with ``mixin``'s forward in front (rnnx's stand-in's, the streaming forward); same
+    name, so messages and reprs read as before."""
+    return type(cls.__name__, (mixin, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
 def swappable(module: nn.Module) -> bool:
@@ -363,7 +360,7 @@ def swap_recurrent_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     swapped: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():
         if swappable(module):
-            module.__class__ = _stand_in_class(type(module))
+            module.__class__ = in_front(NativeRecurrence if isinstance(module, RECURRENT_MODULES) else NativeCell, type(module))
             module._rnnx_prepare(name or "(the model)")  # type: ignore[attr-defined]
             swapped.append((name, module))
     return swapped

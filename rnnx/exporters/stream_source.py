@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from rnnx.exporters.user_code import raised_in, user_code
+from rnnx.exporters.user_code import pre_hooks, raised_in, user_code
 
 Frame = tuple[str, int]  # (file, line)
 
@@ -57,20 +57,17 @@ def module_calls(model: Any, values: Sequence[Any], structure: Any, name: str, c
     the model does not run so: the refusal that asks still stands, without its line."""
     from rnnx.exporters.selfcheck import run_eager
 
-    module = model.get_submodule(name) if name else model
     found: list[Frame | None] = []
 
-    def hook(m: Any, a: Any) -> None:
+    def hook(n: str, m: Any, a: Any, kw: Any) -> None:
         if len(found) < calls:
             found.append(user_frame())
 
-    handle = module.register_forward_pre_hook(hook)
     try:
-        run_eager(model, values, structure)
+        with pre_hooks([(name, model.get_submodule(name) if name else model)], hook):
+            run_eager(model, values, structure)
     except Exception:  # noqa: BLE001  the user's model may raise anything; the line is a courtesy of the refusal
         pass
-    finally:
-        handle.remove()
     return found
 
 

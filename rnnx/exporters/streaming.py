@@ -53,12 +53,14 @@ from typing import Any
 
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters import shapes
+from rnnx.exporters.modules import in_front
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.stream_context import cached_conv_forward, study
 from rnnx.exporters.stream_loops import find_loops, loop_carry
 from rnnx.exporters.stream_plan import ModelRuns, StreamPlan, _Slot
 from rnnx.exporters.stream_running import carry_mode
 from rnnx.exporters.stream_source import at, called_at, raised_at, user_frame
+from rnnx.exporters.user_code import pre_hooks
 
 # --- the streaming model ---------------------------------------------------------------------
 
@@ -150,16 +152,6 @@ class _StreamingForward:
                                 "recurrences on every call")
             finals += list(sink[slot.module]) if slot.lstm else [sink[slot.module]]
         return (*[t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)], *finals)
-
-
-_CLASSES: dict[type, type] = {}
-
-
-def _streaming_class(cls: type) -> type:
-    """``cls`` with the streaming forward in front; same name, so messages read as before."""
-    if cls not in _CLASSES:
-        _CLASSES[cls] = type(cls.__name__, (_StreamingForward, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
-    return _CLASSES[cls]
 
 
 @dataclass
@@ -311,7 +303,7 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         dynamic_axes = {**dynamic_axes, **{name: {axis: batch} for name, axis in zip(plan.state_inputs, axes) if axis is not None}}
 
     streaming = copy.copy(model)  # shares the modules and parameters; only the class of the copy changes
-    streaming.__class__ = _streaming_class(type(model))
+    streaming.__class__ = in_front(_StreamingForward, type(model))
     streaming.__dict__["_rnnx_streaming"] = plan
     first = (torch.tensor(True),) if plan.first else ()  # the example is a first chunk: the model's own initial states
     return streaming, (*args, *zeros, *first), dynamic_axes, plan
@@ -346,16 +338,13 @@ def _probe(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str, Any]]) 
             call.x = a[0] if a else kw.get("input")
             call.hx = a[1] if len(a) > 1 else kw.get("hx")
 
-    handles = [m.register_forward_pre_hook(functools.partial(record, name), with_kwargs=True) for name, m in recurrent]
     flat, structure = tree_flatten(args)
     try:
-        out = run_eager(model, flat, structure)
+        with pre_hooks(recurrent, record):
+            out = run_eager(model, flat, structure)
     except Exception as exc:  # noqa: BLE001  the user's model may raise anything
         raise RNNXError(f"streaming: expected the model to run on the example, found it raised {type(exc).__name__}: "
                         f"{one_line(exc, CAUSE_CHARS)}{at(raised_at(exc))}; check the example inputs") from exc
-    finally:
-        for h in handles:
-            h.remove()
     return calls, out
 
 
@@ -411,18 +400,15 @@ def _state_sources(model: Any, args: tuple[Any, ...], recurrent: list[tuple[str,
 
     flat, structure = tree_flatten(args)
     leaves = [v.detach().clone().requires_grad_() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in flat]
-    handles = [m.register_forward_pre_hook(functools.partial(walk, name), with_kwargs=True) for name, m in recurrent]
     was_training = model.training
     model.eval()
     try:
-        with torch.enable_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        with pre_hooks(recurrent, walk), torch.enable_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             model(*tree_unflatten(leaves, structure))
     except Exception:  # noqa: BLE001  the model ran without gradients in _probe; what it does with them is its own affair
         return {}
     finally:
-        for h in handles:
-            h.remove()
         model.train(was_training)
     return found
 

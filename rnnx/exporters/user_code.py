@@ -1,4 +1,5 @@
-"""Which frames are the user's code: not torch's, rnnx's or Python's own library.
+"""The user's code as rnnx watches it run: which frames are the user's (not torch's, rnnx's or
+Python's own library), and hooks on the user's modules for one run (:func:`pre_hooks`).
 
 A refusal names the user's line (:mod:`rnnx.exporters.stream_source`, :mod:`rnnx.exporters.model_lines`)
 and a model that called exit names where (:mod:`rnnx.exporters.model_exit`); both read it from
@@ -7,9 +8,12 @@ the running stack or a traceback by this one rule.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType, TracebackType
+from typing import Any
 
 
 @functools.cache
@@ -42,3 +46,15 @@ def raised_in(exc: BaseException) -> TracebackType | None:
         found = tb if _users(tb.tb_frame.f_code.co_filename) else found
         tb = tb.tb_next
     return found
+
+
+@contextlib.contextmanager
+def pre_hooks(modules: Iterable[tuple[str, Any]], hook: Callable[[str, Any, tuple[Any, ...], dict[str, Any]], Any]) -> Iterator[None]:
+    """Inside, ``hook(name, module, args, kwargs)`` runs before each call of each of ``modules``
+    ((name, module) pairs): how rnnx watches what a run of the user's model hands its modules."""
+    handles = [m.register_forward_pre_hook(functools.partial(hook, name), with_kwargs=True) for name, m in modules]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
