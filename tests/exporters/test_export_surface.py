@@ -2,7 +2,7 @@
 a failed self-check raises, --dynamic ranges and torch's suggested ones, training checkpoints,
 torch.jit.trace files, and errors in the example's sizes on one line of stderr.
 
-Real torch models, real files, real ONNX Runtime sessions; the CLI as a subprocess."""
+Real torch models, real files, real ONNX Runtime sessions; the CLI in-process, and as a subprocess where its stderr is the point."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from rnnx.exporters.modules import swap_recurrent_modules  # noqa: E402
 from rnnx.exporters.scripted import recurrence_of  # noqa: E402
 from rnnx.exporters.shapes import Overrides, leaves_of, offered_shapes  # noqa: E402
 from rnnx.exporters.writing import first_line  # noqa: E402
+from tests.helpers import rnnx_in_process  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SYMBOL = re.compile(r"\b[su]\d+\b")
@@ -37,6 +38,12 @@ SYMBOL = re.compile(r"\b[su]\d+\b")
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rnnx.cli", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def cli_here(*args: object) -> subprocess.CompletedProcess[str]:
+    """``cli`` in this process (rnnx.cli.main), for tests about what export does, not about the
+    process; ``cli`` stays where the process's own stderr is the point (torch's logging)."""
+    return rnnx_in_process(*args)
 
 
 class Tagger(nn.Module):
@@ -286,7 +293,7 @@ def test_a_failed_self_check_raises_export_check_failed_with_the_report(tmp_path
 
 def test_the_cli_exits_1_when_the_self_check_fails(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text(TRACED_ONLY_FILE)
-    done = cli("export", f"{tmp_path / 'm.py'}:Net", "-o", tmp_path / "m.onnx", "--json")
+    done = cli_here("export", f"{tmp_path / 'm.py'}:Net", "-o", tmp_path / "m.onnx", "--json")
     assert done.returncode == 1, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "differs from torch" in done.stderr, done.stderr
     assert json.loads(done.stdout)["check"]["passed"] is False  # the report still says which cases failed
@@ -318,7 +325,7 @@ def test_a_range_reaches_torch_as_a_dim_with_min_and_max() -> None:
 
 def test_the_cli_gives_torch_the_range(tmp_path: Path) -> None:
     (tmp_path / "conv.py").write_text(CONV_FILE)
-    done = cli("export", f"{tmp_path / 'conv.py'}:Net", "--dynamic", "feats:2=frames:6:400", "-o", tmp_path / "c.onnx", "--json")
+    done = cli_here("export", f"{tmp_path / 'conv.py'}:Net", "--dynamic", "feats:2=frames:6:400", "-o", tmp_path / "c.onnx", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["axes"]["feats"] == {"0": "batch", "2": "frames"} and report["check"]["passed"], report
@@ -344,7 +351,7 @@ def test_torchs_suggested_fix_is_kept_whole_in_the_message() -> None:
 def test_torchs_suggested_range_is_applied(tmp_path: Path) -> None:
     """--dynamic feats:2=frames on a Conv1d front end: torch says frames >= 6, and rnnx applies it."""
     (tmp_path / "conv.py").write_text(CONV_FILE)
-    done = cli("export", f"{tmp_path / 'conv.py'}:Net", "--dynamic", "feats:2=frames", "-o", tmp_path / "c.onnx", "--json")
+    done = cli_here("export", f"{tmp_path / 'conv.py'}:Net", "--dynamic", "feats:2=frames", "-o", tmp_path / "c.onnx", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["axes"]["feats"] == {"0": "batch", "2": "frames"} and "Dim('frames', min=6)" in report["tracing"], report
@@ -428,7 +435,7 @@ def test_the_cli_exports_a_dataparallel_training_checkpoint(tmp_path: Path) -> N
     torch.manual_seed(0)
     trained = Tagger()
     torch.save({"epoch": 3, "state_dict": nn.DataParallel(trained).state_dict()}, tmp_path / "ck.pt")
-    done = cli("export", f"{tmp_path / 'tagger.py'}:Net", "--checkpoint", tmp_path / "ck.pt", "-o", tmp_path / "t.onnx")
+    done = cli_here("export", f"{tmp_path / 'tagger.py'}:Net", "--checkpoint", tmp_path / "ck.pt", "-o", tmp_path / "t.onnx")
     assert done.returncode == 0, done.stderr
     assert "note: checkpoint: loaded" in done.stdout and "['state_dict'] with the prefix 'module.' removed" in done.stdout, done.stdout
     feats = torch.randn(1, 11, 8)
@@ -528,7 +535,7 @@ def test_traced_and_scripted_files_export_and_match_at_new_shapes(how: str, whic
         def inputs(batch: int, steps: int) -> tuple[torch.Tensor, ...]:
             return torch.randn(steps, batch, 3), torch.randn(2, batch, 6)
     saved = _compiled(how, model, example, tmp_path / f"model.{how}d.pt")
-    done = cli("export", saved, *args, "-o", tmp_path / "m.onnx", "--json")
+    done = cli_here("export", saved, *args, "-o", tmp_path / "m.onnx", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["check"]["passed"] and report["op_types"].get("LSTM" if "lstm" in which else "GRU", 0) == 2, report
