@@ -143,7 +143,8 @@ def _export_inputs(target: str) -> list[Path]:
     if source.endswith(".py") or ":" not in target:
         return [Path(source)]
     module = sys.modules.get(source)
-    return [Path(module.__file__)] if module is not None and getattr(module, "__file__", None) else []
+    path = getattr(module, "__file__", None) if module is not None else None
+    return [Path(path)] if path else []
 
 
 def inspect(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ as rnnx/cli/schema/<verb>.json describes it (commands.json_report).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import errno
 import io
@@ -23,6 +24,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TextIO
 
 from rnnx import progress
 from rnnx.cli.flags import flagged
@@ -49,7 +51,7 @@ BAD_INPUT = 2
 _registered: list[object] = []
 
 
-def _bus_error_handler() -> tuple[object, object] | None:
+def _bus_error_handler() -> tuple[Any, tuple[Any, Any]] | None:  # ctypes' handler, and libc with the handler it replaced
     """A bus error (SIGBUS) is what reading a memory-mapped input gives once another process has
     cut the file short. Python cannot handle it (the faulting read would repeat for ever), so a
     C-level handler, made with ctypes, removes the half-written outputs, says so in one line and
@@ -94,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
             if bus is not None:
-                libc, previous = bus[1]  # type: ignore[misc]
+                libc, previous = bus[1]
                 libc.signal(signal.SIGBUS, previous)
 
 
@@ -130,25 +132,25 @@ def _without_prefix(text: str, verb: str) -> str:
 class _Watched(io.TextIOBase):
     """sys.stdout, noting whether the verb printed anything (its own JSON report)."""
 
-    def __init__(self, stream: object) -> None:
+    def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self.used = False
 
     def write(self, text: str) -> int:
         self.used = self.used or bool(text)
-        return self._stream.write(text)  # type: ignore[attr-defined]
+        return self._stream.write(text)
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)
 
     def flush(self) -> None:
-        self._stream.flush()  # type: ignore[attr-defined]
+        self._stream.flush()
 
     def isatty(self) -> bool:
-        return self._stream.isatty()  # type: ignore[attr-defined]
+        return self._stream.isatty()
 
     def fileno(self) -> int:
-        return self._stream.fileno()  # type: ignore[attr-defined]
+        return self._stream.fileno()
 
 
 def _concerns(line: str, args: object, exc: BaseException | None) -> dict[str, str]:
@@ -190,20 +192,20 @@ def _report(args: object, verb: str, code: int, line: str, exc: BaseException | 
         kind = {1: "parity", 2: "bad_input", INTERNAL_ERROR: "internal", 130: "interrupted"}.get(code, "error")
         message = {"passed": False, "exit_code": code, "error": line, "kind": kind, "verb": verb,
                    **_concerns(line.removeprefix(f"rnnx {verb}: "), args, exc)}
-        print(json.dumps(message), file=stdout._stream)  # type: ignore[arg-type]
+        print(json.dumps(message), file=stdout._stream)
     return code
 
 
-def _parse(parser: object, argv: Sequence[str] | None) -> object:
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """argparse's own parse; with --json, a usage error is also one JSON object on stdout."""
     tokens = list(sys.argv[1:] if argv is None else argv)
     options = tokens[:tokens.index("--")] if "--" in tokens else tokens
     if "--json" not in options:
-        return parser.parse_args(argv)  # type: ignore[attr-defined]
+        return parser.parse_args(argv)
     said = io.StringIO()
     try:
         with contextlib.redirect_stderr(said):
-            return parser.parse_args(argv)  # type: ignore[attr-defined]
+            return parser.parse_args(argv)
     except SystemExit as stop:
         text = said.getvalue()
         sys.stderr.write(text)

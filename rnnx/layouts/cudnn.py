@@ -18,6 +18,7 @@ block (both checked on a GPU by :mod:`rnnx.engines.cudnn_check`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -152,7 +153,7 @@ def from_native(blob: np.ndarray, spec: RNNSpec | None) -> RNNWeights:
     return RNNWeights(spec, {e.canonical_name: blob[e.offset : e.offset + e.size].reshape(e.shape) for e in table})
 
 
-def table_as_dicts(spec: RNNSpec, itemsize: int = 4) -> list[dict[str, object]]:
+def table_as_dicts(spec: RNNSpec, itemsize: int = 4) -> list[dict[str, Any]]:
     """The offset table as plain rows (JSON-ready), each with its byte offset at ``itemsize``."""
     rows = []
     for e in offset_table(spec):
