@@ -31,7 +31,7 @@ import pytest
 
 from rnnx.cli import main
 from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-from tests.helpers import MadeOnFirstUse
+from tests.helpers import MadeOnFirstUse, rnnx_in_process
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")  # torch.onnx's dynamo exporter
@@ -160,6 +160,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def rnnx_cli(*args: Any) -> subprocess.CompletedProcess[str]:
+    # in-process (rnnx.cli.main): the check's shapes are tested, not the process; fuse's and
+    # lower's subprocess runs are in tests/graphs/test_fuse.py and test_lower.py, and below
+    return rnnx_in_process(*args)
+
+
+def rnnx_process(*args: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "rnnx.cli", *map(str, args)], capture_output=True, text=True, timeout=600)
 
 
@@ -332,7 +338,7 @@ def test_a_size_the_model_refuses_is_one_line_exit_2(files: dict[str, Path], tmp
                                                      flags: list[str], fragments: list[str]) -> None:
     flags = [f.replace("IDX", str(_dims(files[producer])["x"][0])) for f in flags]
     out = tmp_path / "out.onnx"
-    done = rnnx_cli(verb, files[producer], "-o", out, *flags)
+    done = rnnx_process(verb, files[producer], "-o", out, *flags)  # a process: no traceback reaches its stderr
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     assert all(f in lines[0] for f in fragments), lines[0]
