@@ -29,6 +29,7 @@ NOTHING_HELD = "nothing was compared: the truth holds no values here (a dimensio
 #: random numbers, a forward that branches on its dtype), and a floor taken from it would let
 #: anything of the output's size pass, an output of zeros included.
 HONEST_SHARE = {"float32": 2.0 ** -7, "float16": 0.25, "bfloat16": 0.25}
+NUMBERS = "fciub"  # numpy's kinds of number: float, complex, signed and unsigned integer, bool
 
 
 @dataclass(frozen=True)
@@ -119,16 +120,28 @@ def judge(got: Any, truth: Any, rule: Rule, **labels: Any) -> Row:
         stats.passed, stats.note = False, NOT_RETURNED
         return Row(labels, stats)
     got = np.asarray(got)
-    moved = _moved(rule.honest, want, rule.dtype) if rule.honest is not None else ""
-    if rule.honest is not None and not moved:
-        stats = compare_calibrated(got, want, rule.honest, rule.dtype, rule.fixed)
+    if got.dtype.kind not in NUMBERS or want.dtype.kind not in NUMBERS:  # a string "1.0" would compare as 1.0; a dict would raise
+        stats = compare_arrays(np.zeros(0), np.zeros(1), rule.fixed)  # (the statistics of an output cut short: inf, failed)
+        stats.note = f"nothing was compared: expected numbers, found {got.dtype} against the truth's {want.dtype}"
+        return Row(labels, stats)
+    honest = rule.honest
+    if "c" in (got.dtype.kind, want.dtype.kind):  # float64 keeps only the real part: compare (real, imaginary) pairs
+        got, want, honest = _pairs(got), _pairs(want), None
+    moved = _moved(honest, want, rule.dtype) if honest is not None else ""
+    if honest is not None and not moved:
+        stats = compare_calibrated(got, want, honest, rule.dtype, rule.fixed)
     else:
         stats = compare_arrays(got, want, rule.fixed)
         stats.note = "; ".join(n for n in (stats.note, moved) if n)
-    compared = int(np.isfinite(want.astype(np.float64)).sum()) if got.shape == want.shape and want.dtype.kind in "fciub" else 0
+    compared = int(np.isfinite(want.astype(np.float64)).sum()) if got.shape == want.shape else 0
     if not compared and stats.passed:
         stats.passed, stats.note = False, NOTHING_HELD if want.size == 0 else NOTHING_COMPARED
     return Row(labels, stats, compared)
+
+
+def _pairs(values: np.ndarray) -> np.ndarray:
+    """Each value as its (real, imaginary) pair, along a new last axis."""
+    return np.stack([values.real, values.imag], axis=-1).astype(np.float64)
 
 
 def _moved(honest: Any, want: np.ndarray, dtype: str) -> str:

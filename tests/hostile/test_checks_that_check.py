@@ -157,6 +157,23 @@ def test_an_empty_truth_says_it_was_empty_not_non_finite() -> None:
     assert not row.passed and row.compared == 0 and "no values" in row.note
 
 
+@pytest.mark.parametrize(("got", "truth"), [
+    (np.array(["1.0", "2.0"]), np.array([1.0, 2.0])),  # strings that read as the truth's numbers passed
+    (np.array([{"a": 1}], dtype=object), np.zeros(1)),  # raised TypeError (a traceback in the verb)
+    (np.array(["a"]), np.array(["a"])),  # raised ValueError
+], ids=["strings-as-numbers", "objects", "strings"])
+def test_what_is_not_numbers_fails_compared_nothing(got: Any, truth: Any) -> None:
+    row = judge(got, truth, Rule(Tolerance(1e-4, 1e-3)))
+    assert not row.passed and row.compared == 0 and "expected numbers" in row.note
+
+
+def test_a_complex_output_is_held_in_its_imaginary_part_too() -> None:
+    """float64 keeps a complex number's real part alone: 1+5j against 1+1j passed."""
+    rule = Rule(Tolerance(1e-4, 1e-3))
+    assert not judge(np.array([1 + 1j]), np.array([1 + 5j]), rule).passed
+    assert judge(np.array([1 + 5j], np.complex64), np.array([1 + 5j]), rule).passed
+
+
 @pytest.mark.parametrize("model", ["Lies", "Noisy"])
 def test_verify_fails_a_file_of_zeros_against_a_model_whose_truth_moves(folder: Path, model: str) -> None:
     """verify all_zero.onnx (every output times 0) against a model whose float32 run is far from
