@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
 import rnnx  # noqa: E402
+from tests.helpers import rnnx_in_process  # noqa: E402
 
 VERSION = "8.6"
 
@@ -43,6 +44,8 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _bundle(model: Path, out: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    if cwd is None:  # in-process (rnnx.cli.main): what is written and refused is tested, not the process
+        return rnnx_in_process("bundle", model, "-o", out, "--tensorrt", VERSION)
     return subprocess.run([sys.executable, "-m", "rnnx", "bundle", str(model), "-o", str(out), "--tensorrt", VERSION],
                           capture_output=True, text=True, timeout=600, cwd=cwd)
 

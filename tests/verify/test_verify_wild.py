@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ pytest.importorskip("onnxruntime")
 from rnnx.engines.ort_int8 import int8_pair_sums_saturate  # noqa: E402
 from rnnx.shapes.file_dims import read_file_dims  # noqa: E402
 from rnnx.shapes.roles import BATCH, LENGTH  # noqa: E402
+from tests.helpers import rnnx_in_process  # noqa: E402
 
 WILD = Path(__file__).resolve().parents[1] / "fixtures" / "wild"
 MANIFEST = json.loads((WILD / "manifest.json").read_text())
@@ -33,7 +33,8 @@ QUANTIZED = sorted(k for k, v in MANIFEST.items() if k.endswith(".onnx") and "qu
 
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rnnx", "verify", *map(str, args)], capture_output=True, text=True, timeout=600)
+    # in-process (rnnx.cli.main): what verify reads from the files is tested, not the process
+    return rnnx_in_process("verify", *args)
 
 
 def _roles_from_the_producer(name: str) -> dict[str, str]:
@@ -159,8 +160,7 @@ def test_a_cudnn_blob_given_to_against_is_read_at_the_dtype_its_size_fits(tmp_pa
     spec = "lstm,input=3,hidden=5,bidirectional"
     weights = RNNWeights.random(RNNSpec.parse(spec), seed=zlib_seed("wild blob"))
     rnnx.save(weights, tmp_path / "w.safetensors")
-    assert subprocess.run([sys.executable, "-m", "rnnx", "convert", tmp_path / "w.safetensors", "-o", tmp_path / "m.onnx"],
-                          capture_output=True, text=True, timeout=600).returncode == 0
+    assert rnnx_in_process("convert", tmp_path / "w.safetensors", "-o", tmp_path / "m.onnx").returncode == 0
     for dtype in ("float32", "float64"):
         rnnx.save(weights, tmp_path / f"w_{dtype}.bin", dtype=dtype)
         done = cli(tmp_path / "m.onnx", "--against", tmp_path / f"w_{dtype}.bin", "--spec", spec, "--seq-lens", "1,6", "--batch", "1,3")
@@ -171,7 +171,7 @@ def test_a_cudnn_blob_given_to_against_is_read_at_the_dtype_its_size_fits(tmp_pa
     assert "cannot say whether they are float16 or bfloat16" in refused.stderr
     told = refused.stderr.split("(rnnx convert ", 1)[1].split(", or --dtype", 1)[0].split()
     told[told.index("-o") + 1] = str(tmp_path / "w16.safetensors")
-    converted = subprocess.run([sys.executable, "-m", "rnnx", "convert", *told], capture_output=True, text=True, timeout=600)
+    converted = rnnx_in_process("convert", *told)
     assert converted.returncode == 0, converted.stderr
     back = rnnx.load(tmp_path / "w16.safetensors")  # the blob's values, read as the float16 they are
     assert back.spec == weights.spec
