@@ -8,13 +8,13 @@ self-check is written; the report says which, and what failed first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rnnx import progress
 from rnnx.errors import RNNXError
-from rnnx.exporters import record, shapes, torchscript_route
+from rnnx.exporters import ops, record, shapes, torchscript_route
 from rnnx.exporters.audit import DimensionAudit, resize
 from rnnx.exporters.determinism import Variation
 from rnnx.exporters.export_finish import finish_graph
@@ -111,6 +111,18 @@ class Routes:
             leaf, d, probe = self.missed[0]
             values, changed = probe.values, [f"{leaf.name} dim {d}"]
         return values, ", ".join(dict.fromkeys(changed))
+
+    def retrace(self, label: str, trace: Callable[[], tuple[Any, str]], labels: dict[tuple[int, int], str], note: str = "") -> tuple[Any, Any] | None:
+        """A torch.export trace (``trace()``: the program and how it traced), its dimensions named
+        and tried (:meth:`try_dynamo`); (program, naming), or None where it failed (``label``)."""
+        try:
+            program, tracing = trace()
+            naming = shapes.name_dimensions(program, self.leaves, labels, ops.KINDS)
+        except RNNXError as exc:
+            self.failed(label, exc)
+            return None
+        self.try_dynamo(program, naming, tracing, note, label)
+        return program, naming
 
     def try_dynamo(self, program: Any, naming: Any, tracing: str, note: str = "", label: str = DYNAMO) -> None:
         self.program = self.program or program

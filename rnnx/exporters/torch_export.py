@@ -24,7 +24,7 @@ from typing import Any
 
 from rnnx import progress
 from rnnx.errors import RNNXError
-from rnnx.exporters import ops, shapes
+from rnnx.exporters import shapes
 from rnnx.exporters.determinism import check_determinism
 from rnnx.exporters.export_routes import DYNAMO, DYNAMO_GROWN, DYNAMO_STATIC, Routes, static_note
 from rnnx.exporters.export_trace import asked_static, in_recurrence, leaf_specs, runs_on_example, trace_export, unflatten, unneeded_dimensions, without_static
@@ -131,43 +131,29 @@ def _export_module(model: Any, args: tuple[Any, ...], path: Path, opset: int, dy
     routes = Routes(model, work, swapped, leaves, structure, path, opset, output_names, swappable(model), check, seed, tolerances, asked, varying,
                     by_name)
     progress.step("tracing with torch.export")
-    try:
-        program, tracing = trace_export(model, work, leaves, structure, specs, offered, user_shapes=dynamic_shapes is not None)
-        naming = shapes.name_dimensions(program, leaves, labels, ops.KINDS)
-    except RNNXError as exc:
-        routes.failed(DYNAMO, exc)
-        program = naming = None
+    program, naming = routes.retrace(DYNAMO, lambda: trace_export(model, work, leaves, structure, specs, offered, user_shapes=dynamic_shapes is not None),
+                                     labels) or (None, None)
     if program is not None:
-        routes.try_dynamo(program, naming, tracing)
         if not routes.done and routes.missed and dynamic_shapes is None:
             # the model runs with a batch or a length the trace fixed: trace again on the inputs
             # it ran with, so that torch sees that dimension vary
             grown, how = routes.grown_example()
             progress.step(f"tracing again with {how} grown")
-            try:
-                program3, tracing3 = trace_export(model, work, leaves, structure, specs, offered, user_shapes=False, grown=(grown, how))
-                naming3 = shapes.name_dimensions(program3, leaves, labels, ops.KINDS)
-                routes.try_dynamo(program3, naming3, tracing3, label=DYNAMO_GROWN)
-                if routes.done:
-                    program, naming = program3, naming3
-            except RNNXError as exc:
-                routes.failed(DYNAMO_GROWN, exc)
+            again = routes.retrace(DYNAMO_GROWN, lambda: trace_export(model, work, leaves, structure, specs, offered, user_shapes=False, grown=(grown, how)),
+                                   labels)
+            if again and routes.done:
+                program, naming = again
         static = [] if routes.done or dynamic_shapes is not None else unneeded_dimensions(naming, leaves, labels)
         if static:
             # torch kept these dynamic, but no recurrence reads them: a shape the model throws
             # away (a pooled image height) may be what broke the first try, so try them static.
             narrowed = without_static(specs, static, leaves)
             progress.step("tracing again with " + ", ".join(f"{n} dim {d}" for n, d, _ in static) + " static")
-            try:
-                program2, tracing2 = trace_export(model, work, leaves, structure, narrowed, shapes.bind_dynamic_shapes(model, unflatten(narrowed, structure)),
-                                          user_shapes=False)
-                naming2 = shapes.name_dimensions(program2, leaves, labels, ops.KINDS)
-                routes.made_static = static
-                routes.try_dynamo(program2, naming2, tracing2, static_note(static), label=DYNAMO_STATIC)
-            except RNNXError as exc:
-                routes.failed(DYNAMO_STATIC, exc)
-            finally:
-                routes.made_static = []
+            routes.made_static = static
+            routes.retrace(DYNAMO_STATIC, lambda: trace_export(model, work, leaves, structure, narrowed,
+                                                               shapes.bind_dynamic_shapes(model, unflatten(narrowed, structure)), user_shapes=False),
+                           labels, static_note(static))
+            routes.made_static = []
     if not routes.done:
         routes.try_torchscript(naming, program)
     report = routes.result()
