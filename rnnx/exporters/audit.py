@@ -50,7 +50,7 @@ from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.model_lines import branch_at, loop_at
 from rnnx.exporters.selfcheck import run_eager
 from rnnx.exporters.shapes import Leaf, Naming
-from rnnx.exporters.user_code import pre_hooks
+from rnnx.exporters.user_code import pre_hooks, tensors
 from rnnx.formats.onnx_read import invented_label
 from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import audit_sizes
@@ -139,7 +139,6 @@ class DimensionAudit:
 
     def _observe_here(self, values: list[Any]) -> tuple[_Observation, list[Any]]:
         import torch
-        from torch.utils._pytree import tree_flatten
 
         shapes: dict[str, list[tuple[int | None, int | None]]] = collections.defaultdict(list)
         calls: collections.Counter = collections.Counter()
@@ -153,7 +152,7 @@ class DimensionAudit:
         # a TorchScript module takes no hooks: its roles stay unknown (other)
         with pre_hooks(() if isinstance(self.model, torch.jit.ScriptModule) else self.model.named_modules(), hook):
             out = run_eager(self.model, values, self.structure)
-        return _Observation(dict(shapes), calls), [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        return _Observation(dict(shapes), calls), tensors(out)
 
     def _baseline(self) -> _Observation:
         if self._base is None:

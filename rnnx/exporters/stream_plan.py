@@ -33,6 +33,7 @@ from rnnx.exporters.stream_context import ConvCache
 from rnnx.exporters.stream_loops import Loop, LoopState
 from rnnx.exporters.stream_running import RunningState
 from rnnx.exporters.stream_source import at, raised_at
+from rnnx.exporters.user_code import tensors
 from rnnx.formats.onnx_metadata import read_metadata, set_metadata
 from rnnx.shapes.roles import BATCH, LENGTH
 from rnnx.shapes.sizes import STREAM_BATCHES, STREAM_CHUNKS, STREAM_FRAMES
@@ -162,10 +163,8 @@ class StreamPlan:
         the self-check's rule (calibrated against the model's float64 copy). Each run is a case
         of ``check``, so a failure fails the export and names the chunk size and batch."""
         import torch
-        from torch.utils._pytree import tree_flatten
 
         from rnnx.engines.onnxruntime import OnnxRuntimeRunner
-
 
         record = self.record
         if record is None:
@@ -187,8 +186,8 @@ class StreamPlan:
             want: list[Any] | None = None
             want64: list[Any] | None = None
             try:
-                want = [w for w in tree_flatten(run_eager(model, values, structure))[0] if isinstance(w, torch.Tensor)]
-                want64 = truth.float64(lambda m: [w for w in tree_flatten(run_eager(m, as_float64(values), structure))[0] if isinstance(w, torch.Tensor)])
+                want = tensors(run_eager(model, values, structure))
+                want64 = truth.float64(lambda m: tensors(run_eager(m, as_float64(values), structure)))
             except Exception as exc:  # noqa: BLE001  the user's model may raise anything; a model that cannot run whole cannot be proven
                 if want is None:
                     error = f"the torch model raised {one_line(exc, CAUSE_CHARS, typed=True)} on the whole sequence"
@@ -304,7 +303,6 @@ class ModelRuns:
     def shapes(self, sizes: Mapping[str, Mapping[int, int]]) -> list[tuple[int, ...]]:
         """The model's output tensors' shapes with ``sizes`` (input -> axis -> size); raises what the model raises."""
         import torch
-        from torch.utils._pytree import tree_flatten
 
         values = list(self.values)
         for name, axes in sizes.items():
@@ -314,7 +312,7 @@ class ModelRuns:
             values[self.index[name]] = v
         with torch.no_grad():
             out = run_eager(self.model, values, self.structure)
-        return [tuple(t.shape) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        return [tuple(t.shape) for t in tensors(out)]
 
     def name_output_dims(self, time: str, outputs: list[dict[str, Any]], in_dims: Mapping[str, list[Any]], roles: Mapping[str, str],
                          example: Mapping[str, list[int]]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from rnnx.exporters.stream_running import RUNNING, PadCall, RunningCall
 from rnnx.exporters.stream_source import Frame, at, user_frame
+from rnnx.exporters.user_code import tensors
 
 # torch's pools by name (nn.MaxPool1d and F.max_pool1d arrive as the same function), with their
 # parameters in the order the functions take them after the input.
@@ -81,13 +82,6 @@ def _values(value: Any) -> list[Any]:
     from torch.utils._pytree import tree_flatten
 
     return [v for v in tree_flatten(value)[0] if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool)]
-
-
-def tensors(value: Any) -> list[Any]:
-    import torch
-    from torch.utils._pytree import tree_flatten
-
-    return [v for v in tree_flatten(value)[0] if isinstance(v, torch.Tensor)]
 
 
 @dataclass

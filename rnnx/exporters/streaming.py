@@ -60,7 +60,7 @@ from rnnx.exporters.stream_loops import find_loops, loop_carry
 from rnnx.exporters.stream_plan import ModelRuns, StreamPlan, _Slot
 from rnnx.exporters.stream_running import carry_mode
 from rnnx.exporters.stream_source import at, called_at, raised_at, user_frame
-from rnnx.exporters.user_code import pre_hooks
+from rnnx.exporters.user_code import pre_hooks, tensors
 
 # --- the streaming model ---------------------------------------------------------------------
 
@@ -103,9 +103,6 @@ class _StreamingForward:
     _rnnx_streaming: StreamPlan
 
     def forward(self, *args: Any) -> tuple[Any, ...]:
-        import torch
-        from torch.utils._pytree import tree_flatten
-
         plan = self.__dict__["_rnnx_streaming"]
         inputs, states = args[:plan.n_inputs], args[plan.n_inputs:plan.n_inputs + len(plan.state_inputs)]
         chunk_first = args[-1] if plan.first is not None else None  # true on a stream's first chunk
@@ -151,7 +148,7 @@ class _StreamingForward:
                 raise RNNXError(f"streaming: expected {slot.module} to be called, as on the example, found it skipped; streaming needs the same "
                                 "recurrences on every call")
             finals += list(sink[slot.module]) if slot.lstm else [sink[slot.module]]
-        return (*[t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)], *finals)
+        return (*tensors(out), *finals)
 
 
 @dataclass

@@ -48,6 +48,14 @@ def raised_in(exc: BaseException) -> TracebackType | None:
     return found
 
 
+def tensors(value: Any) -> list[Any]:
+    """The tensors in ``value`` (a model's output, a call's arguments), flattened in order."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    return [v for v in tree_flatten(value)[0] if isinstance(v, torch.Tensor)]
+
+
 @contextlib.contextmanager
 def pre_hooks(modules: Iterable[tuple[str, Any]], hook: Callable[[str, Any, tuple[Any, ...], dict[str, Any]], Any]) -> Iterator[None]:
     """Inside, ``hook(name, module, args, kwargs)`` runs before each call of each of ``modules``

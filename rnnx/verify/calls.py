@@ -26,6 +26,7 @@ import numpy as np
 from rnnx.errors import RNNXError
 from rnnx.exporters.call_record import CallRecord, bound_names, build_call, describe_call, read_call
 from rnnx.exporters.selfcheck import run_eager
+from rnnx.exporters.user_code import tensors
 
 RECORD, EXAMPLE, FLAT = "the file's call record", "the model's example_inputs", "one tensor per graph input"
 
@@ -61,12 +62,10 @@ def plan_call(proto: Any, model: Any, example: Any, names: list[str], label: str
 
 def torch_outputs(model: Any, call: Call, feed: dict[str, np.ndarray], dtype: Any = None) -> list[np.ndarray]:
     """The torch model on ``feed`` (floating tensors as ``dtype`` where given), its tensor outputs flattened."""
-    import torch
     from torch.utils._pytree import tree_flatten
 
     values, structure = tree_flatten(call.args(feed, dtype))
-    out = run_eager(model, values, structure)
-    return [t.detach().cpu().numpy() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    return [t.detach().cpu().numpy() for t in tensors(run_eager(model, values, structure))]
 
 
 def check_binding(model: Any, record: CallRecord, label: str) -> None:
