@@ -40,6 +40,7 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
 import rnnx  # noqa: E402
+from tests.helpers import MadeOnFirstUse, rnnx_in_process  # noqa: E402
 
 NATIVE_OPS = ("LSTM", "GRU", "RNN")
 EXAMPLE_SEQ = 6
@@ -669,12 +670,23 @@ def _slow_live_case(case: ThirdPartyCase, batch: int) -> bool:
 # The tests
 
 
-@pytest.mark.parametrize(("case", "example_batch"), _params(CASES, lambda c: c.xfail, _slow_live_case))
-def test_third_party_model_exports_native_and_matches(case: ThirdPartyCase, example_batch: int, tmp_path) -> None:
-    model, make_inputs = build(case)
-    path = tmp_path / "m.onnx"
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> MadeOnFirstUse:
+    """Each case exported from each example batch once, for the tests that read the file (none
+    changes it): (model, make_inputs, path, report)."""
+    folder = tmp_path_factory.mktemp("third_party")
 
-    report = rnnx.export(model, example(make_inputs, example_batch), path)
+    def make(case: ThirdPartyCase, batch: int) -> tuple:
+        model, make_inputs = build(case)
+        path = folder / f"{case.name}-batch{batch}.onnx"
+        return model, make_inputs, path, rnnx.export(model, example(make_inputs, batch), path)
+
+    return MadeOnFirstUse({(c.name, b): (lambda c=c, b=b: make(c, b)) for c in CASES for b in EXAMPLE_BATCHES})
+
+
+@pytest.mark.parametrize(("case", "example_batch"), _params(CASES, lambda c: c.xfail, _slow_live_case))
+def test_third_party_model_exports_native_and_matches(case: ThirdPartyCase, example_batch: int, exported: MadeOnFirstUse) -> None:
+    model, make_inputs, path, report = exported[case.name, example_batch]
     assert report.passed, str(report)
 
     _assert_native(onnx.load(str(path)), case.native)
@@ -746,19 +758,13 @@ def build():
 
 
 @pytest.mark.parametrize("case", _VERIFIED, ids=lambda c: c.name)
-def test_rnnx_verify_against_the_model_code_passes_on_the_exported_file(case: ThirdPartyCase, tmp_path) -> None:
+def test_rnnx_verify_against_the_model_code_passes_on_the_exported_file(case: ThirdPartyCase, exported: MadeOnFirstUse, tmp_path) -> None:
     """``rnnx verify FILE --against code.py:NAME`` drives the package's own forward (through the
     file's call record) and passes, outputs and every recurrent layer."""
-    import subprocess
-    import sys
-
-    torch.manual_seed(0)
-    model, make_inputs = case.build()
-    rnnx.export(model.eval(), make_inputs(3, EXAMPLE_SEQ, torch.Generator().manual_seed(0)), tmp_path / "m.onnx")
+    *_, path, _ = exported[case.name, 3]  # the file export's test checks, made from _FACTORY's model and example
     code = tmp_path / "model_code.py"
     code.write_text(_FACTORY.format(root=str(Path(__file__).resolve().parents[2]), name=case.name))
-    done = subprocess.run([sys.executable, "-m", "rnnx.cli", "verify", str(tmp_path / "m.onnx"), "--against", f"{code}:build", "--json"],
-                          capture_output=True, text=True, timeout=600)
+    done = rnnx_in_process("verify", path, "--against", f"{code}:build", "--json")  # in-process: verify's call is tested, not the process
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert report["passed"] and report["layers"] and all(la["status"] == "ok" for la in report["layers"]), report["layers"]
