@@ -29,7 +29,7 @@ pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
 from rnnx.engines import trtexec, trtexec_flags  # noqa: E402
-from tests.helpers import model_file  # noqa: E402
+from tests.helpers import model_file, rnnx_in_process  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 STAND_IN = ROOT / "tests" / "stand_ins" / "trtexec"
@@ -95,6 +95,12 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _bundle(source: Path, folder: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rnnx", "bundle", str(source), "-o", str(folder), *flags, "--json"],
                           capture_output=True, text=True, timeout=600)
+
+
+def _bundle_here(source: Path, folder: Path, *flags: str) -> subprocess.CompletedProcess:
+    """``_bundle`` in this process (rnnx.cli.main), for refusals and replacements: what is
+    written is tested, not the process."""
+    return rnnx_in_process("bundle", source, "-o", folder, *flags, "--json")
 
 
 def _device(folder: Path, script: str, flags_version: str, **env: str) -> subprocess.CompletedProcess:
@@ -225,17 +231,17 @@ def test_bundle_refusals_are_one_line_and_write_nothing(exported, tmp_path: Path
                             (("--tensorrt", "7.x"), "expected a TensorRT version like"),
                             (("--precision", "int8"), "invalid choice: 'int8' (choose from 'fp32', 'tf32', 'fp16')"),
                             (("--jetpack", "4.6"), "--jetpack: JetPack 4.6 ships TensorRT 8.0.1, which rnnx cannot target")):
-        done = _bundle(exported["tagger"], tmp_path / "b", *flags)
+        done = _bundle_here(exported["tagger"], tmp_path / "b", *flags)
         assert done.returncode == 2 and expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert not (tmp_path / "b").exists()
     (tmp_path / "there").mkdir()
-    done = _bundle(exported["tagger"], tmp_path / "there")
+    done = _bundle_here(exported["tagger"], tmp_path / "there")
     assert done.returncode == 2 and "expected a new folder or one rnnx bundle wrote" in done.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["there"]  # no staging folder left behind
     # a folder an earlier bundle wrote is replaced whole, as a CI job that reruns expects
-    assert _bundle(exported["tagger"], tmp_path / "b1", "--tensorrt", "8.6").returncode == 0
+    assert _bundle_here(exported["tagger"], tmp_path / "b1", "--tensorrt", "8.6").returncode == 0
     (tmp_path / "b1" / "model.engine").write_bytes(b"an engine of the earlier bundle")
-    again = _bundle(exported["tagger"], tmp_path / "b1", "--tensorrt", "10.15")
+    again = _bundle_here(exported["tagger"], tmp_path / "b1", "--tensorrt", "10.15")
     assert again.returncode == 0, again.stderr
     assert json.loads((tmp_path / "b1" / "BUNDLE.json").read_text())["target"]["tensorrt"] == "10.15"
     assert not (tmp_path / "b1" / "model.engine").exists()
