@@ -15,11 +15,10 @@ dimensions of inputs it never reads dynamic (:func:`free_dims`).
 from __future__ import annotations
 
 import collections
-import json
 from typing import Any
 
+from rnnx.exporters.record import update_record
 from rnnx.exporters.shapes import Naming
-from rnnx.formats.onnx_metadata import EXPORT_KEY, read_metadata, set_metadata
 from rnnx.graphs import walk
 from rnnx.graphs.index import all_graphs
 from rnnx.graphs.reroll import left_unrolled
@@ -80,7 +79,4 @@ def free_dims(proto: Any, naming: Naming, freed: dict[str, dict[int, str]]) -> N
             shape[d] = label
             naming.roles.setdefault(label, OTHER)
         naming.input_dims[name] = shape
-    export, _ = read_metadata(proto)
-    if export is not None:
-        export.update(inputs=naming.input_dims, roles=naming.roles)
-        set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
+    update_record(proto, inputs=naming.input_dims, roles=naming.roles)

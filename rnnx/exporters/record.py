@@ -185,10 +185,7 @@ def fix_dimensions(proto: Any, naming: Any, leaves: Any, labels: Any) -> dict[st
         naming.input_dims[name] = [sizes.get(v, v) if isinstance(v, str) else v for v in dims]
     for label in sizes:
         naming.roles.pop(label, None)
-    export, _ = read_metadata(proto)
-    if export is not None:
-        export.update(inputs=naming.input_dims, roles=naming.roles, outputs=_output_dims(proto))
-        set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
+    update_record(proto, inputs=naming.input_dims, roles=naming.roles, outputs=_output_dims(proto))
     return sizes
 
 
@@ -203,10 +200,7 @@ def tie_dimensions(proto: Any, naming: Any, tied: dict[str, str]) -> None:
         naming.roles.pop(label, None)
     naming.symbol_labels = {k: tied.get(v, v) for k, v in naming.symbol_labels.items()}
     naming.lengths_inputs = {k: tied.get(v, v) for k, v in naming.lengths_inputs.items()}
-    export, _ = read_metadata(proto)
-    if export is not None:
-        export.update(inputs=naming.input_dims, roles=naming.roles, outputs=_output_dims(proto), lengths_inputs=naming.lengths_inputs)
-        set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
+    update_record(proto, inputs=naming.input_dims, roles=naming.roles, outputs=_output_dims(proto), lengths_inputs=naming.lengths_inputs)
 
 
 def free_output_dims(proto: Any, cases: Sequence[Any]) -> list[str]:
@@ -230,11 +224,16 @@ def free_output_dims(proto: Any, cases: Sequence[Any]) -> list[str]:
             dim.dim_param = label
             freed.append(f"{out.name}[{d}]={label}")
     if freed:
-        export, _ = read_metadata(proto)
-        if export is not None:
-            export.update(outputs=_output_dims(proto))
-            set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
+        update_record(proto, outputs=_output_dims(proto))
     return freed
+
+
+def update_record(proto: Any, **fields: Any) -> None:
+    """Set ``fields`` in the file's export record, where it has one."""
+    export, _ = read_metadata(proto)
+    if export is not None:
+        export.update(fields)
+        set_metadata(proto, {EXPORT_KEY: json.dumps(export)})
 
 
 def _output_dims(proto: Any) -> dict[str, list[int | str]]:
