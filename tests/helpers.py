@@ -29,13 +29,13 @@ SHAPES = [(1, 1), (7, 3), (16, 5)]  # (seq_len, batch)
 
 
 def convert_as_shipped_and_planted(source: Path, output: Path, module: str, plant: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
-    """``rnnx convert SOURCE -o OUTPUT --json`` in a fresh process, once as shipped and once
-    with ``plant`` run first (statements on ``fmt``, the module ``rnnx.formats.<module>``):
-    the format's facts changed, to see that convert's check catches it. The first run's
-    output is removed before the second."""
+    """``rnnx convert SOURCE -o OUTPUT --json`` once as shipped (in this process) and once in a
+    fresh process with ``plant`` run first (statements on ``fmt``, the module
+    ``rnnx.formats.<module>``): the format's facts changed, to see that convert's check catches
+    it, with nothing changed in this process. The first run's output is removed before the second."""
     run = f"import sys, rnnx.formats.{module} as fmt; {{plant}}from rnnx.cli import main; sys.exit(main(sys.argv[1:]))"
     argv = ["convert", str(source), "-o", str(output), "--json"]
-    good = subprocess.run([sys.executable, "-c", run.format(plant=""), *argv], capture_output=True, text=True, timeout=300)
+    good = rnnx_in_process(*argv)
     if output.exists():
         output.unlink()
     bad = subprocess.run([sys.executable, "-c", run.format(plant=plant), *argv], capture_output=True, text=True, timeout=300)
