@@ -145,7 +145,7 @@ class StreamingRecord:
 
 
 _MAX_RECORD = 1 << 20  # characters: a record lists a few states and inputs
-_ORT_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype(np.float16), "tensor(double)": np.dtype(np.float64),
+_ORT_TYPES: dict[str, np.dtype[Any]] = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype(np.float16), "tensor(double)": np.dtype(np.float64),
               "tensor(int64)": np.dtype(np.int64), "tensor(int32)": np.dtype(np.int32), "tensor(int8)": np.dtype(np.int8),
               "tensor(uint8)": np.dtype(np.uint8), "tensor(bool)": np.dtype(np.bool_)}
 _MAX_NAMES = 4096  # states, inputs or outputs in one record
@@ -241,7 +241,7 @@ def _first(raw: dict[str, Any], version: Any, states: tuple[StatePair, ...], inp
     if version == STREAMING_VERSION:
         _field(not computed and "first" not in raw, "initial", "zeros in a version 1 record", computed[0] if computed else raw.get("first"))
         return None
-    first = raw.get("first")
+    first: Any = raw.get("first")  # JSON: its type checked below
     _field(isinstance(first, str) and 0 < len(first) <= 256, "first", "the name of the first-chunk input", first)
     _field(inputs is None or inputs.get(first) == 0, "first", "one of the graph's inputs, a scalar", first)
     _field(bool(computed), "states", "a state whose initial is computed (version 2)", "none")
@@ -419,7 +419,7 @@ def _run_part(model: Any, outputs: list[str], feed: Mapping[str, np.ndarray]) ->
 
     producers = {o: n for n in model.graph.node for o in n.output}
     needed, todo = [], list(outputs)
-    seen: set[str] = set()
+    seen: set[int] = set()  # nodes by id(): protobuf messages do not hash
     while todo:
         name = todo.pop()
         node = producers.get(name)

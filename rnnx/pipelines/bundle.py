@@ -159,7 +159,7 @@ def _write(source: Path, staging: Path, folder: Path, target: trtexec.Target, pr
     for script in ("build.sh", "check.sh", "check.py"):
         (staging / script).chmod(0o755)
     summary = choice.summary() if choice else ""
-    asked = [f"the profile's {label}: {choice.dimensions[label]['from']}" for label in (choice.asked if choice else [])]
+    asked = [f"the profile's {label}: {choice.dimensions[label]['from']}" for label in choice.asked] if choice else []
     profile = {"summary": summary, "shapes": choice.profile.as_json() if choice else {}, "dimensions": choice.dimensions if choice else {}}
     notes = asked + notes
     report = BundleReport(str(folder), target.to_json(), precision, profile,

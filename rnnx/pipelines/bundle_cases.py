@@ -11,6 +11,7 @@ chain's for the golden outputs; the engine's own on the device).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,9 +45,9 @@ def plan_cases(proto: Any, specs: list[Any], choice: ProfileChoice | None, examp
                 notes: list[str]) -> list[Case]:
     """The example's shapes and the profile's two corners; a streaming file's are sequences of chunks."""
     static = {s.name: [d if isinstance(d, int) else None for d in s.dims] for s in specs}
-    shaped: list[tuple[str, dict[str, list[int]]]] = []
+    shaped: list[tuple[str, Mapping[str, Sequence[int | None]]]] = []  # None: a size nothing gave, refused below
     if choice is None:
-        shaped.append(("static", {n: list(d) for n, d in static.items()}))  # type: ignore[misc]
+        shaped.append(("static", {n: list(d) for n, d in static.items()}))
     else:
         profile = choice.profile.shapes
         corner = {end: {n: list(t[i]) for n, t in profile.items()} for i, end in enumerate(("min", "opt", "max"))}
@@ -54,10 +55,11 @@ def plan_cases(proto: Any, specs: list[Any], choice: ProfileChoice | None, examp
         shaped += [("example", first), ("min", corner["min"] | {n: v for n, v in first.items() if n not in profile}),
                    ("max", corner["max"] | {n: v for n, v in first.items() if n not in profile})]
     cases: list[Case] = []
-    for k, (name, shapes) in enumerate(shaped):
-        if any(s is None for dims in shapes.values() for s in dims):
+    for k, (name, given) in enumerate(shaped):
+        if any(s is None for dims in given.values() for s in dims):
             raise RNNXError(f"bundle: expected a size for every dimension of the {name} case, found none for "
-                            f"{next(n for n, d in shapes.items() if None in d)}; give --opt-shapes")
+                            f"{next(n for n, d in given.items() if None in d)}; give --opt-shapes")
+        shapes = {n: [s for s in d if s is not None] for n, d in given.items()}  # every size known (refused above if not)
         if sum(math.prod(s) for s in shapes.values()) > MAX_CASE_VALUES:  # Python's ints: np.prod wraps past 2^63 to a small number
             notes.append(f"the {name} case ({shapes_text(shapes)}) holds over {MAX_CASE_VALUES} values: left out")
             continue
@@ -68,7 +70,7 @@ def plan_cases(proto: Any, specs: list[Any], choice: ProfileChoice | None, examp
         cases.append(case)
     if not cases:  # a folder with no case would print PASS on the device without running the engine once
         raise RNNXError(f"bundle: expected at least one case to check, found every case over {MAX_CASE_VALUES} values "
-                        f"({'; '.join(shapes_text(s) for _, s in shaped)}); give smaller --opt-shapes/--max-shapes (or --profile), "
+                        f"({'; '.join(shapes_text(dict(s)) for _, s in shaped)}); give smaller --opt-shapes/--max-shapes (or --profile), "
                         "or export the model with smaller fixed dimensions")
     return cases
 

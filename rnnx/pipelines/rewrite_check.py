@@ -204,7 +204,7 @@ _Run = tuple[Case, list[dict[str, np.ndarray]], list[Any], list[Any]]
 
 def _too_large(plan: ShapePlan, shapes: dict[str, list[int]], budget: int) -> bool:
     elements = {s.name: float(np.prod(shapes[s.name], dtype=np.float64)) for s in plan.specs}
-    nbytes = sum(elements[s.name] * s.dtype.itemsize for s in plan.specs)
+    nbytes = sum(elements[s.name] * np.dtype(s.dtype).itemsize for s in plan.specs)  # plan_shapes refuses an input with no dtype
     return sum(elements.values()) > MAX_ELEMENTS or nbytes * limits.WORKING_COPIES > budget
 
 

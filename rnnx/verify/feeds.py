@@ -7,7 +7,7 @@ the example's range. What each input is comes from :func:`rnnx.shapes.file_dims.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -23,22 +23,24 @@ def make_feed(specs: list[InputSpec], case: Case, example: dict[str, Any], seed:
     rng = np.random.default_rng(seed)
     feed = {}
     for spec in specs:
-        shape = case.shapes[spec.name]
-        if spec.dtype.kind == "f":  # the recorded example's sign, else the model's own example's
+        shape, dtype = case.shapes[spec.name], spec.dtype
+        assert dtype is not None  # specs read with feeding=True, which refuses an input rnnx cannot feed
+        if dtype.kind == "f":  # the recorded example's sign, else the model's own example's
             known = example.get(spec.name)
             summary = spec.values or (value_summary(np.asarray(known, dtype=np.float64)) if known is not None else None)
-            feed[spec.name] = draw_floats(rng, shape, summary, spec.dtype)
-        elif spec.dtype.kind == "b":
+            feed[spec.name] = draw_floats(rng, shape, summary, dtype)
+        elif dtype.kind == "b":
             feed[spec.name] = np.asarray(rng.random(shape) < 0.5)  # a scalar flag (shape []) compares to a numpy bool, which ONNX Runtime refuses
         elif spec.lengths_of is not None:
             longest = case.sizes.get(spec.lengths_of, 1)
             lens = np.sort(rng.integers(1, longest + 1, size=shape))[::-1].copy()
             if lens.size:
                 lens.flat[0] = longest
-            feed[spec.name] = lens.astype(spec.dtype)
+            feed[spec.name] = lens.astype(dtype)
         else:  # the recorded example's ids, else the model's own example's, else the embedding table's rows
             known = example.get(spec.name)
-            summary = spec.values or (integer_summary(np.asarray(known)) if known is not None else None)
+            # integer_summary types its values int | None for the padding alone: its min and max are ints
+            summary = spec.values or cast("dict[str, Any] | None", integer_summary(np.asarray(known)) if known is not None else None)
             if summary is not None and spec.vocabulary:
                 summary = {**summary, "max": min(summary["max"], spec.vocabulary - 1)}
             axis = (ids or {}).get(spec.name)
@@ -46,5 +48,5 @@ def make_feed(specs: list[InputSpec], case: Case, example: dict[str, Any], seed:
                 size = case.shapes[axis[0]][axis[1]]
                 low = int(summary["min"]) if summary is not None and 0 <= int(summary["min"]) < size else 0
                 summary = {"min": low, "max": size - 1, "padding": None}
-            feed[spec.name] = draw_integers(rng, shape, summary, spec.dtype, spec.vocabulary)
+            feed[spec.name] = draw_integers(rng, shape, summary, dtype, spec.vocabulary)
     return feed

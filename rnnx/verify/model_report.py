@@ -90,12 +90,15 @@ class WholeModelReport(Verdict):
                 lines.append(f"{c.name:<{width}} {'skipped: ' + c.skipped if c.skipped else 'FAIL: ' + c.error}")
         for r in judged:
             s = r.stats
+            if s is None:  # a truth that did not run: no statistics, the row's error says why
+                lines.append(f"{r.case:<{width}} {r.output[:14]:<14} {r.against:<14} FAIL: {r.error}")
+                continue
             verdict = "ok" if s.passed else f"FAIL ({s.note or s.rule})"
             if s.floor is not None:
                 verdict += f" ({s.ratio:.2g}x the rounding floor {s.floor:.1e}; {s.multiple:g}x allowed)"
             lines.append(f"{r.case:<{width}} {r.output[:14]:<14} {r.against:<14} {s.max_abs:>10.2e} {s.mean_abs:>10.2e} {s.quantile_abs:>10.2e} {s.max_rel:>10.2e}  {verdict}")
         if len(judged) < len(self.rows):
-            worst = max((r.stats.max_abs for r in self.rows if r not in judged), default=0.0)
+            worst = max((r.stats.max_abs for r in self.rows if r not in judged and r.stats is not None), default=0.0)
             lines.append(f"  (against torch in float32 as well: max abs {worst:.2e}; every row is in the JSON report)")
         if self.layers:
             lines.append("layer by layer (each recurrent layer on the inputs it received, against the float64 reference):")

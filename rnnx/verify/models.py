@@ -217,7 +217,7 @@ def _shapes_text(case: Case) -> str:
 def _first_refusal(asked: ModelDims, report: WholeModelReport) -> str:
     """The first failed case's line naming a size only the torch model vouched for, or ""."""
     judged = [r for r in report.rows if r.against == "torch float64"] or report.rows  # as the verdict reads them
-    failed = {r.case for r in judged if not r.stats.passed}
+    failed = {r.case for r in judged if not r.passed}
     for case in report.cases:
         if case.error or case.name in failed:
             said = asked.refusal(case, refused=bool(case.error))
@@ -269,7 +269,7 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     against = "its own weights" if weights is None else f"the weights in {weights}" + (f" (group {select})" if select else "")
     report = WholeModelReport(str(model_path), against, {s.name: s.dims for s in specs}, roles, cases, self_check=True,
                               notes=[n for n in [read.wiring_note(), shape_note(roles)] if n] + matched + ids.notes("the file"))
-    runs = []
+    runs: list[tuple[str, dict[str, np.ndarray]]] = []
     at_example = example_case(specs, read.example) if ids.unknown else None  # where ids nothing bounds leave no case running
     for k, case in enumerate(_stepped(cases)):
         feed = make_feed(specs, case, {}, seed + k, ids.bounds)

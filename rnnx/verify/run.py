@@ -134,7 +134,7 @@ def _run_cases(report: VerifyReport, weights: RNNWeights, model: Path | None, ru
             quantized = None
             report.notes.append("ONNX Runtime's rows use the tolerance given, not the quantization bound")
     if "ort" in runners:
-        drive = runners["ort"].drive  # type: ignore[attr-defined]
+        drive = runners["ort"].drive
         report.driven = {"source": drive.source, "batch_first": drive.batch_first, "inputs": drive.inputs, "outputs": drive.outputs}
     first_mismatch: dict[str, Any] = {}
     cases = [(t, b) for t in seq_lens for b in batches]
@@ -242,7 +242,10 @@ def _backend_tolerances(given: Mapping[str, Tolerance | tuple[float, float]] | N
         name = BACKEND_ALIASES.get(backend, backend)
         if name not in BACKENDS:
             raise RNNXError(f"backend_tolerances: unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-        out[name] = value if isinstance(value, Tolerance) else Tolerance(*(float(v) for v in value))
+        if not isinstance(value, Tolerance):
+            atol, rtol = value  # (atol, rtol); a pair of another length is refused here
+            value = Tolerance(float(atol), float(rtol))
+        out[name] = value
     return out
 
 
