@@ -8,8 +8,6 @@ from __future__ import annotations
 import dataclasses
 import inspect as pyinspect
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -414,16 +412,18 @@ def test_inspect_matches_the_table_on_every_recurrent_node_of_several_models() -
 def test_cli_prints_the_version_and_citation_and_takes_tensorrt(tmp_path) -> None:
     path = tmp_path / "g.onnx"
     onnx.save(stack("gru,input=4,hidden=5,bidirectional,act=HardSigmoid:0.2:0.5/Tanh"), str(path))
-    out = subprocess.run([sys.executable, "-m", "rnnx.cli", "inspect", str(path), "--tensorrt", "8.6"], capture_output=True, text=True, timeout=120)
+    from tests.helpers import rnnx_in_process  # in-process: what inspect prints is tested, not the process
+
+    out = rnnx_in_process("inspect", path, "--tensorrt", "8.6")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("  tensorrt     refuses: reverse activation alphas"))
     assert "TensorRT 8.6; not built" in lines[at]
     assert lines[at + 1].strip().startswith("cites builtin_op_importers.cpp DEFINE_BUILTIN_OP_IMPORTER(GRU)") and "8.6-GA ee0b139" in lines[at + 1]
-    out = subprocess.run([sys.executable, "-m", "rnnx.cli", "inspect", str(path), "--json"], capture_output=True, text=True, timeout=120)
+    out = rnnx_in_process("inspect", path, "--json")
     (n,) = json.loads(out.stdout)["nodes"]
     assert n["backend_verdicts"]["tensorrt"] == REFUSED and "10.15" in n["backend_basis"]["tensorrt"]
-    bad = subprocess.run([sys.executable, "-m", "rnnx.cli", "inspect", str(path), "--tensorrt", "9.0"], capture_output=True, text=True, timeout=120)
+    bad = rnnx_in_process("inspect", path, "--tensorrt", "9.0")
     assert bad.returncode == 2 and "--tensorrt" in bad.stderr
 
 

@@ -399,13 +399,14 @@ def test_the_command_line_shows_the_activations(tmp_path: Path) -> None:
     the node's functions. The file is tf2onnx's Keras 2 LSTM, which gives no alpha."""
     import json
     import subprocess
-    import sys
 
     source = WILD / "t2o_k2_lstm_hard_sigmoid.onnx"
     expected = "lstm,input=3,hidden=4,act=HardSigmoid:0.2:0.5/Tanh/Tanh"
 
     def rnnx_cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "rnnx", *args], capture_output=True, text=True, timeout=300)
+        from tests.helpers import rnnx_in_process  # in-process: what the verbs print is tested, not the process
+
+        return rnnx_in_process(*args)
 
     text = rnnx_cli("convert", str(source), "--to", "onnx", "-o", str(tmp_path / "a.onnx"))
     assert text.returncode == 0, text.stderr
