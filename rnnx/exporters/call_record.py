@@ -62,16 +62,19 @@ class CallRecord:
 
     def tensors(self) -> list[str]:
         """The graph inputs the tensor leaves are fed from, in the call's order."""
-        found: list[str] = []
+        return [node["tensor"] for _, node in self.leaves() if "tensor" in node]
 
-        def visit(node: dict[str, Any]) -> None:
-            if "tensor" in node:
-                found.append(node["tensor"])
-            for child in _children(node):
-                visit(child)
-
-        for node in self.args:
-            visit(node)
+    def leaves(self) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        """(path, node) of every leaf (a tensor, a value, an unrecorded one), in the call's order;
+        a path is the keys from the arguments down to it, as :func:`build_call` gives them."""
+        found, todo = [], [((k,), node) for k, node in reversed(list(enumerate(self.args)))]
+        while todo:
+            path, node = todo.pop()
+            items = _items(node)
+            if items is None:
+                found.append((path, node))
+            else:
+                todo += [(path + (k,), child) for k, child in reversed(items)]
         return found
 
 
@@ -225,14 +228,15 @@ def describe_call(record: CallRecord) -> str:
     return ", ".join(text(a) for a in record.args)
 
 
-def _children(node: dict[str, Any]) -> list[dict[str, Any]]:
+def _items(node: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]] | None:
+    """(key, child) of a container node, keyed as :func:`build_call` keys a path; None for a leaf."""
     if "tuple" in node or "list" in node:
-        return list(node.get("tuple", node.get("list")))
+        return list(enumerate(node.get("tuple", node.get("list"))))
     if "dict" in node:
-        return [v for _, v in node["dict"]]
+        return [(k, v) for k, v in node["dict"]]
     if "fields" in node:
-        return [v for _, v in node["fields"]]
-    return []
+        return [(k, v) for k, (_, v) in enumerate(node["fields"])]
+    return None
 
 
 def _invalid(node: Any, depth: int, count: list[int]) -> str:

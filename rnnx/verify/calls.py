@@ -111,11 +111,11 @@ def _recorded(record: CallRecord, model: Any, example: Any, label: str) -> Call:
 
     # the example's tensors where the record has a tensor leaf: token id ranges and sizes for the feed
     if given is not None:
-        for name, path in _tensor_paths(record):
+        for path, leaf in record.leaves():
             value = _at(given, path)
-            if isinstance(value, torch.Tensor):
-                arrays[name] = value.detach().cpu().numpy()
-    unrecorded = {path: from_example(path, kind) for path, kind in _unrecorded_paths(record)}
+            if "tensor" in leaf and isinstance(value, torch.Tensor):
+                arrays[leaf["tensor"]] = value.detach().cpu().numpy()
+    unrecorded = {path: from_example(path, leaf["unrecorded"]) for path, leaf in record.leaves() if "unrecorded" in leaf}
 
     def args(feed: dict[str, np.ndarray], dtype: Any) -> tuple[Any, ...]:
         def tensor(name: str) -> Any:
@@ -176,33 +176,3 @@ def _at(value: Any, path: tuple[Any, ...]) -> Any:
         except (KeyError, IndexError, TypeError):
             return _MISSING
     return value
-
-
-def _tensor_paths(record: CallRecord) -> list[tuple[str, tuple[Any, ...]]]:
-    return [(leaf["tensor"], path) for path, leaf in _leaves(record) if "tensor" in leaf]
-
-
-def _unrecorded_paths(record: CallRecord) -> list[tuple[tuple[Any, ...], str]]:
-    return [(path, leaf["unrecorded"]) for path, leaf in _leaves(record) if "unrecorded" in leaf]
-
-
-def _leaves(record: CallRecord) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-    """(path, leaf node) of every leaf of the record, paths as :func:`build_call` gives them."""
-    found: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-
-    def visit(node: dict[str, Any], path: tuple[Any, ...]) -> None:
-        if "dict" in node:
-            for k, child in node["dict"]:
-                visit(child, path + (k,))
-        elif "namedtuple" in node:
-            for k, (_, child) in enumerate(node["fields"]):
-                visit(child, path + (k,))
-        elif "tuple" in node or "list" in node:
-            for k, child in enumerate(node.get("tuple", node.get("list"))):
-                visit(child, path + (k,))
-        else:
-            found.append((path, node))
-
-    for k, node in enumerate(record.args):
-        visit(node, (k,))
-    return found
