@@ -55,8 +55,7 @@ def leaves_of(model: Any, example: Sequence[Any]) -> tuple[list[Leaf], Any]:
     from torch.utils._pytree import tree_flatten_with_path
 
     paths, structure = tree_flatten_with_path(tuple(example))
-    params = _forward_parameters(model)
-    star = _varargs_position(model)
+    params, star = _forward_parameters(model)
     leaves = []
     for i, (path, value) in enumerate(paths):
         top = path[0].idx if hasattr(path[0], "idx") else i
@@ -79,30 +78,22 @@ def rename_leaves(leaves: Sequence[Leaf], names: Sequence[str] | None) -> None:
         leaf.name = name
 
 
-def _varargs_position(model: Any) -> int | None:
-    """The position of forward's ``*args`` parameter, if it has one."""
-    try:
-        params = list(inspect.signature(model.forward).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    return next((k for k, p in enumerate(params) if p.kind == p.VAR_POSITIONAL), None)
-
-
 def bind_dynamic_shapes(model: Any, per_argument: Any) -> Any:
     """The dynamic-shapes tree bound as torch.export binds forward's parameters: one entry per
     parameter, so the arguments that ``*args`` collects share one entry, a tuple of theirs."""
-    star = _varargs_position(model)
+    star = _forward_parameters(model)[1]
     if star is None or not isinstance(per_argument, tuple):
         return per_argument
     return tuple(per_argument[:star]) + (tuple(per_argument[star:]),)
 
 
-def _forward_parameters(model: Any) -> list[str]:
+def _forward_parameters(model: Any) -> tuple[list[str], int | None]:
+    """The names of forward's positional parameters, and the position of its ``*args`` (None without)."""
     try:
-        params = inspect.signature(model.forward).parameters.values()
+        params = [p for p in inspect.signature(model.forward).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
     except (TypeError, ValueError):  # builtins and some C-implemented forwards have no signature
-        return []
-    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+        return [], None
+    return [p.name for p in params], next((k for k, p in enumerate(params) if p.kind == p.VAR_POSITIONAL), None)
 
 
 @dataclass

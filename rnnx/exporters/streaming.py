@@ -200,13 +200,14 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
 
     flat, structure = tree_flatten(args)
     notes: list[str] = []
-    taken = {name for name, _ in model.named_modules()} | {leaf.name for leaf in shapes.leaves_of(model, args)[0]}
+    leaves, _ = shapes.leaves_of(model, args)
+    taken = {name for name, _ in model.named_modules()} | {leaf.name for leaf in leaves}
     loops = find_loops(model, flat, structure, recurrent, taken)  # a Python loop over the frames: what each step hands the next
     if not recurrent and not loops.states:
         raise RNNXError("streaming: expected at least one nn.LSTM, nn.GRU or nn.RNN, a cell, or a Python loop over the frames that hands a "
                         "value from step to step, found none; a model without recurrences has no state to carry: export it without streaming")
     calls, out = _probe(model, args, recurrent)
-    example_ids = {id(a) for a in torch.utils._pytree.tree_flatten(args)[0]}
+    example_ids = {id(a) for a in flat}
     slots, zeros = [], []
     sources: dict[str, _Source] | None = None  # where each recurrence's own initial state comes from, found once where one has one
     for name, m in recurrent:
@@ -268,7 +269,6 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
                       loops=loops.loops if loops.states else ())
 
     # Names: the user's (or forward's) for the original inputs and outputs, then the states'.
-    leaves, _ = shapes.leaves_of(model, args)
     tensors = [leaf.name for leaf in leaves if leaf.is_tensor]
     given_in = list(options.get("input_names") or [])
     if len(given_in) > len(tensors):
