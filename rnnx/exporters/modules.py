@@ -33,23 +33,18 @@ CELL_MODULES = (nn.LSTMCell, nn.GRUCell, nn.RNNCell)
 
 
 def spec_of_module(module: nn.Module) -> RNNSpec:
-    if isinstance(module, nn.LSTM):
+    """The spec of an nn.LSTM/GRU/RNN, or of a cell (one layer, one direction)."""
+    if isinstance(module, (nn.LSTM, nn.LSTMCell)):
         cell = "lstm"
-    elif isinstance(module, nn.GRU):
+    elif isinstance(module, (nn.GRU, nn.GRUCell)):
         cell = "gru"
-    elif isinstance(module, nn.RNN):
+    elif isinstance(module, (nn.RNN, nn.RNNCell)):
         cell = "rnn_" + module.nonlinearity
     else:
         raise RNNXError(f"{type(module).__name__}: expected nn.LSTM, nn.GRU or nn.RNN")
-    return RNNSpec(
-        cell=cell,
-        input_size=module.input_size,
-        hidden_size=module.hidden_size,
-        num_layers=module.num_layers,
-        direction="bidirectional" if module.bidirectional else "forward",
-        bias=module.bias,
-        proj_size=getattr(module, "proj_size", 0),
-    )
+    return RNNSpec(cell=cell, input_size=module.input_size, hidden_size=module.hidden_size, num_layers=getattr(module, "num_layers", 1),
+                   direction="bidirectional" if getattr(module, "bidirectional", False) else "forward", bias=module.bias,
+                   proj_size=getattr(module, "proj_size", 0))
 
 
 @dataclass
@@ -297,22 +292,12 @@ class NativeRecurrence(ForwardTimeWeights):
         return (y, (h_n, c_n)) if spec.cell == "lstm" else (y, h_n)
 
 
-def spec_of_cell(module: nn.Module) -> RNNSpec:
-    if isinstance(module, nn.LSTMCell):
-        cell = "lstm"
-    elif isinstance(module, nn.GRUCell):
-        cell = "gru"
-    else:
-        cell = "rnn_" + module.nonlinearity
-    return RNNSpec(cell=cell, input_size=module.input_size, hidden_size=module.hidden_size, bias=module.bias)
-
-
 class NativeCell(ForwardTimeWeights):
     """Mixed in before nn.LSTMCell / GRUCell / RNNCell: each call exports as a one-step native
     node; the module is otherwise the original (see :class:`NativeRecurrence`)."""
 
     def _rnnx_prepare(self, where: str = "") -> None:
-        spec = spec_of_cell(self)
+        spec = spec_of_module(self)
         self.__dict__["_rnnx_layers"] = _native_layers(self, spec, where or type(self).__name__, cell_style=True)
         self.__dict__["_rnnx_spec"] = spec
 

@@ -42,13 +42,13 @@ def load_torch_model(against: str, checkpoint: Path | None) -> tuple[Any, Any]:
 
 def _recurrent_modules(model: Any) -> list[tuple[str, Any, RNNWeights]]:
     """(name, module, its canonical weights) of every nn.LSTM/GRU/RNN and cell, in module order."""
-    from rnnx.exporters.modules import CELL_MODULES, RECURRENT_MODULES, spec_of_cell, spec_of_module
+    from rnnx.exporters.modules import CELL_MODULES, RECURRENT_MODULES, spec_of_module
 
     found = []
     for name, module in model.named_modules():
         kind = getattr(module, "original_name", type(module).__name__)
         if isinstance(module, RECURRENT_MODULES + CELL_MODULES):
-            spec = spec_of_cell(module) if isinstance(module, CELL_MODULES) else spec_of_module(module)
+            spec = spec_of_module(module)
         elif kind in ("LSTM", "GRU", "RNN"):  # a TorchScript module: the spec is in its weights' names
             spec = None
         else:
