@@ -243,8 +243,9 @@ def _backend_tolerances(given: Mapping[str, Tolerance | tuple[float, float]] | N
         if name not in BACKENDS:
             raise RNNXError(f"backend_tolerances: unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
         if not isinstance(value, Tolerance):
-            atol, rtol = value  # (atol, rtol); a pair of another length is refused here
-            value = Tolerance(float(atol), float(rtol))
+            if not isinstance(value, (tuple, list)) or len(value) != 2:
+                raise RNNXError(f"backend_tolerances[{backend!r}]: expected a Tolerance or an (atol, rtol) pair, found {value!r}")
+            value = Tolerance(float(value[0]), float(value[1]))
         out[name] = value
     return out
 
