@@ -292,9 +292,10 @@ _NON_FINITE = re.compile(r"(?<![\w.])(-?(?:inf|nan))(?![\w.])")
 
 
 def _exported_after_engine(relative):
-    """An export older than model.engine is a stale run's, not this engine's."""
-    engine = os.path.join(HERE, "model.engine")
-    if os.path.isfile(engine) and os.path.getmtime(_path(relative)) < os.path.getmtime(engine):
+    """An export older than model.engine is a stale run's, not this engine's. A missing export is
+    left to read_export, whose refusal names it (getmtime here would raise past every refusal)."""
+    engine, export = os.path.join(HERE, "model.engine"), _path(relative)
+    if os.path.isfile(engine) and os.path.isfile(export) and os.path.getmtime(export) < os.path.getmtime(engine):
         raise Refused(f"{relative}: expected trtexec's output of this model.engine, found one written before it was built; run bash check.sh")
 
 

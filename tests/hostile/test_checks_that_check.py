@@ -289,8 +289,6 @@ def test_verify_chunks_does_not_pass_when_no_state_is_ever_carried(folder: Path)
     assert _rnnx("verify", broken, "--against", f"{folder / 'stream.py'}:S", "--chunks", "3", "--seq-lens", "2") in (1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="rnnx/pipelines/bundle_check.py _exported_after_engine: os.path.getmtime on an output trtexec "
-                                       "did not write raises FileNotFoundError (exit 3), before read_export's refusal")
 def test_bundle_check_refuses_a_missing_trtexec_output_with_exit_2(folder: Path) -> None:
     bundle = folder / "bundle"
     if not bundle.exists():
