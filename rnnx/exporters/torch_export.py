@@ -107,6 +107,12 @@ def _export_module(model: Any, args: tuple[Any, ...], path: Path, opset: int, dy
     leaves, structure = shapes.leaves_of(model, args)
     if not any(leaf.is_tensor for leaf in leaves):
         raise RNNXError("example inputs: expected at least one tensor, found none")
+    # A size of 0 is refused before anything runs: torch traces nothing of it, and ONNX Runtime's
+    # LSTM ends the process (SIGABRT/SIGFPE, no message) in the self-check at batch 0.
+    for leaf in (leaf for leaf in leaves if leaf.is_tensor and 0 in leaf.value.shape):
+        raise RNNXError(f"example input {leaf.name}: expected every dimension at least 1, found dim {list(leaf.value.shape).index(0)} of size 0 "
+                        f"(shape {'x'.join(map(str, leaf.value.shape))}); give an example of sizes the model takes (a dynamic batch or length "
+                        "still takes other sizes in the written file)")
     if dynamic_shapes is not None:
         if dynamic or static:
             raise RNNXError("give either dynamic_shapes (torch.export's format) or dynamic/static, not both")

@@ -237,9 +237,6 @@ def test_export_declares_no_dimension_dynamic_that_the_file_refuses_at_every_oth
         session.run(None, {session.get_inputs()[0].name: np.zeros((1, 5, 5), np.float32)})
 
 
-@pytest.mark.xfail(strict=True, reason="rnnx/exporters/selfcheck.py:364 runs the example in ONNX Runtime in-process, and ORT's LSTM "
-                                       "kills the process (SIGABRT or SIGFPE, no message) at batch 0; nothing refuses an example with a dimension of 0 "
-                                       "(rnnx/cli/types.py --input, rnnx/api.py export)")
 def test_export_refuses_an_example_of_batch_0_without_dying(folder: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "rnnx", "export", f"{folder / 'models.py'}:NanElsewhere", "--input", "0x5x3", "-o",
                            str(folder / "batch0.onnx")], capture_output=True, text=True, cwd=ROOT, timeout=120)
