@@ -121,6 +121,16 @@ def plan(model: Any, spec: Any, overrides: dict[str, str] | None = None, batch_f
     if unmapped:
         raise RNNXError(f"graph input {unmapped[0]!r} could not be mapped to a role of the recurrent stack (X, h0, c0, seq_lens); "
                         f"name it with --input-map {unmapped[0]}=ROLE")
+    # An output no role reaches would be dropped unchecked (a head multiplying Y by NaN passed): every output is checked or refused.
+    unmapped = [n for n in graph_outputs if n not in drive.outputs]
+    if unmapped:
+        raise RNNXError(f"graph output {unmapped[0]!r} could not be mapped to a role of the recurrent stack (Y, h_n, c_n), so verify "
+                        f"could not check it; name it with --input-map {unmapped[0]}=ROLE, or verify the file as a whole model (--against MODEL.py)")
+    shared = [r for r in OUTPUT_ROLES if sum(v == r for v in drive.outputs.values()) > 1]
+    if shared:  # results() keeps one value per role: the others would go unchecked
+        names = [n for n, r in drive.outputs.items() if r == shared[0]]
+        raise RNNXError(f"graph outputs {names} each carry the recurrence's {shared[0]}, and verify checks one output per role; "
+                        f"name the one to check with --input-map {names[0]}={shared[0]} and the others with their own roles")
     if "X" not in drive.inputs.values():
         raise RNNXError("no graph input reaches the recurrence's X through shape-only ops: the sequence is computed inside the graph "
                         "(a whole model, not a recurrent stack); name the input with --input-map NAME=X if it is one")

@@ -185,8 +185,6 @@ def test_verify_fails_a_file_of_zeros_against_a_model_whose_truth_moves(folder: 
 # -- causes in the verbs' own modules: xfail until fixed there
 
 
-@pytest.mark.xfail(strict=True, reason="rnnx/verify/drive.py plan(): a graph output no role maps (Y times NaN) is dropped unchecked; "
-                                       "graph inputs left unmapped are refused, outputs are not")
 def test_verify_against_weights_does_not_pass_a_file_whose_output_y_is_nan(folder: Path) -> None:
     assert _rnnx("verify", folder / "y_nan.onnx", "--against", folder / "w.pt", "--backends", "ort", "--seq-lens", "3", "--batch", "2") in (1, 2)
 
