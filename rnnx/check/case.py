@@ -78,3 +78,24 @@ class Case:
             else:
                 out[key] = getattr(self, attr)
         return out
+
+
+def unvaried(cases: Sequence[Case], dynamic: Mapping[str, str], given: set[str]) -> tuple[list[str], list[str]]:
+    """Of the dynamic batches and lengths (``dynamic``: label -> role), not the ``given`` ones
+    (the user's sizes): those the cases set out to vary but that every case that ran held at one
+    size ("seq at 19 (why it was skipped)"), and every one held at one size by the cases that ran
+    ("seq (a length, held at 8)"). A check that varied nothing of a dynamic length has not checked
+    it: verify and export's self-check refuse the first kind."""
+    skipped_all, held = [], []
+    for label, role in dynamic.items():
+        if label in given:
+            continue
+        planned = {c.sizes[label] for c in cases if label in c.sizes}
+        ran = {c.sizes[label] for c in cases if label in c.sizes and not c.skipped}
+        if len(ran) != 1:
+            continue
+        held.append(f"{label} (a {role}, held at {next(iter(ran))})")
+        if len(planned) > 1:
+            why = next((c.skipped for c in cases if c.skipped and c.sizes.get(label) not in ran), "")
+            skipped_all.append(f"{label} at {', '.join(map(str, sorted(planned - ran)))} ({why})")
+    return skipped_all, held

@@ -41,13 +41,14 @@ import numpy as np
 
 from rnnx import progress
 from rnnx.check import Case, Row, Rule, judge, worst_failure
+from rnnx.check.case import unvaried
 from rnnx.check.runners import Subject, make
 from rnnx.check.truths import TorchTruth, as_float64
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
 from rnnx.exporters.bounded import STOPPED, Bounds, Run, bounded_each
 from rnnx.exporters.example_values import draw_floats, draw_integers, integer_summary, value_summary
 from rnnx.exporters.shapes import Leaf, Naming
-from rnnx.shapes.roles import BATCH, OTHER
+from rnnx.shapes.roles import BATCH, LENGTH, OTHER
 from rnnx.shapes.sizes import GROWTH, shrunk
 from rnnx.tolerance import CALIBRATED_MULTIPLE, Tolerance, Tolerances
 
@@ -137,7 +138,8 @@ class SelfCheck:
                 "calibrated_multiple": CALIBRATED_MULTIPLE, "tolerances": self.tolerances.to_json(), "notes": self.notes,
                 "layers": self.layers, "layer_failure": self.layer_failure or None,
                 "dimensions": self.dims, "audit_failure": self.audit_failure or None, "nondeterministic": self.nondeterministic,
-                "cases": [c.to_json(CASE_FIELDS, OUTPUT_FIELDS, absent=None) for c in self.cases]}
+                # a skipped case was not judged: passed is null beside its empty outputs, never true
+                "cases": [c.to_json(CASE_FIELDS, OUTPUT_FIELDS, absent=None, **({"passed": None} if c.skipped else {})) for c in self.cases]}
 
     def __str__(self) -> str:
         given = f"; set: {', '.join(f'{k}: {v}' for k, v in self.tolerances.to_json().items())}" if self.tolerances else ""
@@ -374,7 +376,25 @@ def run_self_check(model: Any, leaves: Sequence[Leaf], structure: Any, naming: N
         for i, (out_name, g) in enumerate(got.items()):
             case.rows.append(compare_output(out_name, np.asarray(g), want[i], check, want64[i] if want64 is not None else None,
                                             (given or {}).get(i)))
+    if check:
+        refuse_unvaried(check.cases, naming)
     return check
+
+
+def refuse_unvaried(cases: Sequence[Case], naming: Naming) -> None:
+    """Verify's rule (:func:`rnnx.check.case.unvaried`), held by export too: a dynamic batch or
+    length that the cases set out to vary, and that every case that ran held at the example's
+    size (the others skipped: the model raised, or its own output was NaN there), was never
+    checked, and a PASS would rest on one size. Refused (exit 2), unless the check failed anyway."""
+    dynamic = {label: role for label, role in naming.roles.items() if role in (BATCH, LENGTH)}
+    skipped_all, _held = unvaried(list(cases), dynamic, set())
+    if not skipped_all:
+        return
+    label = skipped_all[0].split(" ", 1)[0]
+    where = next((f"{name}:{d}" for name, dims in naming.input_dims.items() for d, v in enumerate(dims) if v == label), label)
+    raise RNNXError(f"the self-check checked nothing at other sizes of what the file declares dynamic: every case with {'; '.join(skipped_all)} was skipped, "
+                    f"so a PASS would rest on one size; give an example the model takes at other sizes too, or --static {where} (static= "
+                    "in Python) to write that dimension at the example's size")
 
 
 def example_finite(check: SelfCheck) -> bool:

@@ -205,13 +205,10 @@ def nan_elsewhere(folder: Path) -> tuple[int, dict[str, Any]]:
     return status, json.loads(out.getvalue())
 
 
-@pytest.mark.xfail(strict=True, reason="rnnx/exporters/selfcheck.py: export's self-check passes where every case that varied a "
-                                       "dynamic batch or length was skipped (verify refuses this: models.py _said_unvaried)")
 def test_export_does_not_pass_when_no_case_varied_a_dynamic_dimension(nan_elsewhere: tuple[int, dict[str, Any]]) -> None:
     assert nan_elsewhere[0] in (1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="rnnx/exporters/selfcheck.py: a skipped case's JSON says passed: true beside outputs: []")
 def test_export_json_never_says_passed_beside_a_case_that_compared_nothing(nan_elsewhere: tuple[int, dict[str, Any]]) -> None:
     cases = (nan_elsewhere[1].get("check") or {}).get("cases") or []
     assert all(c.get("passed") is not True for c in cases if not c.get("outputs"))
