@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rnnx.check import Case, Row, Verdict
 from rnnx.verify.layers import LayerCheck
 
@@ -141,3 +143,23 @@ def unvaried(cases: list[Case], dynamic: dict[str, str], given: set[str]) -> tup
             why = next((c.skipped for c in cases if c.skipped and c.sizes.get(label) not in ran), "")
             skipped_all.append(f"{label} at {', '.join(map(str, sorted(planned - ran)))} ({why})")
     return skipped_all, held
+
+
+def judge_returns(cases: list[Case], runs: list[tuple[str, dict[str, Any]]], outputs: list[str]) -> None:
+    """With no torch model to hold them to, what the file returns is still held to being there:
+    each case whose run returned an output with no values, or with NaN, fails naming it. Its layers
+    can all match while a head multiplies the result by NaN (issue 49: a check must not pass on
+    part of the file). Infinities are left alone: a masked log-probability is -inf by design."""
+    by_name = {c.name: c for c in cases}
+    for name, got in runs:
+        case = by_name.get(name)
+        if case is None or case.error:
+            continue
+        for out in outputs:
+            value = np.asarray(got[out]) if out in got else None
+            if value is None or value.size == 0:
+                case.error = f"output {out} returned no values ({'shape ' + str(list(value.shape)) if value is not None else 'not returned'})"
+            elif value.dtype.kind in "fc" and np.isnan(value).any():
+                case.error = f"output {out} holds NaN ({int(np.isnan(value).sum())} of {value.size} values) on finite inputs"
+            if case.error:
+                break

@@ -59,7 +59,7 @@ from rnnx.verify.feeds import make_feed
 from rnnx.verify.id_axes import IdAxes, find_id_axes, torch_runs
 from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_dims import ModelDims, ask_model
-from rnnx.verify.model_report import WholeModelReport, unvaried
+from rnnx.verify.model_report import WholeModelReport, judge_returns, unvaried
 from rnnx.verify.quantized import saturation_note
 from rnnx.verify.torch_side import is_model_code, layer_truths, load_torch_model  # noqa: F401  (the CLI and tests import them from here)
 
@@ -259,6 +259,10 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     read = read_file_dims(proto)
     specs, roles = read.specs, read.roles
     layers = find_layers(proto)
+    outputs = [o.name for o in proto.graph.output]
+    if not outputs:  # its layers could all match while it returns nothing: nothing a user gets from it would be checked
+        raise RNNXError(f"{model_path}: the graph declares no outputs, so it returns nothing to check; expected at least one graph output "
+                        "(the model's result): re-export the model")
     if not layers:  # said before any shape question: with no layer there is nothing to size
         raise RNNXError(f"{model_path}: no LSTM, GRU or RNN layer in its main graph (nor a lowered one rnnx recorded): nothing to check on its own; "
                         "give --against with the source it was made from")
@@ -286,6 +290,7 @@ def verify_file(model_path: Path, seq_lens: list[int] | None = None, batches: li
     if not runs:
         raise RNNXError(f"{model_path}: ONNX Runtime could not run it at any of the shapes tried ({cases[0].error if cases else 'no shapes'})")
     _lengths_it_refuses(cases, roles)
+    judge_returns(cases, runs, outputs)
     tolerances = tolerances or Tolerances()
     report.layers = check_layers([la for la in layers if weights is None or la.name in truths], truths, runs, tolerances.get("", _elem_dtype(proto)),
                                  calibrate=tolerances.calibrates())

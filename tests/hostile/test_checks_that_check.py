@@ -189,8 +189,6 @@ def test_verify_against_weights_does_not_pass_a_file_whose_output_y_is_nan(folde
     assert _rnnx("verify", folder / "y_nan.onnx", "--against", folder / "w.pt", "--backends", "ort", "--seq-lens", "3", "--batch", "2") in (1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="rnnx/verify/model_report.py WholeModelReport.passed (self_check): verify MODEL alone "
-                                       "passes on its layers only, never on what the file returns")
 @pytest.mark.parametrize("name", ["no_outputs", "y_nan"])
 def test_verify_alone_does_not_pass_a_file_that_returns_nothing_or_nan(folder: Path, name: str) -> None:
     assert _rnnx("verify", folder / f"{name}.onnx", "--seq-lens", "3", "--batch", "2") in (1, 2)
