@@ -236,9 +236,6 @@ def test_export_refuses_an_example_of_batch_0_without_dying(folder: Path) -> Non
     assert done.returncode == 2, (done.returncode, done.stderr[-500:])
 
 
-@pytest.mark.xfail(strict=True, reason="rnnx/verify/quantized.py:41 (QuantizedModel.rule): the bound comes from the file's own scales, "
-                                       "so a file quantized at 100x the scale its weights need (three int8 levels) is allowed errors as large "
-                                       "as its outputs, and passes")
 def test_verify_of_a_quantized_file_does_not_let_its_own_scales_loosen_the_bound_to_nothing(folder: Path) -> None:
     quantized = folder / "q.onnx"
     assert _rnnx("convert", folder / "w.pt", "-o", quantized, "--quantize", "dynamic") == 0
