@@ -260,9 +260,17 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     for frames in frames_list:
         if frames % multiple:
             raise RNNXError(f"--seq-len: expected a multiple of {multiple} frames (the model's strides along time), found {frames}; give one")
+    # A chunk no length exceeds runs each sequence whole: no state is ever carried, and a broken stream passed (issue 49).
+    uncarried = [c for c in chunks if all(f <= c for f in frames_list)]
+    carry_note = ""
+    if uncarried:
+        frames_list.append(multiple_of(shortest, multiple))  # longer than every chunk
+        carry_note = (f"no length asked ({', '.join(map(str, frames_list[:-1]))} frames) is longer than the chunk of {max(uncarried)} frames, so no state "
+                      f"would be carried from one chunk to the next: {frames_list[-1]} frames added, which every chunk size cuts")
     has_batch = any(r == BATCH for r in roles.values())
     batch_list = list(batches or STREAM_BATCHES) if has_batch else [None]
     report = ChunkedReport(str(model_path), against, time, pairs, paired_by, list(chunks), notes=list(call.notes))
+    report.notes += [carry_note] if carry_note else []
     if not has_batch:
         report.notes.append("no dimension of the file reads as a batch: run at its one batch size")
     torch64 = TorchTruth(torch_model, report.notes, "outputs compared with torch in float32 only")

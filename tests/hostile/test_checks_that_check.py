@@ -268,8 +268,6 @@ def _streaming(folder: Path) -> Path:
     return folder / "stream_broken.onnx"
 
 
-@pytest.mark.xfail(strict=True, reason="rnnx/verify/chunked.py (frames_list = list(seq_lens or ...)): with --seq-lens no longer than "
-                                       "every chunk, each sequence is one chunk, no state is ever carried, and a broken stream passes")
 def test_verify_chunks_does_not_pass_when_no_state_is_ever_carried(folder: Path) -> None:
     broken = _streaming(folder)
     assert _rnnx("verify", broken, "--against", f"{folder / 'stream.py'}:S", "--chunks", "3") == 1  # the chunks do carry: it fails
