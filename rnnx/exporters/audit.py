@@ -28,8 +28,9 @@ Verdicts, one per dimension of every input (:class:`DimVerdict`):
   export fails, unless a retry (the dimension offered to torch.export as dynamic, on the
   inputs the model accepted) makes it dynamic.
 
-A dimension of an input whose values the file never reads is made dynamic in the file
-directly (nothing in the graph depends on it). And an input the file ignores must be one the
+A dimension of an input the file never reads, values or shape, is made dynamic in the file
+directly (nothing in the graph depends on it; one whose shape alone is read, zeros_like(x), is
+asked of the model like any other). And an input the file ignores must be one the
 model ignores: its values are varied (zeros, ones) and torch's outputs compared; where they
 move, the file computes the branch the example took, and it is not written.
 """
@@ -44,7 +45,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from rnnx.errors import DETAIL_CHARS, one_line
-from rnnx.exporters.audit_file import free_dims, unrolled_steps, values_read
+from rnnx.exporters.audit_file import free_dims, shape_read, unrolled_steps, values_read
 from rnnx.exporters.bounded import STOPPED, Bounds, bounded
 from rnnx.exporters.example_values import draw_integers, integer_summary
 from rnnx.exporters.model_lines import branch_at, loop_at
@@ -345,9 +346,9 @@ def _role(base: _Observation, seen: _Observation) -> tuple[str, str]:
 
 def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tuple[str, int]]) -> AuditResult:
     """Every dimension of every tensor input, against what the model accepts. Makes the
-    dimensions of inputs whose values the file never reads dynamic in ``proto`` and ``naming``."""
+    dimensions of inputs the file never reads (values or shape) dynamic in ``proto`` and ``naming``."""
     result = AuditResult()
-    read = values_read(proto)
+    read, touched = values_read(proto), shape_read(proto)
     steps = unrolled_steps(proto)  # a loop the trace unrolled, whoever wrote its cell: its steps slice a length
     tensors = [leaf for leaf in audit.leaves if leaf.is_tensor]
     dynamic = {(leaf.index, d) for leaf in tensors for d, v in enumerate(naming.input_dims.get(leaf.name, [])) if isinstance(v, str)}
@@ -369,14 +370,14 @@ def judge(audit: DimensionAudit, proto: Any, naming: Naming, user_static: set[tu
             if (leaf.name, d) in user_static:
                 result.dims.append(DimVerdict(leaf.name, d, size, ASKED))
                 continue
-            if ignored:
+            if leaf.name not in touched:
                 # nothing in the graph depends on it: any size; a batch keeps its name so the sizes stay tied
                 partner = next((label_at[(o.index, k)] for o in tensors if o is not leaf for k, n in enumerate(o.value.shape)
                                 if n == size and naming.roles.get(label_at.get((o.index, k), "")) == BATCH), None)
                 label = partner or invented_label(leaf.name, d)
                 freed.setdefault(leaf.name, {})[d] = label
                 result.dims.append(DimVerdict(leaf.name, d, size, DYNAMIC, label, BATCH if partner else OTHER,
-                                              why="the file never reads this input's values"))
+                                              why="the file never reads this input, its values or its shape"))
                 continue
             probe = audit.accepts(leaf.index, d, dynamic)
             if probe.accepted is not None and probe.role not in (BATCH, LENGTH) and steps.get((leaf.name, d)):

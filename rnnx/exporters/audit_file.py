@@ -8,8 +8,9 @@ steps follows a dimension. The trace does: the loop is unrolled into the file, o
 sequence per step. :func:`unrolled_steps` reads those slices back to the graph input they cut,
 so a length the file fixes at the example's step count is called a length, whoever wrote the cell.
 
-Also here: which graph inputs the file reads the values of (:func:`values_read`), and making the
-dimensions of inputs it never reads dynamic (:func:`free_dims`).
+Also here: which graph inputs the file reads the values of (:func:`values_read`), which it reads
+at all, shape included (:func:`shape_read`), and making the dimensions of inputs it never reads
+dynamic (:func:`free_dims`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ def values_read(proto: Any) -> set[str]:
                 readers[name].append(node.op_type)
     outputs = {o.name for o in proto.graph.output}
     return {i.name for i in proto.graph.input if i.name in outputs or any(op not in _SHAPE_ONLY for op in readers.get(i.name, []))}
+
+
+def shape_read(proto: Any) -> set[str]:
+    """Graph inputs some node reads at all, their values or only their shape: an input read by
+    ``Shape`` alone (``zeros_like(x)`` feeding a recurrence) still has its sizes bound by what that
+    shape reaches, so only an input no node reads takes any size."""
+    read = {name for g in all_graphs(proto.graph) for node in g.node for name in node.input}
+    outputs = {o.name for o in proto.graph.output}
+    return {i.name for i in proto.graph.input if i.name in read or i.name in outputs}
 
 
 def unrolled_steps(proto: Any) -> dict[tuple[str, int], int]:

@@ -212,9 +212,6 @@ def test_export_json_never_says_passed_beside_a_case_that_compared_nothing(nan_e
     assert all(c.get("passed") is not True for c in cases if not c.get("outputs"))
 
 
-@pytest.mark.xfail(strict=True, reason="rnnx/exporters/audit_file.py (values_read, free_dims): an input whose values the file never "
-                                       "reads is taken to take any size, though its shape reaches the LSTM (zeros_like(x)); the one case "
-                                       "that varied it was skipped (torch refused), so export wrote a dimension it never checked")
 def test_export_declares_no_dimension_dynamic_that_the_file_refuses_at_every_other_size(folder: Path) -> None:
     model = folder / "ignores.py"
     model.write_text("import torch\nfrom torch import nn\n\n\nclass Ignores(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
