@@ -125,26 +125,6 @@ class WholeModelReport(Verdict):
         return "\n".join(lines)
 
 
-def unvaried(cases: list[Case], dynamic: dict[str, str], given: set[str]) -> tuple[list[str], list[str]]:
-    """Of the file's dynamic batches and lengths (``dynamic``: label -> role), not the ``given``
-    ones (the user's sizes): those the cases set out to vary but that every case that ran held at
-    one size ("seq: 19 skipped (why)"), and every one held at one size by the cases that ran
-    ("seq (a length, held at 8)"). A check that varied nothing of a dynamic length has not checked it."""
-    skipped_all, held = [], []
-    for label, role in dynamic.items():
-        if label in given:
-            continue
-        planned = {c.sizes[label] for c in cases if label in c.sizes}
-        ran = {c.sizes[label] for c in cases if label in c.sizes and not c.skipped}
-        if len(ran) != 1:
-            continue
-        held.append(f"{label} (a {role}, held at {next(iter(ran))})")
-        if len(planned) > 1:
-            why = next((c.skipped for c in cases if c.skipped and c.sizes.get(label) not in ran), "")
-            skipped_all.append(f"{label} at {', '.join(map(str, sorted(planned - ran)))} ({why})")
-    return skipped_all, held
-
-
 def judge_returns(cases: list[Case], runs: list[tuple[str, dict[str, Any]]], outputs: list[str]) -> None:
     """With no torch model to hold them to, what the file returns is still held to being there:
     each case whose run returned an output with no values, or with NaN, fails naming it. Its layers

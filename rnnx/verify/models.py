@@ -41,6 +41,7 @@ import numpy as np
 
 from rnnx import limits, progress
 from rnnx.check import Case, Rule, judge
+from rnnx.check.case import unvaried
 from rnnx.check.runners import Subject, make
 from rnnx.check.truths import TorchTruth
 from rnnx.errors import CAUSE_CHARS, RNNXError, one_line
@@ -59,7 +60,7 @@ from rnnx.verify.feeds import make_feed
 from rnnx.verify.id_axes import IdAxes, find_id_axes, torch_runs
 from rnnx.verify.layers import Layer, Truth, check_layers, find_layers, mark_outputs, single_layer
 from rnnx.verify.model_dims import ModelDims, ask_model
-from rnnx.verify.model_report import WholeModelReport, judge_returns, unvaried
+from rnnx.verify.model_report import WholeModelReport, judge_returns
 from rnnx.verify.quantized import saturation_note
 from rnnx.verify.torch_side import is_model_code, layer_truths, load_torch_model  # noqa: F401  (the CLI and tests import them from here)
 
