@@ -41,7 +41,7 @@ import keyword
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 CALL_KEY = "rnnx.call"
 CALL_VERSION = 1
@@ -67,7 +67,8 @@ class CallRecord:
     def leaves(self) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         """(path, node) of every leaf (a tensor, a value, an unrecorded one), in the call's order;
         a path is the keys from the arguments down to it, as :func:`build_call` gives them."""
-        found, todo = [], [((k,), node) for k, node in reversed(list(enumerate(self.args)))]
+        found: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        todo: list[tuple[tuple[Any, ...], dict[str, Any]]] = [((k,), node) for k, node in reversed(list(enumerate(self.args)))]
         while todo:
             path, node = todo.pop()
             items = _items(node)
@@ -116,8 +117,9 @@ def call_record(args: Sequence[Any], tensor_names: Sequence[str], parameters: Se
             return {"value": value}
         if isinstance(value, float):
             return {"value": value} if math.isfinite(value) else {"unrecorded": "float"}
-        if isinstance(value, tuple) and isinstance(getattr(type(value), "_fields", None), tuple):
-            return {"namedtuple": type(value).__name__, "fields": [[f, node(v)] for f, v in zip(type(value)._fields, value)]}
+        fields = getattr(type(value), "_fields", None)
+        if isinstance(value, tuple) and isinstance(fields, tuple):
+            return {"namedtuple": type(value).__name__, "fields": [[f, node(v)] for f, v in zip(fields, value)]}
         if type(value) in (tuple, list):
             return {type(value).__name__: [node(v) for v in value]}
         if type(value) in (dict, collections.OrderedDict, collections.defaultdict):
@@ -231,7 +233,7 @@ def describe_call(record: CallRecord) -> str:
 def _items(node: dict[str, Any]) -> list[tuple[Any, dict[str, Any]]] | None:
     """(key, child) of a container node, keyed as :func:`build_call` keys a path; None for a leaf."""
     if "tuple" in node or "list" in node:
-        return list(enumerate(node.get("tuple", node.get("list"))))
+        return list(enumerate(node["tuple"] if "tuple" in node else node["list"]))
     if "dict" in node:
         return [(k, v) for k, v in node["dict"]]
     if "fields" in node:
@@ -272,7 +274,7 @@ def _invalid(node: Any, depth: int, count: list[int]) -> str:
     return f"unknown node {key!r}"
 
 
-def _name_ok(name: Any) -> bool:
+def _name_ok(name: Any) -> TypeGuard[str]:
     return isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
 
 
@@ -282,7 +284,7 @@ _NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], Any] = {}
 def _namedtuple(name: str, fields: tuple[str, ...]) -> Any:
     key = (name, fields)
     if key not in _NAMEDTUPLES:
-        _NAMEDTUPLES[key] = collections.namedtuple(name, fields)  # type: ignore[misc]
+        _NAMEDTUPLES[key] = collections.namedtuple(name, fields)
     return _NAMEDTUPLES[key]
 
 

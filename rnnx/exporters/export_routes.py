@@ -73,10 +73,11 @@ class Routes:
         )
         if note:
             report.notes.insert(0, note)
-        for earlier, exc in self.errors:
-            report.notes.append(f"{earlier} failed first: {cause_of(exc)}")
+        for earlier, error in self.errors:
+            report.notes.append(f"{earlier} failed first: {cause_of(error)}")
         for earlier_report in self.reports:
-            report.notes.append(f"{earlier_report.route} made a file first that failed its self-check: {earlier_report.check.failure()}")
+            failure = earlier_report.check.failure() if earlier_report.check is not None else "no check"
+            report.notes.append(f"{earlier_report.route} made a file first that failed its self-check: {failure}")
         judged = write_checked(proto, self.path, report, self.model, self.leaves, self.structure, naming, self.check, self.seed, self.tolerances,
                                self.audit, self.asked_static, self.varying)
         if self.made_static and judged is not None:

@@ -215,9 +215,9 @@ def trace_export(model: Any, work: Any, leaves: list[Any], structure: Any, specs
         attempts.append((values, True, "with the dynamic shapes given, size-oblivious (as torch.onnx does)"))
     elif has_one:
         layer_axes = state_layer_axes(model, leaves, structure)
-        grown, which = shapes.grow_size_one(runs_program(model, structure), leaves, [_drop(spec, layer_axes.get(leaf.index, set())) for leaf, spec in zip(leaves, specs)])
+        larger, which = shapes.grow_size_one(runs_program(model, structure), leaves, [_drop(spec, layer_axes.get(leaf.index, set())) for leaf, spec in zip(leaves, specs)])
         if which:
-            attempts.append((grown, False, "on a copy of the example grown to 2 along " + ", ".join(f"{n} dim {d}" for n, d in which)
+            attempts.append((larger, False, "on a copy of the example grown to 2 along " + ", ".join(f"{n} dim {d}" for n, d in which)
                              + " (size-1 dimensions the model also runs with), so that torch sees them as dynamic"))
             attempts.append((values, True, "size-oblivious (torch's backed_size_oblivious), so that size-1 dimensions can stay dynamic"))
         # Size-1 dimensions the model does not run with at 2 (an image's channel, one layer's
@@ -225,7 +225,7 @@ def trace_export(model: Any, work: Any, leaves: list[Any], structure: Any, specs
         attempts.append((values, False, "on the example as given; its size-1 dimensions are static"))
     else:
         attempts.append((values, False, "on the example as given"))
-    errors = []
+    errors: list[Exception] = []
     for vals, oblivious, how in attempts:
         shapes_now = offered
         for _ in range(2):  # once more with torch's own suggested fixes, as torch.onnx does

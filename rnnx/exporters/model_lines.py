@@ -80,7 +80,9 @@ def branch_at(audit: Any, moved: Sequence[Any], what: str) -> str:
     a, b = ([c for c in run if c[3] in _CONVERSIONS] for run in _runs(audit, moved, what))
     for x, y in zip(a + [None] * (len(b) - len(a)), b + [None] * (len(a) - len(b))):
         if x != y:
-            file, line, owner, _, _ = x or y
+            differs = x or y
+            assert differs is not None  # x != y, so not both are the padding None
+            file, line, owner, _, _ = differs
             return f": a Python branch on its values{f' in {owner}' if owner else ''} at {shown((file, line))}"
     return ""
 

@@ -116,14 +116,14 @@ def data_writes_traced() -> Iterator[None]:
 
     base = torch._C.TensorBase.data
     own = torch.Tensor.__dict__.get("data", _NO_OWN)
-    torch.Tensor.data = property(lambda self: self, lambda self, value: base.__set__(self, value))  # type: ignore[method-assign,assignment]
+    torch.Tensor.data = property(lambda self: self, lambda self, value: base.__set__(self, value))
     try:
         yield
     finally:
         if own is _NO_OWN:
             del torch.Tensor.data
         else:
-            torch.Tensor.data = own  # type: ignore[method-assign]
+            torch.Tensor.data = own
 
 
 def forward_weights(module: nn.Module, spec: RNNSpec, where: str, cell_style: bool = False) -> dict[str, torch.Tensor]:
@@ -173,7 +173,7 @@ def _native_layers(module: nn.Module, spec: RNNSpec, where: str, cell_style: boo
     device = next(iter(state.values())).device
     weights = from_format({k: v.cpu() for k, v in state.items()}, "torch", spec=spec)
     module.__dict__["_rnnx_weight_names"] = frozenset(state)
-    layers = []
+    layers: list[dict[str, torch.Tensor]] = []
     for k in range(spec.num_layers):
         arrays = layer_arrays(weights, k)
         layers.append({key: torch.from_numpy(arrays[key].copy()).to(device) for key in ("W", "R", "B", "proj") if key in arrays})
@@ -233,6 +233,11 @@ class NativeRecurrence(ForwardTimeWeights):
     ``parameters()`` read exactly as before; torch.export lifts them as constants.
     """
 
+    # set by _rnnx_prepare, and (batch_first) by the nn.LSTM / GRU / RNN this is mixed into
+    _rnnx_spec: RNNSpec
+    _rnnx_layers: list[dict[str, torch.Tensor]]
+    batch_first: bool
+
     def _rnnx_prepare(self, where: str = "") -> None:
         spec = spec_of_module(self)
         self.__dict__["_rnnx_layers"] = _native_layers(self, spec, where or type(self).__name__, cell_style=False)
@@ -253,9 +258,11 @@ class NativeRecurrence(ForwardTimeWeights):
     def forward(self, input: torch.Tensor | PaddedBatch, hx: Any = None) -> tuple[Any, Any]:
         spec = self._rnnx_spec
         D = spec.num_directions
-        packed = isinstance(input, PaddedBatch)
-        data = input.data if packed else input
-        batch_first = input.batch_first if packed else bool(self.batch_first)
+        if isinstance(input, PaddedBatch):
+            padded, data, batch_first = input, input.data, input.batch_first
+        else:
+            padded, data, batch_first = None, input, bool(self.batch_first)
+        packed = padded is not None
         if data.dim() not in (2, 3) or (packed and data.dim() != 3):
             raise RNNXError(f"{type(self).__name__}: expected a 2-D (unbatched) or 3-D input, found {data.dim()}-D")
         unbatched = data.dim() == 2
@@ -267,7 +274,7 @@ class NativeRecurrence(ForwardTimeWeights):
         h0 = c0 = None
         if hx is not None:
             h0, c0 = hx if spec.cell == "lstm" else (hx, None)
-        lens = input.lengths.to(torch.int32) if packed else None
+        lens = padded.lengths.to(torch.int32) if padded is not None else None
         for name, state in (("h_0", h0), ("c_0", c0)):
             # nn.LSTM checks this too; while tracing it makes the leading dim static. torch.jit.trace
             # (the TorchScript route) gives shapes as tensors, which torch._check refuses: skipped there.
@@ -285,8 +292,8 @@ class NativeRecurrence(ForwardTimeWeights):
         if unbatched:
             y, h_n = x.squeeze(1), h_n.squeeze(1)
             c_n = c_n.squeeze(1) if c_n is not None else None
-        elif packed:
-            y = PaddedBatch(x, input.lengths, False)
+        elif padded is not None:
+            y = PaddedBatch(x, padded.lengths, False)
         else:
             y = x.transpose(0, 1) if batch_first else x
         return (y, (h_n, c_n)) if spec.cell == "lstm" else (y, h_n)
@@ -295,6 +302,9 @@ class NativeRecurrence(ForwardTimeWeights):
 class NativeCell(ForwardTimeWeights):
     """Mixed in before nn.LSTMCell / GRUCell / RNNCell: each call exports as a one-step native
     node; the module is otherwise the original (see :class:`NativeRecurrence`)."""
+
+    _rnnx_spec: RNNSpec  # set by _rnnx_prepare
+    _rnnx_layers: list[dict[str, torch.Tensor]]
 
     def _rnnx_prepare(self, where: str = "") -> None:
         spec = spec_of_module(self)
@@ -321,10 +331,15 @@ class NativeCell(ForwardTimeWeights):
         return torch.ops.rnnx.rnn_cell(input, h, W, R, B, spec.hidden_size, spec.cell[4:])
 
 
-@functools.cache
 def in_front(mixin: type, cls: type) -> type:
     """``cls`` with ``mixin``'s forward in front (rnnx's stand-in's, the streaming forward); same
     name, so messages and reprs read as before."""
+    # Through a typed parameter: mypy does not take a bare ``type(x)`` as the cache's Hashable argument.
+    return _in_front(mixin, cls)
+
+
+@functools.cache
+def _in_front(mixin: type, cls: type) -> type:
     return type(cls.__name__, (mixin, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
@@ -346,11 +361,11 @@ def swap_recurrent_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     for name, module in model.named_modules():
         if swappable(module):
             module.__class__ = in_front(NativeRecurrence if isinstance(module, RECURRENT_MODULES) else NativeCell, type(module))
-            module._rnnx_prepare(name or "(the model)")  # type: ignore[attr-defined]
+            module._rnnx_prepare(name or "(the model)")
             swapped.append((name, module))
     return swapped
 
 
 def module_spec(module: nn.Module) -> RNNSpec:
     """The spec of a swapped module."""
-    return module._rnnx_spec  # type: ignore[no-any-return]
+    return module._rnnx_spec

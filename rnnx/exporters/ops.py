@@ -120,7 +120,7 @@ def lstm(
 
 
 @lstm.register_fake
-def _(x, w, r, b, seq_lens, h0, c0, p, proj, hidden_size, direction):  # type: ignore[no-untyped-def]
+def _(x, w, r, b, seq_lens, h0, c0, p, proj, hidden_size, direction):
     check_shapes(x, w, seq_lens, h0, c0, hidden_size, proj.shape[1] if proj is not None else hidden_size)
     return _fake(x, w, hidden_size, proj.shape[1] if proj is not None else hidden_size)
 
@@ -136,7 +136,7 @@ def gru(
 
 
 @gru.register_fake
-def _(x, w, r, b, seq_lens, h0, hidden_size, direction, linear_before_reset):  # type: ignore[no-untyped-def]
+def _(x, w, r, b, seq_lens, h0, hidden_size, direction, linear_before_reset):
     check_shapes(x, w, seq_lens, h0, None, hidden_size, hidden_size)
     return _fake(x, w, hidden_size, hidden_size)[:2]
 
@@ -152,7 +152,7 @@ def rnn(
 
 
 @rnn.register_fake
-def _(x, w, r, b, seq_lens, h0, hidden_size, direction, activation):  # type: ignore[no-untyped-def]
+def _(x, w, r, b, seq_lens, h0, hidden_size, direction, activation):
     check_shapes(x, w, seq_lens, h0, None, hidden_size, hidden_size)
     return _fake(x, w, hidden_size, hidden_size)[:2]
 
@@ -182,7 +182,7 @@ def _lstm_projected_op() -> Any:
     return Op(Opset(LOWER_DOMAIN, 1), LSTM_PROJECTED, op_schema=schema)
 
 
-def _lstm_onnx(x, w, r, b, seq_lens, h0, c0, p, proj, hidden_size: int, direction: str):  # type: ignore[no-untyped-def]
+def _lstm_onnx(x, w, r, b, seq_lens, h0, c0, p, proj, hidden_size: int, direction: str):
     from onnxscript import opset17 as op
 
     if proj is not None:
@@ -191,14 +191,14 @@ def _lstm_onnx(x, w, r, b, seq_lens, h0, c0, p, proj, hidden_size: int, directio
     return _merge(op, y), y_h, y_c
 
 
-def _gru_onnx(x, w, r, b, seq_lens, h0, hidden_size: int, direction: str, linear_before_reset: int):  # type: ignore[no-untyped-def]
+def _gru_onnx(x, w, r, b, seq_lens, h0, hidden_size: int, direction: str, linear_before_reset: int):
     from onnxscript import opset17 as op
 
     y, y_h = op.GRU(x, w, r, b, seq_lens, h0, hidden_size=hidden_size, direction=direction, linear_before_reset=linear_before_reset)
     return _merge(op, y), y_h
 
 
-def _rnn_onnx(x, w, r, b, seq_lens, h0, hidden_size: int, direction: str, activation: str):  # type: ignore[no-untyped-def]
+def _rnn_onnx(x, w, r, b, seq_lens, h0, hidden_size: int, direction: str, activation: str):
     from onnxscript import opset17 as op
 
     acts = [activation.capitalize()] * (2 if direction == "bidirectional" else 1)
@@ -225,7 +225,7 @@ def lstm_cell(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w: torch.Tensor
 
 
 @lstm_cell.register_fake
-def _(x, h, c, w, r, b, hidden_size):  # type: ignore[no-untyped-def]
+def _(x, h, c, w, r, b, hidden_size):
     check_shapes(x, w, None, h, c, hidden_size, hidden_size, step=True)
     return h.new_empty(h.shape), c.new_empty(c.shape)
 
@@ -237,7 +237,7 @@ def gru_cell(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor, r: torch.Tensor,
 
 
 @gru_cell.register_fake
-def _(x, h, w, r, b, hidden_size):  # type: ignore[no-untyped-def]
+def _(x, h, w, r, b, hidden_size):
     check_shapes(x, w, None, h, None, hidden_size, hidden_size, step=True)
     return h.new_empty(h.shape)
 
@@ -249,7 +249,7 @@ def rnn_cell(x: torch.Tensor, h: torch.Tensor, w: torch.Tensor, r: torch.Tensor,
 
 
 @rnn_cell.register_fake
-def _(x, h, w, r, b, hidden_size, activation):  # type: ignore[no-untyped-def]
+def _(x, h, w, r, b, hidden_size, activation):
     check_shapes(x, w, None, h, None, hidden_size, hidden_size, step=True)
     return h.new_empty(h.shape)
 
@@ -262,21 +262,21 @@ def _unstep(op: Any, y: Any) -> Any:
     return op.Squeeze(y, op.Constant(value_ints=[0]))
 
 
-def _lstm_cell_onnx(x, h, c, w, r, b, hidden_size: int):  # type: ignore[no-untyped-def]
+def _lstm_cell_onnx(x, h, c, w, r, b, hidden_size: int):
     from onnxscript import opset17 as op
 
     _, y_h, y_c = op.LSTM(_step(op, x), w, r, b, None, _step(op, h), _step(op, c), hidden_size=hidden_size)
     return _unstep(op, y_h), _unstep(op, y_c)
 
 
-def _gru_cell_onnx(x, h, w, r, b, hidden_size: int):  # type: ignore[no-untyped-def]
+def _gru_cell_onnx(x, h, w, r, b, hidden_size: int):
     from onnxscript import opset17 as op
 
     _, y_h = op.GRU(_step(op, x), w, r, b, None, _step(op, h), hidden_size=hidden_size, linear_before_reset=1)
     return _unstep(op, y_h)
 
 
-def _rnn_cell_onnx(x, h, w, r, b, hidden_size: int, activation: str):  # type: ignore[no-untyped-def]
+def _rnn_cell_onnx(x, h, w, r, b, hidden_size: int, activation: str):
     from onnxscript import opset17 as op
 
     _, y_h = op.RNN(_step(op, x), w, r, b, None, _step(op, h), hidden_size=hidden_size, activations=[activation.capitalize()])

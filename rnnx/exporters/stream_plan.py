@@ -177,7 +177,7 @@ class StreamPlan:
         frames = STREAM_FRAMES * record.multiple
         failed: tuple[list[Any], int] | None = None  # the first chunked case that failed: its inputs and chunk
         for k, batch in enumerate(STREAM_BATCHES if batches else (None,)):
-            sizes = {**base, record.time: frames, **dict.fromkeys(batches, batch)}
+            sizes = {**base, record.time: frames, **(dict.fromkeys(batches, batch) if batch is not None else {})}  # None: no batch label
             values = fresh_inputs(leaves, naming, sizes, seed + 1000 + k)
             values = [torch.zeros_like(v) if leaf.name in states else v for leaf, v in zip(leaves, values)]  # a stream starts at zeros
             values = [torch.tensor(True) if leaf.name == record.first else v for leaf, v in zip(leaves, values)]  # ...or the model's own states

@@ -81,7 +81,7 @@ def _running_table() -> dict[Any, str]:
             torch.cummin: "cummin", torch.Tensor.cummin: "cummin", torch.logcumsumexp: "logcumsumexp", torch.Tensor.logcumsumexp: "logcumsumexp"}
 
 
-class _Lazy(dict):  # type: ignore[type-arg]
+class _Lazy(dict[Any, str]):
     """:data:`RUNNING`, filled on first use (rnnx imports torch only when it exports)."""
 
     def get(self, key: Any, default: Any = None) -> Any:

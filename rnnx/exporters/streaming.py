@@ -296,8 +296,8 @@ def prepare_streaming(model: Any, example: Any, options: dict[str, Any], dynamic
         axes = [slot.conv.batch_axis if slot.conv is not None else slot.running.batch_axis if slot.running is not None
                 else slot.loop.batch_axis if slot.loop is not None
                 else (0 if z.dim() == 2 else None) if slot.cell else (1 if z.dim() == 3 else None) for slot, z in zip(owners, zeros)]
-        batch = _batch_label(dynamic_axes, context.time, [leaf.name for leaf in leaves], given_in)
-        dynamic_axes = {**dynamic_axes, **{name: {axis: batch} for name, axis in zip(plan.state_inputs, axes) if axis is not None}}
+        label = _batch_label(dynamic_axes, context.time, [leaf.name for leaf in leaves], given_in)
+        dynamic_axes = {**dynamic_axes, **{name: {axis: label} for name, axis in zip(plan.state_inputs, axes) if axis is not None}}
 
     streaming = copy.copy(model)  # shares the modules and parameters; only the class of the copy changes
     streaming.__class__ = in_front(_StreamingForward, type(model))

@@ -149,16 +149,16 @@ def _export_module(model: Any, args: tuple[Any, ...], path: Path, opset: int, dy
                                    labels)
             if again and routes.done:
                 program, naming = again
-        static = [] if routes.done or dynamic_shapes is not None else unneeded_dimensions(naming, leaves, labels)
-        if static:
+        unread = [] if routes.done or dynamic_shapes is not None else unneeded_dimensions(naming, leaves, labels)
+        if unread:
             # torch kept these dynamic, but no recurrence reads them: a shape the model throws
             # away (a pooled image height) may be what broke the first try, so try them static.
-            narrowed = without_static(specs, static, leaves)
-            progress.step("tracing again with " + ", ".join(f"{n} dim {d}" for n, d, _ in static) + " static")
-            routes.made_static = static
+            narrowed = without_static(specs, unread, leaves)
+            progress.step("tracing again with " + ", ".join(f"{n} dim {d}" for n, d, _ in unread) + " static")
+            routes.made_static = unread
             routes.retrace(DYNAMO_STATIC, lambda: trace_export(model, work, leaves, structure, narrowed,
                                                                shapes.bind_dynamic_shapes(model, unflatten(narrowed, structure)), user_shapes=False),
-                           labels, static_note(static))
+                           labels, static_note(unread))
             routes.made_static = []
     if not routes.done:
         routes.try_torchscript(naming, program)

@@ -62,7 +62,7 @@ def _unstep(g: Any, y: Any) -> Any:
     return g.op("Squeeze", y, g.op("Constant", value_t=torch.tensor([0], dtype=torch.int64)))
 
 
-def _lstm(g, x, w, r, b, seq_lens, h0, c0, p, proj, hidden_size, direction):  # type: ignore[no-untyped-def]
+def _lstm(g, x, w, r, b, seq_lens, h0, c0, p, proj, hidden_size, direction):
     inputs = [x, w, r] + [_opt(g, v) for v in (b, seq_lens, h0, c0, p)]
     if proj is not None and not _is_none_value(proj):
         return g.op(f"{LOWER_DOMAIN}::{LSTM_PROJECTED}", *inputs, proj, hidden_size_i=hidden_size, direction_s=direction, outputs=3)
@@ -70,30 +70,30 @@ def _lstm(g, x, w, r, b, seq_lens, h0, c0, p, proj, hidden_size, direction):  # 
     return _merge(g, y), y_h, y_c
 
 
-def _gru(g, x, w, r, b, seq_lens, h0, hidden_size, direction, linear_before_reset):  # type: ignore[no-untyped-def]
+def _gru(g, x, w, r, b, seq_lens, h0, hidden_size, direction, linear_before_reset):
     inputs = [x, w, r] + [_opt(g, v) for v in (b, seq_lens, h0)]
     y, y_h = g.op("GRU", *inputs, hidden_size_i=hidden_size, direction_s=direction, linear_before_reset_i=linear_before_reset, outputs=2)
     return _merge(g, y), y_h
 
 
-def _rnn(g, x, w, r, b, seq_lens, h0, hidden_size, direction, activation):  # type: ignore[no-untyped-def]
+def _rnn(g, x, w, r, b, seq_lens, h0, hidden_size, direction, activation):
     inputs = [x, w, r] + [_opt(g, v) for v in (b, seq_lens, h0)]
     acts = [activation.capitalize()] * (2 if direction == "bidirectional" else 1)
     y, y_h = g.op("RNN", *inputs, hidden_size_i=hidden_size, direction_s=direction, activations_s=acts, outputs=2)
     return _merge(g, y), y_h
 
 
-def _lstm_cell(g, x, h, c, w, r, b, hidden_size):  # type: ignore[no-untyped-def]
+def _lstm_cell(g, x, h, c, w, r, b, hidden_size):
     _, y_h, y_c = g.op("LSTM", _step(g, x), w, r, _opt(g, b), _none(g), _step(g, h), _step(g, c), hidden_size_i=hidden_size, outputs=3)
     return _unstep(g, y_h), _unstep(g, y_c)
 
 
-def _gru_cell(g, x, h, w, r, b, hidden_size):  # type: ignore[no-untyped-def]
+def _gru_cell(g, x, h, w, r, b, hidden_size):
     _, y_h = g.op("GRU", _step(g, x), w, r, _opt(g, b), _none(g), _step(g, h), hidden_size_i=hidden_size, linear_before_reset_i=1, outputs=2)
     return _unstep(g, y_h)
 
 
-def _rnn_cell(g, x, h, w, r, b, hidden_size, activation):  # type: ignore[no-untyped-def]
+def _rnn_cell(g, x, h, w, r, b, hidden_size, activation):
     _, y_h = g.op("RNN", _step(g, x), w, r, _opt(g, b), _none(g), _step(g, h), hidden_size_i=hidden_size,
                   activations_s=[activation.capitalize()], outputs=2)
     return _unstep(g, y_h)

@@ -154,7 +154,7 @@ def first_line(exc: BaseException) -> str:
 def suggested_fixes(text: str) -> list[str]:
     """torch's "Suggested fixes:" block, one fix a line (``frames = Dim('frames', min=6)``)."""
     _, found, rest = text.partition("Suggested fixes:")
-    fixes = []
+    fixes: list[str] = []
     for fix in rest.splitlines() if found else ():
         fix = fix.strip()
         if not fix:

@@ -14,6 +14,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import NoReturn
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import file_sha256, staging_folder
@@ -81,7 +82,7 @@ def _listed_files(folder: Path) -> dict[str, dict]:
     raise RNNXError(f"-o {folder}: expected a new folder or one rnnx bundle wrote, found {what}; remove it or choose another name")
 
 
-def _refuse(folder: Path, relative: str, what: str) -> None:
+def _refuse(folder: Path, relative: str, what: str) -> NoReturn:
     raise RNNXError(f"-o {folder}: expected a folder rnnx bundle wrote, to replace whole, found {relative} in it, {what}; nothing was "
                     "deleted: move it out, or choose another folder")
 

@@ -22,6 +22,7 @@ def make_feeds(model: Any, plan: ShapePlan, sizes: dict[str, int], shapes: dict[
     feeds: dict[str, np.ndarray] = {}
     for spec in plan.specs:
         shape = shapes[spec.name]
+        assert spec.dtype is not None  # plan_shapes reads the inputs with feeding=True, which refuses a type rnnx cannot feed
         if spec.dtype.kind in "fc":
             feeds[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
         elif spec.dtype.kind == "b":

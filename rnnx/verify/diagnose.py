@@ -22,6 +22,7 @@ per-step errors, and the tests are read best side by side.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -177,10 +178,10 @@ def _cell_mistakes(weights: RNNWeights, where: str, cells: list[Cell]) -> Iterat
     for perm in itertools.permutations(spec.gates):
         if perm != spec.gates:
             yield (f"gates read in order {','.join(perm)} instead of {','.join(spec.gates)}{where}", start,
-                   lambda p=perm: _permuted(weights, p, cells))
+                   functools.partial(_permuted, weights, perm, cells))
     for kinds, said in ((("W",), "input matrices W transposed"), (("R",), "recurrent matrices R transposed"),
                         (("W", "R"), "input and recurrent matrices transposed")):
-        yield f"{said} (each gate's){where}", start, lambda k=kinds: _transposed(weights, k, cells)
+        yield f"{said} (each gate's){where}", start, functools.partial(_transposed, weights, kinds, cells)
     yield f"input and recurrent biases swapped{where}", start, lambda: _biases(weights, "swapped", cells)
     yield f"biases dropped{where}", start, lambda: _biases(weights, "dropped", cells)
 
@@ -203,7 +204,7 @@ def hypotheses(weights: RNNWeights, first_layer: int | None = None, suspects: li
             where = _scope_name(weights, first_layer, layer=layer)
             for name, start, make in _cell_mistakes(weights, where, [c for c in cells if c[0] == layer]):
                 yield name, start, make, True
-            yield f"forward and reverse directions swapped{where}", layer, lambda la=layer: _reversed_directions(weights, [la]), True
+            yield f"forward and reverse directions swapped{where}", layer, functools.partial(_reversed_directions, weights, [layer]), True
     for cell in chosen:
         for name, start, make in _cell_mistakes(weights, _scope_name(weights, first_layer, cell=cell), [cell]):
             yield name, start, make, True
@@ -416,10 +417,8 @@ def _stored_hypothesis(truth: RNNWeights, stored: RNNWeights, diff: list[tuple[s
     for name, _ in diff:
         said[name], holds[name] = _what_differs(name, stored, truth, source, first_layer)
     groups = _groups([n for n, _ in diff], holds)
-    named = []
-    if len(groups) == 1:
-        named = [(groups[0], None)]
-    else:
+    named: list[tuple[list[str], float | None]] = [(groups[0], None)] if len(groups) == 1 else []
+    if len(groups) > 1:
         for group in groups[:MAX_GROUPS]:
             alone = weigh("stored " + ", ".join(renumbered(n, first_layer) for n in group), _with(truth, stored, group), min(_cell_of(n)[0] for n in group), "stored")
             if alone is not None:

@@ -222,7 +222,7 @@ def check_layers(layers: list[Layer], truths: dict[str, Truth], runs: list[tuple
             check.status = "not checked"
             check.reason = layer.unreadable or "lowered, and no torch module matches it, so its weights are not known"
             continue
-        worst: tuple[float, str, dict[str, np.ndarray], np.ndarray] | None = None
+        worst: tuple[float, str, dict[str, np.ndarray], np.ndarray, Tolerance] | None = None
         bounds = []
         for label, values in runs:
             missing = [t for t in [*layer.inputs.values(), *layer.outputs.values()] if t not in values]

@@ -67,10 +67,10 @@ def layer_truths(model: Any, layers: list[Layer], recurrences: list[dict[str, An
     truths: dict[str, Truth] = {}
     for rec in recurrences:  # rnnx export's record: module -> its nodes, in layer order
         weights = modules.get(str(rec.get("module")))
-        nodes = rec.get("nodes") if isinstance(rec.get("nodes"), list) else []
+        nodes = rec.get("nodes")
         if weights is None:
             continue
-        for k, node in enumerate(nodes):
+        for k, node in enumerate(nodes if isinstance(nodes, list) else []):
             layer = 0 if rec.get("cell") else k
             if layer < weights.spec.num_layers:
                 truths[str(node)] = Truth(single_layer(weights, layer), f"torch module '{rec['module']}'" + (f" layer {layer}" if weights.spec.num_layers > 1 else ""), layer)
@@ -97,8 +97,8 @@ def layer_truths(model: Any, layers: list[Layer], recurrences: list[dict[str, An
                 name, k, w = pool[i]
                 used.add(i)
                 truths[la.name] = Truth(w, f"torch module '{name}'" + (f" layer {k}" if modules[name].spec.num_layers > 1 else "") + " (matched by spec)", k)
-        for layer, owners in ambiguous.items():
-            notes.append(f"layer {layer} could come from any of torch modules {', '.join(repr(o) for o in owners)} (the same spec, and the file "
+        for layer_name, owners in ambiguous.items():
+            notes.append(f"layer {layer_name} could come from any of torch modules {', '.join(repr(o) for o in owners)} (the same spec, and the file "
                          "does not say which): not checked layer by layer; the outputs are checked end to end")
         still = [la.name for la in unmatched if la.name not in truths and la.name not in ambiguous]
         if still:
