@@ -21,6 +21,7 @@ the last chunk.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -308,9 +309,9 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
                 if failed is None and chunk < frames and any(not r.passed for r in report.rows if r.chunk == chunk):
                     failed = (used, chunk)
     if failed is not None and first is None:  # the walk feeds every chunk alike: each would recompute the initial states
-        where = _divergence(proto, model_path, failed[0], time_axes, pairs, failed[1])
-        if where:
-            report.notes.append(f"the file's chunks part from its own run on the whole sequence: {where}")
+        parts = _divergence(proto, model_path, failed[0], time_axes, pairs, failed[1])
+        if parts:
+            report.notes.append(f"the file's chunks part from its own run on the whole sequence: {parts}")
     return report
 
 
@@ -345,7 +346,7 @@ def _time_axes(record: Any, streamed: list[Any], roles: dict[str, str], model_pa
     return labels[0], {s.name: (s.dims.index(labels[0]) if labels[0] in s.dims else None) for s in streamed}
 
 
-def _carried(out: dict[str, np.ndarray], pairs: list[Pair], spec_of: dict[str, Any], shapes: dict[str, list[int]]) -> dict[str, np.ndarray]:
+def _carried(out: Mapping[str, np.ndarray], pairs: list[Pair], spec_of: dict[str, Any], shapes: dict[str, list[int]]) -> dict[str, np.ndarray]:
     """The next chunk's state inputs: this chunk's state outputs, refused where one does not fit its input."""
     for p in pairs:
         value, want = np.asarray(out[p.output]), tuple(shapes[p.input])

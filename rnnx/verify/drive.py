@@ -183,7 +183,7 @@ def _from_wiring(model: Any, graph: Any, spec: Any) -> Drive:
         for node in nodes[:1] if role == "X" else nodes:
             if pos < len(node.input) and node.input[pos]:
                 source, swaps = walk.back(node.input[pos], producers, _SHAPE_ONLY)
-                if source in graph_inputs:
+                if source is not None and source in graph_inputs:
                     drive.inputs[source] = role
                     if role == "X":
                         drive.batch_first = swaps % 2 == 1
