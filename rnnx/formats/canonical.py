@@ -11,7 +11,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import read_safetensors, safetensors_metadata, write_safetensors
-from rnnx.formats.registry import Format, register, settle_spec
+from rnnx.formats.registry import register_module, settle_spec
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
 
@@ -45,15 +45,4 @@ def write(weights: RNNWeights, path: Path) -> None:
     write_safetensors(path, weights.tensors, {"format": MARKER, "spec": str(weights.spec)})
 
 
-register(
-    Format(
-        name="rnnx",
-        to_native=to_native,
-        from_native=from_native,
-        read=read,
-        write=write,
-        extensions=(".safetensors",),
-        sniff=sniff,
-        description="canonical weights, named by layer, direction and gate (.safetensors)",
-    )
-)
+register_module(globals(), name="rnnx", extensions=(".safetensors",), description="canonical weights, named by layer, direction and gate (.safetensors)")

@@ -18,7 +18,7 @@ from pathlib import Path
 from rnnx.errors import RNNXError
 from rnnx.fileio import read_safetensors, safetensors_metadata, write_safetensors
 from rnnx.formats import cudnn_raw
-from rnnx.formats.registry import Format, register, settle_spec
+from rnnx.formats.registry import register_module, settle_spec
 from rnnx.layouts.cudnn import blob_pieces, from_native, refusals, stored_table, to_native
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
@@ -65,17 +65,5 @@ def write(weights: RNNWeights, path: Path, dtype: str | None = None) -> None:
     )
 
 
-register(
-    Format(
-        name="cudnn",
-        to_native=to_native,
-        from_native=from_native,
-        read=read,
-        write=write,
-        extensions=(".safetensors", cudnn_raw.SUFFIX),
-        sniff=sniff,
-        refusals=refusals,
-        description="cuDNN's packed weight space, one 1-D blob (.safetensors with spec and offset table, or raw .bin with spec= and dtype=)",
-        file_options=("dtype",),
-    )
-)
+register_module(globals(), name="cudnn", to_native=to_native, refusals=refusals, extensions=(".safetensors", cudnn_raw.SUFFIX), file_options=("dtype",),
+                description="cuDNN's packed weight space, one 1-D blob (.safetensors with spec and offset table, or raw .bin with spec= and dtype=)")

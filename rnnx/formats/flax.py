@@ -27,7 +27,7 @@ import numpy as np
 from rnnx import limits, parity
 from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import atomic_output, library_write, require_file
-from rnnx.formats.registry import Format, register
+from rnnx.formats.registry import register_module
 from rnnx.layouts.flax import find_groups, from_group, from_tree, refusals, select_group, to_tree
 from rnnx.spec import RNNSpec
 from rnnx.tolerance import BY_DTYPE, compare_arrays
@@ -151,19 +151,10 @@ def from_native(tree: Any, spec: RNNSpec | None) -> RNNWeights:
     return from_tree(tree, spec)
 
 
-register(
-    Format(
-        name="flax",
-        to_native=to_native,
-        from_native=from_native,
-        read=read,
-        write=write,
-        groups=groups,
-        extensions=(".msgpack",),
-        refusals=refusals,
-        description="Flax parameter trees of LSTMCell, OptimizedLSTMCell, GRUCell, SimpleCell, RNN and Bidirectional "
-        "(flax.linen and flax.nnx); .msgpack files of flax.serialization.to_bytes",
-        options={"flavor": "linen (default) or nnx", "cell_class": "OptimizedLSTMCell for nnx's fused LSTM",
-                 "module": "rnn (RNN or Bidirectional, default) or cell"},
-    )
+register_module(
+    globals(), name="flax", refusals=refusals, extensions=(".msgpack",),
+    description="Flax parameter trees of LSTMCell, OptimizedLSTMCell, GRUCell, SimpleCell, RNN and Bidirectional "
+    "(flax.linen and flax.nnx); .msgpack files of flax.serialization.to_bytes",
+    options={"flavor": "linen (default) or nnx", "cell_class": "OptimizedLSTMCell for nnx's fused LSTM",
+             "module": "rnn (RNN or Bidirectional, default) or cell"},
 )

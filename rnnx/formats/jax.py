@@ -12,7 +12,7 @@ import numpy as np
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, check_archive, library_write, require_file
-from rnnx.formats.registry import Format, register, settle_spec
+from rnnx.formats.registry import register_module, settle_spec
 from rnnx.layouts.jax import from_native, refusals, to_native
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
@@ -42,15 +42,5 @@ def write(weights: RNNWeights, path: Path) -> None:
             np.savez(f, **arrays)
 
 
-register(
-    Format(
-        name="jax",
-        to_native=to_native,
-        from_native=from_native,
-        read=read,
-        write=write,
-        extensions=(".npz",),
-        refusals=refusals,
-        description="jax.experimental.rnn's flat LSTM vector (.npz holding 'weights' and 'spec')",
-    )
-)
+register_module(globals(), name="jax", refusals=refusals, extensions=(".npz",),
+                description="jax.experimental.rnn's flat LSTM vector (.npz holding 'weights' and 'spec')")

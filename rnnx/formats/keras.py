@@ -69,7 +69,7 @@ from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import atomic_output, check_archive, library_write, require_file
 from rnnx.formats import keras_legacy_h5
 from rnnx.formats.hdf5 import Budget, import_h5py
-from rnnx.formats.registry import Format, get, register, settle_spec
+from rnnx.formats.registry import Format, get, register_module, settle_spec
 from rnnx.layouts import keras as layout
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
@@ -569,16 +569,6 @@ def write(weights: RNNWeights, path: Path) -> None:
                     vars_.create_dataset(str(i), data=next(arrays))
 
 
-register(
-    Format(
-        name="keras",
-        to_native=layout.to_native,
-        from_native=layout.from_native,
-        read=read,
-        write=write,
-        groups=groups,
-        extensions=(".keras", ".weights.h5"),
-        refusals=layout.refusals,
-        description="Keras 3 LSTM/GRU/SimpleRNN (get_weights() arrays; .keras and .weights.h5 read with h5py, .weights.h5 written)",
-    )
-)
+register_module(globals(), name="keras", to_native=layout.to_native, from_native=layout.from_native, refusals=layout.refusals,
+                extensions=(".keras", ".weights.h5"),
+                description="Keras 3 LSTM/GRU/SimpleRNN (get_weights() arrays; .keras and .weights.h5 read with h5py, .weights.h5 written)")

@@ -54,7 +54,7 @@ import numpy as np
 from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import require_file
 from rnnx.formats.hdf5 import Budget, import_h5py
-from rnnx.formats.registry import Format, get, register
+from rnnx.formats.registry import Format, get, register_module
 from rnnx.layouts import keras as layout
 from rnnx.spec import Activation, RNNSpec
 from rnnx.weights import RNNWeights
@@ -612,16 +612,6 @@ def read_notes(path: Path, select: str | None, spec: RNNSpec | None, weights: RN
             f"as running forward; pass spec={weights.spec.with_(direction='reverse')} if it ran backwards"]
 
 
-register(
-    Format(
-        name=FORMAT,
-        to_native=layout.to_native,
-        from_native=layout.from_native,
-        read=read,
-        groups=groups,
-        extensions=EXTENSIONS,
-        sniff=is_legacy_file,
-        refusals=layout.refusals,
-        description="Keras's legacy HDF5: Keras 2 model.save / save_weights .h5 (LSTM, GRU, SimpleRNN, CuDNNLSTM/GRU, Bidirectional), read with h5py",
-    )
-)
+register_module(globals(), name=FORMAT, to_native=layout.to_native, from_native=layout.from_native, refusals=layout.refusals,
+                extensions=EXTENSIONS, sniff=is_legacy_file,
+                description="Keras's legacy HDF5: Keras 2 model.save / save_weights .h5 (LSTM, GRU, SimpleRNN, CuDNNLSTM/GRU, Bidirectional), read with h5py")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rnnx.formats.onnx_build import plan_stack_model, save_planned
 from rnnx.formats.onnx_read import choose_group, load_model, recurrent_groups
-from rnnx.formats.registry import Format, register
+from rnnx.formats.registry import register_module
 from rnnx.layouts.onnx import from_native, to_native
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
@@ -27,17 +27,7 @@ def write(weights: RNNWeights, path: Path) -> None:
     save_planned(plan_stack_model(weights), path)  # streamed from the canonical arrays
 
 
-register(
-    Format(
-        name="onnx",
-        to_native=to_native,
-        from_native=from_native,
-        read=read,
-        write=write,
-        groups=groups,
-        # Files hold every spec (a projection as Scans); the native node dicts refuse what
-        # ONNX's nodes cannot hold (rnnx.layouts.onnx.refusals), in to_native.
-        extensions=(".onnx",),
-        description="W/R/B/P of ONNX LSTM/GRU/RNN nodes; .onnx files are read node by node and written as runnable stacks",
-    )
-)
+# Files hold every spec (a projection as Scans); the native node dicts refuse what ONNX's nodes
+# cannot hold (rnnx.layouts.onnx.refusals), in to_native.
+register_module(globals(), name="onnx", to_native=to_native, extensions=(".onnx",),
+                description="W/R/B/P of ONNX LSTM/GRU/RNN nodes; .onnx files are read node by node and written as runnable stacks")

@@ -55,6 +55,17 @@ def register(fmt: Format) -> Format:
     return fmt
 
 
+def register_module(namespace: dict[str, Any], **fields: Any) -> Format:
+    """Register the format a module defines: the functions its ``namespace`` holds under a
+    :class:`Format` field's name (``to_native``, ``read``, ``sniff``, ...) are that field;
+    ``fields`` give the rest, and win over a name the module holds for another purpose."""
+    found = {name: namespace[name] for name in _MODULE_FIELDS if name in namespace}
+    return register(Format(**{**found, **fields}))
+
+
+_MODULE_FIELDS = ("to_native", "from_native", "read", "write", "groups", "sniff", "refusals")
+
+
 def get(name: str) -> Format:
     try:
         return _FORMATS[name]

@@ -17,7 +17,7 @@ import numpy as np
 from rnnx import limits
 from rnnx.errors import DETAIL_CHARS, RNNXError, one_line
 from rnnx.fileio import atomic_output, check_archive, library_write, read_safetensors, require_file, safetensors_metadata, write_safetensors
-from rnnx.formats.registry import Format, register
+from rnnx.formats.registry import register_module
 from rnnx.layouts import torch as layout
 from rnnx.spec import RNNSpec
 from rnnx.tensor_pieces import Pieces
@@ -197,17 +197,5 @@ def sniff(path: Path) -> bool:
     return safetensors_metadata(path).get("format", "torch") in ("torch", "pt")
 
 
-register(
-    Format(
-        name="torch",
-        to_native=to_native,
-        from_native=from_native,
-        read=read,
-        write=write,
-        groups=groups,
-        extensions=(".pt", ".pth", ".ckpt", ".safetensors"),  # .ckpt: PyTorch Lightning's checkpoints
-        sniff=sniff,
-        refusals=layout.refusals,
-        description="PyTorch nn.LSTM/GRU/RNN and Cell state_dicts (.pt/.pth weights-only, .safetensors)",
-    )
-)
+register_module(globals(), name="torch", extensions=(".pt", ".pth", ".ckpt", ".safetensors"),  # .ckpt: PyTorch Lightning's checkpoints
+                refusals=layout.refusals, description="PyTorch nn.LSTM/GRU/RNN and Cell state_dicts (.pt/.pth weights-only, .safetensors)")
