@@ -76,9 +76,25 @@ def rnnx_in_process(*args: object) -> subprocess.CompletedProcess[str]:
     from rnnx.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as stop:  # argparse's usage errors
-            code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 2
+    modules, path = set(sys.modules), list(sys.path)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as stop:  # argparse's usage errors
+                code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 2
+    finally:
+        _forget_user_modules(modules, path)
     return subprocess.CompletedProcess(["rnnx", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def _forget_user_modules(modules: set[str], path: list[str]) -> None:
+    """What a new process would not keep: modules the run imported from a user's files (a
+    ``models.py`` that the next test's ``import models`` must not find) and its sys.path
+    entries. Libraries' modules (torch's, rnnx's) stay: imported again, they would be copies."""
+    sys.path[:] = path
+    kept = (sys.prefix, sys.base_prefix, str(Path(__file__).resolve().parents[1] / "rnnx"))
+    for name in set(sys.modules) - modules:
+        where = getattr(sys.modules.get(name), "__file__", None) or ""
+        if where and not where.startswith(kept):
+            del sys.modules[name]
