@@ -195,34 +195,27 @@ def _targets_text(targets: list[TargetVerdict]) -> list[str]:
             *(f"  {t.text()}" for t in targets)]
 
 
-def _rewrite_report(args: argparse.Namespace, exc: RewriteDiffers) -> None:
-    """A rewrite that differs from its input: its comparison case by case on stdout (a table,
-    or JSON with every case's numbers), and its one line on stderr (raised on)."""
-    if args.json:  # error.json's object, with the comparison: the one --json object of this run
-        print(json.dumps({"passed": False, "exit_code": 1, "error": f"rnnx {args.command}: {exc}", "kind": "parity", "verb": args.command,
-                          "check": exc.check.to_json()}, indent=2))
-    else:
-        print(exc.check)
-
-
 def fuse(args: argparse.Namespace) -> int:
-    tolerances, dims, shapes = ToleranceArgs.parse(args), ShapeArgs.dims(args), parse_input_shapes(args.input)
-    try:
-        report = fuse_file(args.model, args.output, check=not args.no_check, seed=args.seed, tolerances=tolerances, dims=dims, input_shapes=shapes)
-    except RewriteDiffers as exc:
-        _rewrite_report(args, exc)
-        raise
-    print(json_report(args, report.to_json(), None if report.check is None else bool(report.check)) if args.json else report)
-    return 0
+    return _rewrite(args, fuse_file)
 
 
 def lower(args: argparse.Namespace) -> int:
+    return _rewrite(args, lower_file, select=args.node, for_tensorrt=args.for_target)
+
+
+def _rewrite(args: argparse.Namespace, rewrite: Any, **options: Any) -> int:
+    """fuse and lower: the rewrite, checked; one that differs from its input has its comparison
+    case by case on stdout (a table, or JSON with every case's numbers) and its one line on stderr."""
     tolerances, dims, shapes = ToleranceArgs.parse(args), ShapeArgs.dims(args), parse_input_shapes(args.input)
     try:
-        report = lower_file(args.model, args.output, select=args.node, check=not args.no_check, seed=args.seed, tolerances=tolerances,
-                            dims=dims, input_shapes=shapes, for_tensorrt=args.for_target)
+        report = rewrite(args.model, args.output, check=not args.no_check, seed=args.seed, tolerances=tolerances, dims=dims, input_shapes=shapes,
+                         **options)
     except RewriteDiffers as exc:
-        _rewrite_report(args, exc)
+        if args.json:  # error.json's object, with the comparison: the one --json object of this run
+            print(json.dumps({"passed": False, "exit_code": 1, "error": f"rnnx {args.command}: {exc}", "kind": "parity", "verb": args.command,
+                              "check": exc.check.to_json()}, indent=2))
+        else:
+            print(exc.check)
         raise
     print(json_report(args, report.to_json(), None if report.check is None else bool(report.check)) if args.json else report)
     return 0
@@ -295,11 +288,7 @@ def verify(args: argparse.Namespace) -> int:
         tolerances=tolerances, backend_tolerances=BackendToleranceArgs.parse(args), seed=args.seed, select=args.select, spec=args.spec,
         input_map=parse_map(args.input_map), batch_first=True if args.batch_first else None,
     )  # each case is a rnnx.progress step: shown under the verb's line at a terminal (main opens the display), not with --json or a pipe
-    if args.report:
-        report.dump(args.report)
-    if args.html:
-        write_html(report, args.html)
-    print(json_report(args, report.to_json()) if args.json else report)
+    _write_and_print(args, report)
     if not report.passed:
         raise ParityError("parity check failed" + ("; see the diagnosis above" if report.diagnosis and not args.json else ""))
     return 0
@@ -349,16 +338,20 @@ def _verify_whole_against_weights(args: argparse.Namespace, tolerances: Any) -> 
 
 def _whole_report(args: argparse.Namespace, report: Any) -> int:
     """A whole model's verify report, written where asked (--report, --html) and printed; exit 1 if it failed."""
-    if args.report:
-        report.dump(args.report)
-    if args.html:
-        write_html(report, args.html)
-    print(json_report(args, report.to_json()) if args.json else report)
+    _write_and_print(args, report)
     if not report.passed:
         first = report.first_drift
         raise ParityError("verification failed" + (f": layer {first.name} is the first out of tolerance" if first is not None
                                                    else f": {report.refused}" if report.refused else ""))
     return 0
+
+
+def _write_and_print(args: argparse.Namespace, report: Any) -> None:
+    if args.report:
+        report.dump(args.report)
+    if args.html:
+        write_html(report, args.html)
+    print(json_report(args, report.to_json()) if args.json else report)
 
 
 def _is_streaming(path: Path) -> bool:

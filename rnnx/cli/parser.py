@@ -56,6 +56,14 @@ def _graph_rewrite(p: argparse.ArgumentParser, what: str) -> None:
                         help="a graph input's whole shape, repeated: x:1x16000 or x:[1,16000] (a bare SHAPE for a model with one input)")
 
 
+def _profile_args(shapes: argparse._ArgumentGroup, profile_help: str, shapes_more: str = "") -> None:
+    """--profile and trtexec's --min/opt/max-shapes, as build and bundle take them."""
+    shapes.add_argument("--profile", type=types.profile, action="append", metavar="NAME:MIN,OPT,MAX[;...]", help=profile_help)
+    for end, kind in (("min", "smallest"), ("opt", "tuned-for"), ("max", "largest")):
+        shapes.add_argument(f"--{end}-shapes", type=getattr(types, f"{end}_shapes"), action="append", metavar="NAME:AxBxC[,...]",
+                            help=f"the {kind} shape of each input named, as trtexec's --{end}Shapes{shapes_more}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rnnx",
@@ -182,13 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
         "role and the example), else the dimensions' names. A batch takes 1..32 (opt 8); a length 1..4x the example's (opt the "
         "example's; without an example 1..256, opt 64); any other dynamic dimension the example's size, and without one it must be "
         "given. A dynamic dimension no profile covers is refused before building (exit 2). ENGINE.json records the profiles.")
-    shapes.add_argument("--profile", type=types.profile, action="append", metavar="NAME:MIN,OPT,MAX[;...]",
-                        help="a whole optimization profile, repeated for several, e.g. X:1x1x8,50x8x8,200x32x8;h0:... (inputs it "
-                        "leaves out take the sizes it gives their dimensions, else the defaults)")
-    for end, kind in (("min", "smallest"), ("opt", "tuned-for"), ("max", "largest")):
-        shapes.add_argument(f"--{end}-shapes", type=getattr(types, f"{end}_shapes"), action="append", metavar="NAME:AxBxC[,...]",
-                            help=f"the {kind} shape of each input named, as trtexec's --{end}Shapes (e.g. x:1x16x80,h0:1x1x32); "
-                            "the rest of the profile stays the default")
+    _profile_args(shapes, "a whole optimization profile, repeated for several, e.g. X:1x1x8,50x8x8,200x32x8;h0:... (inputs it "
+                  "leaves out take the sizes it gives their dimensions, else the defaults)",
+                  " (e.g. x:1x16x80,h0:1x1x32); the rest of the profile stays the default")
     p.add_argument("--workspace", type=int, metavar="MiB", help="workspace memory limit")
     p.add_argument("--timing-cache", type=Path, metavar="FILE", help="timing cache to read and update")
     p.add_argument("--opt-level", type=int, choices=range(6), metavar="0-5", help="builder optimization level (TensorRT 8.6+)")
@@ -215,11 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                   "rounding floor the check allows is measured at it")
     bundle_shapes = p.add_argument_group("optimization profile", "As rnnx build plans it: a batch 1..32 (opt 8), a length 1..4x the "
                                          "example's (opt the example's), other dynamic dimensions the example's size.")
-    bundle_shapes.add_argument("--profile", type=types.profile, action="append", metavar="NAME:MIN,OPT,MAX[;...]",
-                               help="the whole profile (one: trtexec builds one)")
-    for end, kind in (("min", "smallest"), ("opt", "tuned-for"), ("max", "largest")):
-        bundle_shapes.add_argument(f"--{end}-shapes", type=getattr(types, f"{end}_shapes"), action="append", metavar="NAME:AxBxC[,...]",
-                                   help=f"the {kind} shape of each input named, as trtexec's --{end}Shapes")
+    _profile_args(bundle_shapes, "the whole profile (one: trtexec builds one)")
     SEED.add(p, help="seed of the golden cases' inputs (default 0)")
     p.set_defaults(func=commands.bundle)
 

@@ -104,35 +104,25 @@ def dtype_list(text: str) -> list[str]:
     return [DTYPE_ALIASES.get(name, name) for name in _names(text, tuple(DTYPES), "dtype", DTYPE_ALIASES)]
 
 
-def seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value < 1 << 63:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer below 2**63, found {text!r}")
-    return value
+def _number(convert: Callable[[str], T], fits: Callable[[Any], bool], expected: str) -> Callable[[str], T]:
+    """A number ``convert`` reads from the text that ``fits``, else a usage error expecting ``expected``."""
+
+    def parse(text: str) -> T:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}") from None
+        if not fits(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, found {text!r}")
+        return value
+
+    return parse
 
 
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, found {text!r}")
-    return value
-
-
-def tolerance_value(text: str) -> float:
-    """One tolerance for every output: a finite, non-negative number."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (0 <= value < float("inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite, non-negative number like 1e-2, found {text!r}")
-    return value
+seed = _number(int, lambda v: 0 <= v < 1 << 63, "a non-negative integer below 2**63")
+seconds = _number(float, lambda v: 0 < v < float("inf"), "a positive number of seconds")
+#: One tolerance for every output: a finite, non-negative number.
+tolerance_value = _number(float, lambda v: 0 <= v < float("inf"), "a finite, non-negative number like 1e-2")
 
 
 def _opset(text: str) -> int:
@@ -168,14 +158,6 @@ def _backend_tolerance(text: str) -> dict[str, Tolerance]:
     return parsed
 
 
-def _dynamic_dim(text: str) -> tuple[str, int, Any]:
-    return parse_dim(text, "--dynamic")
-
-
-def _static_dim(text: str) -> tuple[str, int, Any]:
-    return parse_dim(text, "--static")
-
-
 def _role(text: str) -> str:
     parse_map([text])
     return text
@@ -202,8 +184,8 @@ rtol = _usage(_tolerance_item("rtol"), "tolerance")
 error_stat = _usage(_tolerance_item("stat"), "statistic")
 backend_tolerance = _usage(_backend_tolerance, "BACKEND=ATOL,RTOL")
 role = _usage(_role, "NAME=ROLE")
-dynamic_dim = _usage(_dynamic_dim, "NAME:DIM[=LABEL[:MIN[:MAX]]]")
-static_dim = _usage(_static_dim, "NAME:DIM")
+dynamic_dim = _usage(lambda text: parse_dim(text, "--dynamic"), "NAME:DIM[=LABEL[:MIN[:MAX]]]")
+static_dim = _usage(lambda text: parse_dim(text, "--static"), "NAME:DIM")
 
 
 def tensorrt_version(text: str) -> str:
