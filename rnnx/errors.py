@@ -88,3 +88,9 @@ def shape_error(tensor: str, expected: tuple[int, ...], found: tuple[int, ...], 
     """Build the standard message for a tensor whose shape does not fit the spec."""
     msg = f"tensor {tensor}: expected shape {tuple(expected)}, found {tuple(found)}"
     return RNNXError(msg + (f"; {hint}" if hint else ""))
+
+
+def refuse_spec(spec: object, reasons: list[str], advice: str = "convert to onnx or rnnx instead") -> None:
+    """Raise a format's refusals of ``spec`` (its layout's ``refusals``), if any, as one error."""
+    if reasons:
+        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; {advice}")

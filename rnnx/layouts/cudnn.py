@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import RNNXError, refuse_spec
 from rnnx.spec import RNNSpec
 from rnnx.tensor_pieces import Pieces
 from rnnx.weights import RNNWeights, tensor_name
@@ -81,9 +81,7 @@ def refusals(spec: RNNSpec) -> list[str]:
 
 
 def check_expressible(spec: RNNSpec) -> None:
-    reasons = refusals(spec)
-    if reasons:
-        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; keep these weights in onnx or rnnx form")
+    refuse_spec(spec, refusals(spec), "keep these weights in onnx or rnnx form")
 
 
 def offset_table(spec: RNNSpec) -> list[BlobEntry]:

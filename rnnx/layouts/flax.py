@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import RNNXError, refuse_spec
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
 
@@ -134,9 +134,7 @@ def refusals(spec: RNNSpec) -> list[str]:
 
 
 def check_expressible(spec: RNNSpec) -> None:
-    reasons = refusals(spec)
-    if reasons:
-        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; convert to onnx or rnnx instead")
+    refuse_spec(spec, refusals(spec))
 
 
 # --- writing ------------------------------------------------------------------------

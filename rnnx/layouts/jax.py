@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import RNNXError, refuse_spec
 from rnnx.layouts import cudnn
 from rnnx.spec import RNNSpec
 from rnnx.weights import RNNWeights
@@ -34,9 +34,7 @@ def refusals(spec: RNNSpec) -> list[str]:
 
 
 def check_expressible(spec: RNNSpec) -> None:
-    reasons = refusals(spec)
-    if reasons:
-        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; convert to onnx or rnnx instead")
+    refuse_spec(spec, refusals(spec))
 
 
 def vector_size(spec: RNNSpec) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import RNNXError, refuse_spec
 from rnnx.spec import CELLS_BY_GATE_COUNT, Activation, RNNSpec
 from rnnx.weights import RNNWeights, split_gates, tensor_name
 
@@ -80,17 +80,13 @@ def refusals(spec: RNNSpec) -> list[str]:
 
 
 def check_expressible(spec: RNNSpec) -> None:
-    reasons = refusals(spec)
-    if reasons:
-        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; convert to onnx or rnnx instead")
+    refuse_spec(spec, refusals(spec))
 
 
 def check_readable(spec: RNNSpec) -> None:
     """Refuses a spec no Keras layer computes; activations are allowed: ``spec=`` states what the
     layer that held these arrays was built with."""
-    reasons = layer_refusals(spec)
-    if reasons:
-        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; check spec=")
+    refuse_spec(spec, layer_refusals(spec), "check spec=")
 
 
 def arrays_per_cell(spec: RNNSpec) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.errors import RNNXError
+from rnnx.errors import RNNXError, refuse_spec
 from rnnx.spec import CELLS_BY_GATE_COUNT, RNNSpec
 from rnnx.tensor_pieces import Pieces, as_pieces
 from rnnx.weights import RNNWeights, split_gates, tensor_name
@@ -72,9 +72,7 @@ def refusals(spec: RNNSpec, cell: bool = False) -> list[str]:
 
 
 def check_expressible(spec: RNNSpec, cell: bool = False) -> None:
-    reasons = refusals(spec, cell)
-    if reasons:
-        raise RNNXError(f"spec {spec}: {'; '.join(reasons)}; convert to onnx or rnnx instead")
+    refuse_spec(spec, refusals(spec, cell))
 
 
 def to_native(weights: RNNWeights, cell: bool = False, prefix: str = "") -> dict[str, np.ndarray]:
