@@ -76,9 +76,6 @@ from rnnx.weights import RNNWeights
 
 #: Keras's h5 group name (its snake-cased class name) per cell kind, for writing.
 LAYER_GROUP = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "simple_rnn", "rnn_relu": "simple_rnn"}
-# Keras classes whose math rnnx knows: the layers, and the cells inside keras.layers.RNN.
-_LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
-_CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
 # Limits for untrusted files: how deep the HDF5 tree is walked, how many groups, how big a
 # JSON config (what the datasets may claim together is hdf5.Budget's).
 _MAX_DEPTH = 32
@@ -189,15 +186,6 @@ class _StoredMember(io.RawIOBase):
         super().close()
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _layer_name(cfg: dict[str, Any]) -> str | None:
-    name = _dict(cfg.get("config")).get("name", cfg.get("name"))
-    return name if isinstance(name, str) else None
-
-
 @dataclass
 class _Found:
     """One recurrent layer in a file."""
@@ -274,14 +262,14 @@ def _find(h5: Any, config: dict[str, Any] | None, h5py: Any) -> list[_Found]:
             halves = [_cell_vars(g, h5py) if isinstance(g, h5py.Group) else None for g in pair]
             cells = [h for h in halves if h is not None]
             if len(cells) == len(halves):
-                found.append(_Found("/".join(parts), "/".join(full), _layer_name(cfg) if cfg else None, [h.name for h in cells], cfg))
+                found.append(_Found("/".join(parts), "/".join(full), layout.layer_name(cfg) if cfg else None, [h.name for h in cells], cfg))
                 return
             walk(group, parts, full, cfg, depth)
             return
-        found.append(_Found("/".join(parts), "/".join(full), _layer_name(cfg) if cfg else None, [single.name], cfg))
+        found.append(_Found("/".join(parts), "/".join(full), layout.layer_name(cfg) if cfg else None, [single.name], cfg))
 
     def walk(group: Any, parts: list[str], full: list[str], cfg: dict[str, Any] | None, depth: int) -> None:
-        keyed = _keyed_configs(_dict(cfg.get("config") if cfg else None).get("layers"))
+        keyed = _keyed_configs(layout.config_dict(cfg.get("config") if cfg else None).get("layers"))
         for key in sorted(group, key=_natural):
             child = _child(group, key, h5py)
             if key == "vars" or not isinstance(child, h5py.Group):
@@ -351,19 +339,6 @@ def _load_cells(h5: Any, found: _Found, budget: Budget, h5py: Any) -> list[list[
     return cells
 
 
-def _base_config(cfg: dict[str, Any]) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
-    """(family or None, the RNN layer's config, its cell's config) of one non-Bidirectional layer entry."""
-    cls, conf = cfg.get("class_name"), _dict(cfg.get("config"))
-    if isinstance(cls, str) and cls in _LAYER_CLASSES:
-        return _LAYER_CLASSES[cls], conf, conf
-    if cls == "RNN":
-        cell = _dict(conf.get("cell"))
-        cell_cls = cell.get("class_name")
-        if isinstance(cell_cls, str) and cell_cls in _CELL_CLASSES:
-            return _CELL_CLASSES[cell_cls], conf, _dict(cell.get("config"))
-    return None, conf, conf
-
-
 def _archive_keras_major(path: Path) -> int:
     """The major version of the Keras that wrote a .keras archive, from its metadata.json: tf_keras
     2.13+ writes .keras archives too, and its hard_sigmoid is Keras 2's. 3 when it does not say."""
@@ -387,19 +362,11 @@ def _spec_from_config(found: _Found, cells: list[list[np.ndarray]], given: RNNSp
     if len(cells) == 2:
         if cls != "Bidirectional":
             raise RNNXError(f"Keras layer {layer!r}: forward and backward weights under a {cls!r}, expected Bidirectional; the file is not Keras 3's")
-        conf = _dict(cfg.get("config"))
-        fwd, bwd = _dict(conf.get("layer")), _dict(conf.get("backward_layer"))
-        family, rnn_cfg, cell_cfg = _base_config(fwd)
-        if bwd:
-            b_family, b_rnn, b_cell = _base_config(bwd)
-            keys = ("activation", "recurrent_activation", "use_bias", "reset_after", "units")
-            if b_family != family or any(b_cell.get(k) != cell_cfg.get(k) for k in keys) or b_rnn.get("go_backwards", True) is not True:
-                raise RNNXError(f"Keras Bidirectional {layer!r}: its backward layer differs from its forward one; rnnx's bidirectional needs two like layers")
-        if rnn_cfg.get("go_backwards"):
-            raise RNNXError(f"Keras Bidirectional {layer!r}: its forward layer runs backwards (go_backwards=True); this has no canonical form")
-        direction, cls_shown = "bidirectional", f"Bidirectional({fwd.get('class_name')})"
+        conf = layout.config_dict(cfg.get("config"))
+        family, rnn_cfg, cell_cfg, _ = layout.bidirectional_family(conf, f"Keras Bidirectional {layer!r}")
+        direction, cls_shown = "bidirectional", f"Bidirectional({layout.config_dict(conf.get('layer')).get('class_name')})"
     else:
-        family, rnn_cfg, cell_cfg = _base_config(cfg)
+        family, rnn_cfg, cell_cfg, _ = layout.layer_family(cfg)
         direction, cls_shown = ("reverse" if rnn_cfg.get("go_backwards") else "forward"), str(cls)
     if family is None:
         if given is not None:

@@ -69,9 +69,6 @@ _MAX_NAME = 4096
 _MAX_PATH_PARTS = 64
 _MAX_CONFIG = 64 * 1024 * 1024
 _MAX_MODEL_DEPTH = 32
-# Keras 2 classes whose math rnnx knows: the layers, the cells inside keras.layers.RNN.
-_LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
-_CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
 _MODEL_CLASSES = ("Sequential", "Functional", "Model")
 # Array names end in TensorFlow's output index (kernel:0); Keras 3's legacy writer leaves it off.
 _INDEX = re.compile(r":\d+$")
@@ -223,19 +220,10 @@ def _model_config(h5: Any, h5py: Any) -> dict[str, Any] | None:
 # --- recurrent layers ------------------------------------------------------------------------
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _layer_name(cfg: dict[str, Any]) -> str | None:
-    name = _dict(cfg.get("config")).get("name", cfg.get("name"))
-    return name if isinstance(name, str) else None
-
-
 def _sublayers(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """A model config's layers: ``config.layers``, or (Keras 2.0/2.1 Sequential) ``config`` itself."""
     conf = cfg.get("config")
-    listed = conf if isinstance(conf, list) else _dict(conf).get("layers")
+    listed = conf if isinstance(conf, list) else layout.config_dict(conf).get("layers")
     return [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
 
 
@@ -289,7 +277,7 @@ def _config_of(cfg: dict[str, Any] | None, owner: str, depth: int = 0) -> dict[s
         return cfg
     parts = owner.split("/")
     for sub in _sublayers(cfg):
-        if _layer_name(sub) in parts:
+        if layout.layer_name(sub) in parts:
             return _config_of(sub, owner, depth + 1)
     return None
 
@@ -308,7 +296,7 @@ def _nested_name(layer: str, owner: str) -> str:
 def _find(root: Any, config: dict[str, Any] | None, h5py: Any) -> tuple[list[_Layer], list[str]]:
     """The recurrent layers, and every layer's name."""
     layer_names = _name_list(root, "layer_names", h5py, "layer list") or []
-    configs = {_layer_name(c): c for c in _sublayers(config)} if config else {}
+    configs = {layout.layer_name(c): c for c in _sublayers(config)} if config else {}
     found: list[_Layer] = []
     for layer in layer_names:
         where = f"layer {layer!r}"
@@ -370,21 +358,6 @@ def _read_array(h5: Any, path: str, budget: Budget, h5py: Any) -> np.ndarray:
 # --- specs ---------------------------------------------------------------------------------
 
 
-def _base(cfg: dict[str, Any]) -> tuple[str | None, dict[str, Any], dict[str, Any], bool]:
-    """(cell family or None, the layer's config, its cell's config, whether a CuDNN layer) of one non-wrapper entry."""
-    cls, conf = cfg.get("class_name"), _dict(cfg.get("config"))
-    if isinstance(cls, str) and cls in _LAYER_CLASSES:
-        return _LAYER_CLASSES[cls], conf, conf, False
-    if isinstance(cls, str) and cls in layout.CUDNN_LAYER_CELLS:
-        return layout.CUDNN_LAYER_CELLS[cls], conf, conf, True
-    if cls == "RNN":
-        cell = _dict(conf.get("cell"))
-        cell_cls = cell.get("class_name")
-        if isinstance(cell_cls, str) and cell_cls in _CELL_CLASSES:
-            return _CELL_CLASSES[cell_cls], conf, _dict(cell.get("config")), False
-    return None, conf, conf, False
-
-
 def _cell(family: str, cell_cfg: dict[str, Any], shown: str, major: int) -> tuple[str, tuple[Activation, ...]]:
     """The canonical cell kind and activations of a layer's config, as the writer's Keras defines them."""
     recurrent = cell_cfg.get("recurrent_activation") if family != "rnn" else None
@@ -419,22 +392,14 @@ def _config_spec(found: _Layer, arrays: list[np.ndarray], major: int | None) -> 
     if pair:
         if cls != "Bidirectional":
             raise RNNXError(f"forward and backward weights under a {cls!r}, expected Bidirectional; the file is damaged")
-        conf = _dict(cfg.get("config"))
-        fwd, bwd = _dict(conf.get("layer")), _dict(conf.get("backward_layer"))
-        family, rnn_cfg, cell_cfg, cudnn = _base(fwd)
-        if bwd:
-            b_family, b_rnn, b_cell, b_cudnn = _base(bwd)
-            keys = ("activation", "recurrent_activation", "use_bias", "reset_after", "units")
-            if (b_family, b_cudnn) != (family, cudnn) or any(b_cell.get(k) != cell_cfg.get(k) for k in keys) or b_rnn.get("go_backwards", True) is not True:
-                raise RNNXError(f"Bidirectional {found.name!r}: its backward layer differs from its forward one; rnnx's bidirectional needs two like layers")
-        if rnn_cfg.get("go_backwards"):
-            raise RNNXError(f"Bidirectional {found.name!r}: its forward layer runs backwards (go_backwards=True); this has no canonical form")
-        direction, shown = "bidirectional", f"Keras Bidirectional({fwd.get('class_name')}) {found.name!r}"
+        conf = layout.config_dict(cfg.get("config"))
+        family, rnn_cfg, cell_cfg, cudnn = layout.bidirectional_family(conf, f"Bidirectional {found.name!r}", cudnn_layers=True)
+        direction, shown = "bidirectional", f"Keras Bidirectional({layout.config_dict(conf.get('layer')).get('class_name')}) {found.name!r}"
         merge = conf.get("merge_mode", "concat")
     else:
         if cls == "Bidirectional":
             raise RNNXError(f"Bidirectional {found.name!r}: expected forward_ and backward_ weights, found {len(arrays)} arrays; the file is damaged")
-        family, rnn_cfg, cell_cfg, cudnn = _base(cfg)
+        family, rnn_cfg, cell_cfg, cudnn = layout.layer_family(cfg, cudnn_layers=True)
         direction, shown = ("reverse" if rnn_cfg.get("go_backwards") else "forward"), f"Keras {cls} {found.name!r}"
     if family is None:
         raise RNNXError(f"layer {found.name!r} is a {cls!r}, not LSTM, GRU, SimpleRNN, CuDNNLSTM or CuDNNGRU: rnnx cannot tell its math; "

@@ -213,6 +213,49 @@ def from_native(arrays: Sequence[Any], spec: RNNSpec | None = None) -> RNNWeight
 CUDNN_LAYER_GATE_ORDER: dict[str, tuple[str, ...]] = {"lstm": ("i", "f", "g", "o"), "gru": ("z", "r", "n")}
 #: The CuDNN layers' class names in Keras 2 and the cell each computes.
 CUDNN_LAYER_CELLS: dict[str, str] = {"CuDNNLSTM": "lstm", "CuDNNGRU": "gru"}
+#: The recurrent layer and cell classes of a model config and the cell family each computes.
+LAYER_CLASSES = {"LSTM": "lstm", "GRU": "gru", "SimpleRNN": "rnn"}
+CELL_CLASSES = {"LSTMCell": "lstm", "GRUCell": "gru", "SimpleRNNCell": "rnn"}
+_LIKE_KEYS = ("activation", "recurrent_activation", "use_bias", "reset_after", "units")
+
+
+def config_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def layer_name(cfg: dict[str, Any]) -> str | None:
+    name = config_dict(cfg.get("config")).get("name", cfg.get("name"))
+    return name if isinstance(name, str) else None
+
+
+def layer_family(cfg: dict[str, Any], cudnn_layers: bool = False) -> tuple[str | None, dict[str, Any], dict[str, Any], bool]:
+    """(cell family or None, the layer's config, its cell's config, whether a CuDNN layer) of one
+    non-wrapper entry of a model config; CuDNNLSTM/CuDNNGRU count only with ``cudnn_layers`` (Keras 2)."""
+    cls, conf = cfg.get("class_name"), config_dict(cfg.get("config"))
+    if isinstance(cls, str) and cls in LAYER_CLASSES:
+        return LAYER_CLASSES[cls], conf, conf, False
+    if cudnn_layers and isinstance(cls, str) and cls in CUDNN_LAYER_CELLS:
+        return CUDNN_LAYER_CELLS[cls], conf, conf, True
+    if cls == "RNN":
+        cell = config_dict(conf.get("cell"))
+        cell_cls = cell.get("class_name")
+        if isinstance(cell_cls, str) and cell_cls in CELL_CLASSES:
+            return CELL_CLASSES[cell_cls], conf, config_dict(cell.get("config")), False
+    return None, conf, conf, False
+
+
+def bidirectional_family(conf: dict[str, Any], shown: str, cudnn_layers: bool = False) -> tuple[str | None, dict[str, Any], dict[str, Any], bool]:
+    """:func:`layer_family` of a Bidirectional wrapper's config ``conf``, refused (naming it
+    ``shown``) where its backward layer is not like its forward one or its forward one runs backwards."""
+    fwd, bwd = config_dict(conf.get("layer")), config_dict(conf.get("backward_layer"))
+    family, rnn_cfg, cell_cfg, cudnn = layer_family(fwd, cudnn_layers)
+    if bwd:
+        b_family, b_rnn, b_cell, b_cudnn = layer_family(bwd, cudnn_layers)
+        if (b_family, b_cudnn) != (family, cudnn) or any(b_cell.get(k) != cell_cfg.get(k) for k in _LIKE_KEYS) or b_rnn.get("go_backwards", True) is not True:
+            raise RNNXError(f"{shown}: its backward layer differs from its forward one; rnnx's bidirectional needs two like layers")
+    if rnn_cfg.get("go_backwards"):
+        raise RNNXError(f"{shown}: its forward layer runs backwards (go_backwards=True); this has no canonical form")
+    return family, rnn_cfg, cell_cfg, cudnn
 
 
 def cudnn_layer_spec(arrays: Sequence[np.ndarray], where: str = "") -> RNNSpec | None:
