@@ -529,16 +529,9 @@ def model_findings(model_proto: Any, version: str = DEFAULT_VERSION) -> list[Fin
 def _facts(report: NodeReport) -> _Node:
     """A NodeReport as the node the rules read (no graph around it: no element types)."""
     attrs: dict[str, Any] = {"direction": report.direction, "layout": report.layout, "input_forget": report.input_forget}
-    if report.activations:
-        attrs["activations"] = list(report.activations)
-    if report.activation_alpha:
-        attrs["activation_alpha"] = list(report.activation_alpha)
-    if report.activation_beta:
-        attrs["activation_beta"] = list(report.activation_beta)
-    if report.clip is not None:
-        attrs["clip"] = report.clip
-    if report.linear_before_reset is not None:
-        attrs["linear_before_reset"] = report.linear_before_reset
+    attrs.update({k: list(v) for k, v in (("activations", report.activations), ("activation_alpha", report.activation_alpha),
+                                          ("activation_beta", report.activation_beta)) if v})
+    attrs.update({k: v for k, v in (("clip", report.clip), ("linear_before_reset", report.linear_before_reset)) if v is not None})
     inputs = ["X", "W", "R", "B", "sequence_lens" if report.sequence_lens else "", "", "", "P" if report.peepholes else ""]
     return _Node(report.op_type, "", report.name, report.graph, attrs, inputs, ["Y"])
 
@@ -576,21 +569,16 @@ class ParserTable:
     def judge(self, report: NodeReport) -> NodeVerdict:
         if self.model is not None:
             by_node, lowered = self._model_verdicts()
-            if report.lowered:
-                if report.name in lowered:
-                    return lowered[report.name]
-                rule = next(r for r in RULES if r.key == "op.not_in_table" and self.version in r.versions) \
-                    if self.version != "11.x" else next(r for r in RULES if r.key == "version.unavailable")
-                return NodeVerdict(report.name, report.op_type, "", report.graph, self.version, UNKNOWN,
-                                   [Finding(rule, "lowered by rnnx, but its Scans were not found in the graph", self.version)])
+            if report.lowered and report.name in lowered:
+                return lowered[report.name]
             found = by_node.get((report.graph, report.name))
-            if found is not None and found.op_type == report.op_type:
+            if not report.lowered and found is not None and found.op_type == report.op_type:
                 return found
-        if report.lowered:  # no graph to find its Scans in
+        if report.lowered:  # its Scans are not in the graph, or there is no graph to find them in
             rule = next(r for r in RULES if r.key in ("op.not_in_table", "version.unavailable") and self.version in r.versions)
-            return NodeVerdict(report.name, report.op_type, "", report.graph, self.version, UNKNOWN,
-                               [Finding(rule, "lowered by rnnx: judged by its Scans, which only the model holds "
-                                              "(ParserTable.for_model)", self.version)])
+            why = ("lowered by rnnx, but its Scans were not found in the graph" if self.model is not None
+                   else "lowered by rnnx: judged by its Scans, which only the model holds (ParserTable.for_model)")
+            return NodeVerdict(report.name, report.op_type, "", report.graph, self.version, UNKNOWN, [Finding(rule, why, self.version)])
         return _judge(_facts(report), self.version, {})
 
     def refusals(self, node: NodeReport) -> list[str]:
