@@ -72,7 +72,8 @@ class Quantization:
         return {"op": self.op, "weights": [w.__dict__ for w in self.weights], "dynamic": self.dynamic, "float": self.float_inputs}
 
 
-def _attributes(node: Any) -> dict[str, Any]:
+def attribute_values(node: Any) -> dict[str, Any]:
+    """A node's attributes as Python values, strings decoded (undecodable bytes replaced)."""
     from onnx import helper
 
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -125,7 +126,7 @@ def stand_in(node: Any, graph: str, known: dict[str, tuple[np.ndarray, str]], gr
     float_op = QUANTIZED_OPS[node.op_type]
     inputs = list(node.input[: INPUTS.index("W_scale")])  # the float op's inputs: those before the scales, by the same positions
     proxy = helper.make_node(float_op, inputs, list(node.output), name=node.name, doc_string=_MARK + f"{node.domain}.{node.op_type}")
-    return proxy, graph, _attributes(node), tensors, sources
+    return proxy, graph, attribute_values(node), tensors, sources
 
 
 def quantization(node: Any, known: dict[str, tuple[np.ndarray, str]]) -> Quantization:

@@ -25,7 +25,7 @@ from rnnx.fileio import require_file
 from rnnx.formats.onnx_fold import fold, producers
 from rnnx.formats.onnx_gate import check_external_data, check_opsets
 from rnnx.formats.onnx_lazy import identity, is_lazy, mappable, mark, read_skeleton, stored_tensors, supported, to_array
-from rnnx.formats.onnx_quantized import is_quantized, stand_in
+from rnnx.formats.onnx_quantized import attribute_values, is_quantized, stand_in
 from rnnx.layouts.onnx import (
     ACTIVATION_ATTRIBUTES,
     DEFAULT_OPSET,
@@ -208,7 +208,7 @@ _ATTRIBUTE_TYPES = {"hidden_size": "INT", "layout": "INT", "linear_before_reset"
 
 def node_attributes(node: Any) -> dict[str, Any]:
     """A node's attributes as Python values, strings decoded (undecodable bytes replaced)."""
-    from onnx import AttributeProto, helper
+    from onnx import AttributeProto
 
     if node.op_type in NATIVE_OPS:
         for a in node.attribute:
@@ -216,11 +216,7 @@ def node_attributes(node: Any) -> dict[str, Any]:
             if want is not None and a.type != getattr(AttributeProto, want):
                 found = AttributeProto.AttributeType.Name(a.type) if a.type in AttributeProto.AttributeType.values() else str(a.type)
                 raise RNNXError(f"{node.op_type} node {node.name!r}: attribute {a.name} must be {want}, found {found}; the file is damaged")
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    attrs = {k: (v.decode(errors="replace") if isinstance(v, bytes) else v) for k, v in attrs.items()}
-    if "activations" in attrs:
-        attrs["activations"] = [a.decode(errors="replace") if isinstance(a, bytes) else a for a in attrs["activations"]]
-    return attrs
+    return attribute_values(node)
 
 
 def constants(graph: Any, outer: dict[str, tuple[np.ndarray, str]]) -> dict[str, tuple[np.ndarray, str]]:

@@ -292,17 +292,9 @@ def _fusable_lines(found: dict[str, Any], source: str | Path | None) -> list[str
 
 
 def _attribute_text(r: NodeReport) -> list[str]:
-    extras = []
-    if r.linear_before_reset is not None:
-        extras.append(f"linear_before_reset={r.linear_before_reset}")
-    if r.clip is not None:
-        extras.append(f"clip={r.clip}")
-    if r.input_forget:
-        extras.append(f"input_forget={r.input_forget}")
-    if r.peepholes:
-        extras.append("peepholes")
-    if r.sequence_lens:
-        extras.append("sequence_lens")
+    extras = [f"{k}={v}" for k, v in (("linear_before_reset", r.linear_before_reset), ("clip", r.clip)) if v is not None]
+    extras += [f"input_forget={r.input_forget}"] if r.input_forget else []
+    extras += [flag for flag in ("peepholes", "sequence_lens") if getattr(r, flag)]
     if r.activations:
         extras.append("activations=" + (r.activation_text or "/".join(r.activations)))
         if ":" not in r.activation_text:  # not paired with the functions (rnnx cannot read them): as the node lists them
