@@ -135,6 +135,11 @@ def _opened(path: Path) -> Iterator[tuple[Any, Any, dict[str, Any] | None, int]]
         raise _damaged(path, exc) from None
     try:
         yield h5py, h5, config, size
+    except RNNXError as exc:  # named by the file, once
+        message = str(exc)
+        raise RNNXError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+    except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
+        raise _damaged(path, exc) from None
     finally:
         with contextlib.suppress(Exception):
             h5.close()
@@ -443,12 +448,7 @@ def groups(path: Path) -> list[str]:
     if legacy is not None and legacy.groups is not None:
         return legacy.groups(path)
     with _opened(Path(path)) as (h5py, h5, config, _):
-        try:
-            return [f.name for f in _find(h5, config, h5py)]
-        except RNNXError as exc:
-            raise RNNXError(f"{path}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
-            raise _damaged(path, exc) from None
+        return [f.name for f in _find(h5, config, h5py)]
 
 
 def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
@@ -457,20 +457,14 @@ def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
         return legacy.read(path, select, spec)
     with _opened(Path(path)) as (h5py, h5, config, size):
         budget = Budget(size)
-        try:
-            found = _find(h5, config, h5py)
-            stored = _stored_spec(h5) if config is None and select is None else None
-            if stored is not None and found:
-                stack = [_load_cells(h5, f, budget, h5py) for f in found]
-            else:
-                stack = None
-                one = _choose(found, select, str(path))
-                cells = _load_cells(h5, one, budget, h5py)
-        except RNNXError as exc:
-            message = str(exc)
-            raise RNNXError(message if message.startswith(str(path)) else f"{path}: {message}") from None
-        except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
-            raise _damaged(path, exc) from None
+        found = _find(h5, config, h5py)
+        stored = _stored_spec(h5) if config is None and select is None else None
+        if stored is not None and found:
+            stack = [_load_cells(h5, f, budget, h5py) for f in found]
+        else:
+            stack = None
+            one = _choose(found, select, str(path))
+            cells = _load_cells(h5, one, budget, h5py)
     if stack is not None:
         assert stored is not None
         return _whole_stack(Path(path), found, stack, stored, spec)
@@ -490,14 +484,9 @@ def read_notes(path: Path, select: str | None, spec: RNNSpec | None, weights: RN
         notes += keras_legacy_h5.read_notes(path, select, spec, weights)
     elif spec is None:
         with _opened(path) as (h5py, h5, config, _):
-            try:
-                found = _find(h5, config, h5py)
-                whole = config is None and select is None and _stored_spec(h5) is not None  # rnnx's own file records its spec
-                one = None if whole else _choose(found, select, str(path))
-            except RNNXError as exc:
-                raise RNNXError(f"{path}: {exc}") from None
-            except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
-                raise _damaged(path, exc) from None
+            found = _find(h5, config, h5py)
+            whole = config is None and select is None and _stored_spec(h5) is not None  # rnnx's own file records its spec
+            one = None if whole else _choose(found, select, str(path))
         if one is not None and one.config is None:
             what = "a .weights.h5 file" if config is None else "a .keras archive whose config.json does not list the layer"
             notes.append(f"{path.name}: layer {one.name!r}: {layout.unrecorded_note(what)}")

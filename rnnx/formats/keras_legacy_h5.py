@@ -89,6 +89,11 @@ def _opened(path: Path) -> Iterator[tuple[Any, Any, int]]:
         raise _damaged(path, exc) from None
     try:
         yield h5py, h5, path.stat().st_size
+    except RNNXError as exc:  # named by the file, once
+        message = str(exc)
+        raise RNNXError(message if message.startswith(str(path)) else f"{path}: {message}") from None
+    except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
+        raise _damaged(path, exc) from None
     finally:
         with contextlib.suppress(Exception):
             h5.close()
@@ -514,15 +519,10 @@ def _keras3_reader() -> Format:
 def groups(path: Path) -> list[str]:
     path = Path(path)
     with _opened(path) as (h5py, h5, _):
-        try:
-            root = _weights_root(h5, h5py)
-            if root is not None:
-                return [f.name for f in _find(root, _model_config(h5, h5py), h5py)[0]]
-            _refuse_unknown(h5, h5py)
-        except RNNXError as exc:
-            raise RNNXError(f"{path}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
-            raise _damaged(path, exc) from None
+        root = _weights_root(h5, h5py)
+        if root is not None:
+            return [f.name for f in _find(root, _model_config(h5, h5py), h5py)[0]]
+        _refuse_unknown(h5, h5py)
     keras3 = _keras3_reader()
     assert keras3.groups is not None
     return keras3.groups(path)  # no layer list: Keras 3's own layout, if anything
@@ -531,20 +531,14 @@ def groups(path: Path) -> list[str]:
 def read(path: Path, select: str | None, spec: RNNSpec | None) -> RNNWeights:
     path = Path(path)
     with _opened(path) as (h5py, h5, size):
-        try:
-            root = _weights_root(h5, h5py)
-            if root is not None:
-                major = _keras_major(h5, root, h5py)
-                one = _choose(*_find(root, _model_config(h5, h5py), h5py), select, major)
-                budget = Budget(size)
-                arrays = [_read_array(h5, p, budget, h5py) for p in one.arrays]
-            else:
-                _refuse_unknown(h5, h5py)
-        except RNNXError as exc:
-            message = str(exc)
-            raise RNNXError(message if message.startswith(str(path)) else f"{path}: {message}") from None
-        except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
-            raise _damaged(path, exc) from None
+        root = _weights_root(h5, h5py)
+        if root is not None:
+            major = _keras_major(h5, root, h5py)
+            one = _choose(*_find(root, _model_config(h5, h5py), h5py), select, major)
+            budget = Budget(size)
+            arrays = [_read_array(h5, p, budget, h5py) for p in one.arrays]
+        else:
+            _refuse_unknown(h5, h5py)
     if root is None:  # no layer list: Keras 3's own layout (a .weights.h5 renamed), or not Keras's
         keras3 = _keras3_reader()
         assert keras3.read is not None
@@ -562,15 +556,10 @@ def read_notes(path: Path, select: str | None, spec: RNNSpec | None, weights: RN
     if spec is not None or weights.spec.direction == "bidirectional":
         return []
     with _opened(path) as (h5py, h5, _):
-        try:
-            root = _weights_root(h5, h5py)
-            if root is None:
-                return []
-            one = _choose(*_find(root, _model_config(h5, h5py), h5py), select, _keras_major(h5, root, h5py))
-        except RNNXError as exc:
-            raise RNNXError(f"{path}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001  h5py raises many types for a damaged file; none is a bug of ours
-            raise _damaged(path, exc) from None
+        root = _weights_root(h5, h5py)
+        if root is None:
+            return []
+        one = _choose(*_find(root, _model_config(h5, h5py), h5py), select, _keras_major(h5, root, h5py))
     if one.config is not None:
         return []
     return [f"{path.name}: layer {one.name!r}: a weights-only file (save_weights) records no go_backwards; the CuDNN layer is read "
