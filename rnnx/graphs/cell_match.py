@@ -161,20 +161,10 @@ def pick_state(g: GraphIndex, terms: list[Linear], H: int, cell: str, h_new: str
                     "sliced from a sequence, computed by an earlier step of the same cell, nor a graph input whose new value is a graph output")
 
 
-def _through_pass(g: GraphIndex, name: str) -> str:
-    """``name`` followed back through shape-only ops (to at most walk's hop limit)."""
-    for _ in range(16):
-        node = g.producer.get(name)
-        if node is None or node.op_type not in _PASS:
-            break
-        name = node.input[0]
-    return name
-
-
 def _step_terms(g: GraphIndex, act: Any) -> dict[tuple[Any, ...], str] | None:
     """The weight origins of a plain RNN step anchored at ``act``, each with its operand."""
     found = linear_sum(g, act.input[0]) if act.op_type in _RNN_ACTIVATIONS else None
-    return {t.origin: _through_pass(g, t.input) for t in found.linear} if found is not None and len(found.linear) == 2 else None
+    return {t.origin: g.through(t.input, _PASS) for t in found.linear} if found is not None and len(found.linear) == 2 else None
 
 
 def _chained_state(g: GraphIndex, square: list[Linear], h_new: str, anchor_op: str | None) -> Linear | None:
@@ -189,7 +179,7 @@ def _chained_state(g: GraphIndex, square: list[Linear], h_new: str, anchor_op: s
         return None
     earlier = []
     for t in square:
-        node = g.producer.get(_through_pass(g, t.input))
+        node = g.producer.get(g.through(t.input, _PASS))
         terms = _step_terms(g, node) if node is not None and node.op_type == anchor_op else None
         if terms is not None and set(terms) == origins:
             earlier.append(t)
@@ -469,8 +459,7 @@ _RNN_ACTIVATIONS = {"Tanh": (), "Relu": ("Relu",)}  # ONNX RNN's default activat
 def _state_like(g: GraphIndex, name: str, anchor_op: str) -> bool:
     """Whether ``name`` can be a recurrence's state: a constant or zeros of the batch's shape
     (the initial state), a graph or body input, or the output of an earlier step's activation."""
-    while name in g.producer and g.producer[name].op_type in _PASS:
-        name = g.producer[name].input[0]
+    name = g.through(name, _PASS)
     node = g.producer.get(name)
     return name in g.constants or node is None or node.op_type in (anchor_op, "ConstantOfShape", "Expand")
 

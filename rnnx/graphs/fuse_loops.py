@@ -113,16 +113,6 @@ def _name_dynamic_axes(g: GraphIndex, graph: Any, fused: list[LoopFusion]) -> No
     name_dynamic_axes(graph, axes)
 
 
-def _through(body: GraphIndex, name: str, ops: tuple[str, ...] = ("Identity",)) -> str:
-    """Back from ``name`` through ``ops``."""
-    for _ in range(16):
-        node = body.producer.get(name)
-        if node is None or node.op_type not in ops:
-            return name
-        name = node.input[0]
-    return name
-
-
 def _native(body: GraphIndex) -> Any | Declined | None:
     natives = [n for n in body.nodes if n.op_type in NATIVE_OPS and n.domain in ("", "ai.onnx")]
     if not natives:
@@ -142,12 +132,12 @@ def _states(body: GraphIndex, n: Any, pairs: dict[str, str], rule: str) -> dict[
     for key, (k_in, k_out) in slots.items():
         init = n.input[k_in] if len(n.input) > k_in else ""
         unsq = body.prod(init, "Unsqueeze") if init else None
-        state = _through(body, unsq.input[0]) if unsq is not None and body.axes(unsq) == [0] else None
+        state = body.through(unsq.input[0]) if unsq is not None and body.axes(unsq) == [0] else None
         if state is None or state not in pairs:
             return Declined(rule, f"the step's initial_{key} is not a carried value of the loop")
         out = n.output[k_out] if len(n.output) > k_out else ""
         squeezes = [u for u in body.consumers.get(out, []) if u.op_type == "Squeeze" and body.axes(u) == [0]] if out else []
-        if len(squeezes) != 1 or _through(body, pairs[state]) != squeezes[0].output[0]:
+        if len(squeezes) != 1 or body.through(pairs[state]) != squeezes[0].output[0]:
             return Declined(rule, f"the loop does not carry the step's new {key} on as its next {key}")
         found[key] = (state, squeezes[0].output[0])
     return found
@@ -220,7 +210,7 @@ def _condition_ok(g: GraphIndex, body: GraphIndex, name: str, counters: set[str]
 
 def _counter(body: GraphIndex, g: GraphIndex, name: str, pairs: dict[str, str], outer_of: dict[str, str]) -> bool:
     """A carried value that starts at 0 and adds 1 each step."""
-    nxt = body.prod(_through(body, pairs.get(name, "")), "Add")
+    nxt = body.prod(body.through(pairs.get(name, "")), "Add")
     start = g.constants.get(outer_of.get(name, ""))
     if nxt is None or start is None or int(np.asarray(start).reshape(-1)[0]) != 0:
         return False
@@ -248,7 +238,7 @@ def _plan(g: GraphIndex, loop: Any) -> LoopFusion | Declined | None:
     if gather is None or body.attr(gather, "axis", 0) != 0 or gather.input[0] in body.producer or gather.input[0] in ins:
         return Declined("loop.input", "the step's input is not the loop's step of a sequence from outside the loop (Gather(S, t))")
     S = gather.input[0]
-    t = _through(body, gather.input[1], ("Identity", "Cast"))
+    t = body.through(gather.input[1], ("Identity", "Cast"))
     counters = {ins[0]}
     counters |= {k for k in pairs if _counter(body, g, k, pairs, outer_of)}
     if t not in counters:
@@ -261,16 +251,16 @@ def _plan(g: GraphIndex, loop: Any) -> LoopFusion | Declined | None:
     for k, name in enumerate(ins[2:]):
         if name in state_ins:
             continue
-        passthrough = _through(body, pairs[name]) == name
+        passthrough = body.through(pairs[name]) == name
         if not passthrough and not (name in counters and not g.consumers.get(loop.output[k]) and loop.output[k] not in g.outputs):
             return Declined("loop.carried", f"the loop carries {name!r}, which changes each step and is not the step's state")
     h_new = states["h"][1]
     for k, name in enumerate(outs[1 + n_carried:]):
-        if _through(body, name) != h_new:
+        if body.through(name) != h_new:
             return Declined("loop.scan_outputs", f"scan output {k} is not the step's new h")
     if not loop.input[0] or not _length_of(g, loop.input[0], S):
         return Declined("loop.trip_count", "the trip count is not the sequence's length (Shape(S)[0])")
-    next_counters = {body.prod(_through(body, pairs[k]), "Add").output[0] for k in counters if k in pairs}
+    next_counters = {body.prod(body.through(pairs[k]), "Add").output[0] for k in counters if k in pairs}
     if not _condition_ok(g, body, outs[0], counters | next_counters, outer_of, S) or \
             (loop.input[1] and not _condition_ok(g, g, loop.input[1], set(), {}, S)):
         return Declined("loop.trip_count", "the loop's condition depends on more than the step count and the sequence's length")
@@ -286,7 +276,7 @@ def _plan_scan(g: GraphIndex, scan: Any, bound: Any, body: GraphIndex, n: Any) -
     ins, outs = [i.name for i in bound.body.input], [o.name for o in bound.body.output]
     n_state = len(bound.pairs)
     unsq = body.prod(n.input[0], "Unsqueeze")
-    x_t = _through(body, unsq.input[0]) if unsq is not None and body.axes(unsq) == [0] else None
+    x_t = body.through(unsq.input[0]) if unsq is not None and body.axes(unsq) == [0] else None
     if x_t not in ins[n_state:]:
         return Declined("scan.input", "the step's input is not one of the Scan's scan inputs")
     j = ins.index(x_t) - n_state
@@ -305,7 +295,7 @@ def _plan_scan(g: GraphIndex, scan: Any, bound: Any, body: GraphIndex, n: Any) -
     out_dirs = list(body.attr(scan, "scan_output_directions", [0] * n_out))
     out_axes = list(body.attr(scan, "scan_output_axes", [0] * n_out))
     for k, name in enumerate(outs[n_state:]):
-        if _through(body, name) != h_new:
+        if body.through(name) != h_new:
             return Declined("scan.outputs", f"scan output {k} is not the step's new h")
         if out_dirs[k] != in_dirs[j]:
             return Declined("scan.outputs", "a scan output runs in the other direction than the input")

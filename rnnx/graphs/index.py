@@ -117,6 +117,15 @@ class GraphIndex:
         node = self.producer.get(name)
         return node if node is not None and node.op_type == op_type else None
 
+    def through(self, name: str, ops: tuple[str, ...] = ("Identity",)) -> str:
+        """Back from ``name`` through the first inputs of ``ops`` (at most 16 of them)."""
+        for _ in range(16):
+            node = self.producer.get(name)
+            if node is None or node.op_type not in ops:
+                break
+            name = node.input[0]
+        return name
+
     def axes(self, node: Any) -> list[int] | None:
         if len(node.input) > 1 and node.input[1] in self.constants:
             return [int(a) for a in np.atleast_1d(self.constants[node.input[1]])]

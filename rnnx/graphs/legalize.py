@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 from rnnx.errors import CAUSE_CHARS, DETAIL_CHARS, RNNXError, one_line
@@ -146,34 +147,44 @@ def time_major_recurrences(proto: Any) -> None:
     to 13). Names stay: the node's inputs and outputs keep the tensors around it."""
     from onnx import helper
 
+    def made_time_major(node: Any) -> list[Any] | None:
+        layout = next((a for a in node.attribute if a.name == "layout"), None)
+        if node.op_type not in _RECURRENT_OPS or node.domain not in ("", "ai.onnx") or layout is None:
+            return None
+        _drop_attributes(node, "layout")
+        if helper.get_attribute_value(layout) == 0:
+            return None
+        tag, before, after = node.name or node.output[0], [], []
+        for k, perm in _TO_TIME_MAJOR.items():
+            if k < len(node.input) and node.input[k]:
+                moved = f"{tag}__time_major_in{k}"
+                before.append(helper.make_node("Transpose", [node.input[k]], [moved], perm=perm, name=moved))
+                node.input[k] = moved
+        for k, perm in _TO_BATCH_MAJOR.items():
+            if k < len(node.output) and node.output[k]:
+                moved = f"{tag}__time_major_out{k}"
+                after.append(helper.make_node("Transpose", [moved], [node.output[k]], perm=perm, name=f"{moved}_back"))
+                node.output[k] = moved
+        return [*before, node, *after]
+
+    _replace_nodes(proto, made_time_major)
+
+
+def _replace_nodes(proto: Any, replace: Callable[[Any], list[Any] | None]) -> None:
+    """Each node of every graph replaced by the nodes ``replace`` makes of it (None: kept as it is)."""
     for graph in all_graphs(proto.graph):
         nodes = []
         for node in graph.node:
-            layout = next((a for a in node.attribute if a.name == "layout"), None)
-            if node.op_type not in _RECURRENT_OPS or node.domain not in ("", "ai.onnx") or layout is None:
-                nodes.append(node)
-                continue
-            keep = [a for a in node.attribute if a.name != "layout"]
-            del node.attribute[:]
-            node.attribute.extend(keep)
-            if helper.get_attribute_value(layout) == 0:
-                nodes.append(node)
-                continue
-            tag = node.name or node.output[0]
-            for k, perm in _TO_TIME_MAJOR.items():
-                if k < len(node.input) and node.input[k]:
-                    moved = f"{tag}__time_major_in{k}"
-                    nodes.append(helper.make_node("Transpose", [node.input[k]], [moved], perm=perm, name=moved))
-                    node.input[k] = moved
-            after = []
-            for k, perm in _TO_BATCH_MAJOR.items():
-                if k < len(node.output) and node.output[k]:
-                    moved = f"{tag}__time_major_out{k}"
-                    after.append(helper.make_node("Transpose", [moved], [node.output[k]], perm=perm, name=f"{moved}_back"))
-                    node.output[k] = moved
-            nodes += [node, *after]
+            made = replace(node)
+            nodes += [node] if made is None else made
         del graph.node[:]
         graph.node.extend(nodes)
+
+
+def _drop_attributes(node: Any, *names: str) -> None:
+    keep = [a for a in node.attribute if a.name not in names]
+    del node.attribute[:]
+    node.attribute.extend(keep)
 
 
 def _layer_norms_decomposed(proto: Any) -> None:
@@ -181,55 +192,50 @@ def _layer_norms_decomposed(proto: Any) -> None:
     TorchScript exporter writes it for older opsets: (x - mean) / sqrt(var + eps) * scale + bias."""
     from onnx import TensorProto, helper
 
-    for graph in all_graphs(proto.graph):
-        nodes = []
-        for node in graph.node:
-            if node.op_type != "LayerNormalization" or node.domain not in ("", "ai.onnx"):
-                nodes.append(node)
-                continue
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            axis = int(attrs.get("axis", -1))
-            if axis >= 0 or any(node.output[1:]):
-                raise RNNXError(f"LayerNormalization node {node.name!r} (axis {axis}, or its mean and inverse deviation used) has no form below opset 17; export with opset=17")
-            axes = list(range(axis, 0))
-            x, y, p = node.input[0], node.output[0], f"{node.output[0]}_ln"
-            eps = helper.make_tensor(f"{p}_eps", TensorProto.FLOAT, [], [float(attrs.get("epsilon", 1e-5))])
-            nodes += [
-                helper.make_node("ReduceMean", [x], [f"{p}_mean"], axes=axes, keepdims=1),
-                helper.make_node("Sub", [x, f"{p}_mean"], [f"{p}_d"]),
-                helper.make_node("Mul", [f"{p}_d", f"{p}_d"], [f"{p}_sq"]),
-                helper.make_node("ReduceMean", [f"{p}_sq"], [f"{p}_var"], axes=axes, keepdims=1),
-                helper.make_node("Constant", [], [f"{p}_eps"], value=eps),
-                helper.make_node("Add", [f"{p}_var", f"{p}_eps"], [f"{p}_vare"]),
-                helper.make_node("Sqrt", [f"{p}_vare"], [f"{p}_std"]),
-                helper.make_node("Div", [f"{p}_d", f"{p}_std"], [f"{p}_norm"]),
-                helper.make_node("Mul", [f"{p}_norm", node.input[1]], [y if len(node.input) < 3 or not node.input[2] else f"{p}_scaled"]),
-            ]
-            if len(node.input) > 2 and node.input[2]:
-                nodes.append(helper.make_node("Add", [f"{p}_scaled", node.input[2]], [y]))
-        del graph.node[:]
-        graph.node.extend(nodes)
+    def decomposed(node: Any) -> list[Any] | None:
+        if node.op_type != "LayerNormalization" or node.domain not in ("", "ai.onnx"):
+            return None
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        axis = int(attrs.get("axis", -1))
+        if axis >= 0 or any(node.output[1:]):
+            raise RNNXError(f"LayerNormalization node {node.name!r} (axis {axis}, or its mean and inverse deviation used) has no form below opset 17; export with opset=17")
+        axes = list(range(axis, 0))
+        x, y, p = node.input[0], node.output[0], f"{node.output[0]}_ln"
+        eps = helper.make_tensor(f"{p}_eps", TensorProto.FLOAT, [], [float(attrs.get("epsilon", 1e-5))])
+        nodes = [
+            helper.make_node("ReduceMean", [x], [f"{p}_mean"], axes=axes, keepdims=1),
+            helper.make_node("Sub", [x, f"{p}_mean"], [f"{p}_d"]),
+            helper.make_node("Mul", [f"{p}_d", f"{p}_d"], [f"{p}_sq"]),
+            helper.make_node("ReduceMean", [f"{p}_sq"], [f"{p}_var"], axes=axes, keepdims=1),
+            helper.make_node("Constant", [], [f"{p}_eps"], value=eps),
+            helper.make_node("Add", [f"{p}_var", f"{p}_eps"], [f"{p}_vare"]),
+            helper.make_node("Sqrt", [f"{p}_vare"], [f"{p}_std"]),
+            helper.make_node("Div", [f"{p}_d", f"{p}_std"], [f"{p}_norm"]),
+            helper.make_node("Mul", [f"{p}_norm", node.input[1]], [y if len(node.input) < 3 or not node.input[2] else f"{p}_scaled"]),
+        ]
+        if len(node.input) > 2 and node.input[2]:
+            nodes.append(helper.make_node("Add", [f"{p}_scaled", node.input[2]], [y]))
+        return nodes
+
+    _replace_nodes(proto, decomposed)
 
 
 def _shape_ranges_as_slices(proto: Any) -> None:
     """Shape(start, end), new in 15, as Shape then Slice."""
     from onnx import TensorProto, helper
 
-    for graph in all_graphs(proto.graph):
-        nodes = []
-        for node in graph.node:
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            if node.op_type != "Shape" or node.domain not in ("", "ai.onnx") or not ({"start", "end"} & set(attrs)):
-                nodes.append(node)
-                continue
-            full, out = f"{node.output[0]}_full", node.output[0]
-            bounds = [f"{out}_{k}" for k in ("start", "end")]
-            values = [attrs.get("start", 0), attrs.get("end", 2**62)]
-            nodes.append(helper.make_node("Shape", list(node.input), [full], name=node.name))
-            nodes += [helper.make_node("Constant", [], [b], value=helper.make_tensor(b, TensorProto.INT64, [1], [v])) for b, v in zip(bounds, values)]
-            nodes.append(helper.make_node("Slice", [full, *bounds], [out], name=f"{node.name}_range"))
-        del graph.node[:]
-        graph.node.extend(nodes)
+    def sliced(node: Any) -> list[Any] | None:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type != "Shape" or node.domain not in ("", "ai.onnx") or not ({"start", "end"} & set(attrs)):
+            return None
+        full, out = f"{node.output[0]}_full", node.output[0]
+        bounds = [f"{out}_{k}" for k in ("start", "end")]
+        values = [attrs.get("start", 0), attrs.get("end", 2**62)]
+        return [helper.make_node("Shape", list(node.input), [full], name=node.name),
+                *(helper.make_node("Constant", [], [b], value=helper.make_tensor(b, TensorProto.INT64, [1], [v])) for b, v in zip(bounds, values)),
+                helper.make_node("Slice", [full, *bounds], [out], name=f"{node.name}_range")]
+
+    _replace_nodes(proto, sliced)
 
 
 def _relabel(proto: Any, opset: int) -> None:
@@ -301,9 +307,7 @@ def _reduce_and_split_to_17(proto: Any) -> None:
                     raise RNNXError(f"{node.op_type} node {node.name!r} reduces over axes computed at run time, which opset 17 cannot express; export with opset=18")
                 if noop and not axes_name:
                     raise RNNXError(f"{node.op_type} node {node.name!r} reduces over no axes (noop_with_empty_axes), which opset 17 cannot express; export with opset=18")
-                keep = [a for a in node.attribute if a.name != "noop_with_empty_axes"]
-                del node.attribute[:]
-                node.attribute.extend(keep)
+                _drop_attributes(node, "noop_with_empty_axes")
                 if axes_name:
                     node.attribute.append(helper.make_attribute("axes", [int(a) for a in constants[axes_name].reshape(-1)]))
                     del node.input[1:]
@@ -311,7 +315,5 @@ def _reduce_and_split_to_17(proto: Any) -> None:
                 # Without a split input, opset 13-17 splits into as many equal parts as there are outputs.
                 if len(node.input) > 1 and node.input[1]:
                     continue
-                keep = [a for a in node.attribute if a.name != "num_outputs"]
-                del node.attribute[:]
-                node.attribute.extend(keep)
+                _drop_attributes(node, "num_outputs")
 
