@@ -239,16 +239,12 @@ def _main(argv: Sequence[str] | None) -> int:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 return args.func(args)
-    except ParityError as exc:
-        if args.debug:
-            raise
-        return _report(args, verb, 1, prefix + _without_prefix(one_line(exc, None), verb), exc, stdout)
     except RNNXError as exc:
         if args.debug:
             raise
+        line, parity = _without_prefix(one_line(exc, None), verb), isinstance(exc, ParityError)
         # The library names its parameters (select=...); the user typed flags (--select ...).
-        line = prefix + flagged(_without_prefix(one_line(exc, None), verb), verb)
-        return _report(args, verb, 2, line, exc, stdout)
+        return _report(args, verb, 1 if parity else 2, prefix + (line if parity else flagged(line, verb)), exc, stdout)
     except BrokenPipeError:
         # The reader of our stdout (e.g. `| head`) left; exit quietly as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), real_stdout.fileno())
