@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike
 
 from rnnx.errors import RNNXError
 from rnnx.fileio import atomic_output, library_write
+from rnnx.formats.onnx_lazy import stored_tensors
 from rnnx.formats.onnx_metadata import set_metadata
 from rnnx.formats.onnx_prune import prune
 from rnnx.formats.onnx_scan import lower_layer, record_lowered
@@ -162,16 +163,7 @@ def stored_bytes(graph: Any) -> int:
     """Bytes of every stored tensor: initializers and Constant nodes' values, subgraphs
     included (a lowered recurrence keeps its weights in Constants inside and beside its Scans),
     all of which onnx moves to external data."""
-    total = sum(t.ByteSize() for t in graph.initializer)
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                total += attr.t.ByteSize()
-            total += sum(t.ByteSize() for t in attr.tensors)
-            if attr.HasField("g"):
-                total += stored_bytes(attr.g)
-            total += sum(stored_bytes(g) for g in attr.graphs)
-    return total
+    return sum(t.ByteSize() for t in stored_tensors(graph))
 
 
 def save_planned(plan: PlannedModel, path: Path) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from rnnx.errors import RNNXError, shown
 from rnnx.formats import files, registry
 from rnnx.formats.onnx_metadata import describe, read_metadata
+from rnnx.formats.onnx_prune import all_graphs
 from rnnx.formats.onnx_quantized import QuantizedWeight, is_dequantized, is_quantized, quantization
 from rnnx.formats.onnx_read import constants, recurrent_groups
 from rnnx.graphs.fuse_passes import run_fuse_passes
@@ -140,22 +141,12 @@ def _quantized_by_output(model: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     """Each quantized recurrent node's parameters, by its outputs (which its stand-in shares)."""
     found = {}
     known: dict[str, Any] = {}
-    for graph in _graphs(model.graph):
+    for graph in all_graphs(model.graph):
         known = constants(graph, known)
         for node in graph.node:
             if is_quantized(node):
                 found[tuple(node.output)] = quantization(node, known).to_json()
     return found
-
-
-def _graphs(graph: Any) -> Any:
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == attr.GRAPH:
-                yield from _graphs(attr.g)
-            for g in attr.graphs:
-                yield from _graphs(g)
 
 
 def fusable(model: Any) -> dict[str, Any]:
