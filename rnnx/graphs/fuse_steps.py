@@ -44,12 +44,6 @@ def _step_input(g: GraphIndex, node: Any) -> str:
     return g.prod(node.input[0], "Unsqueeze").input[0]
 
 
-def _step_source(g: GraphIndex, node: Any) -> tuple[str, int, int] | None:
-    """(S, t, axis) when the step's X is ``Unsqueeze(x_t, [0])`` with x_t step t of S: ``x[t]``
-    or ``x.unbind(0)`` time-major, ``x[:, t]`` batch-first."""
-    return time_slice(g, _step_input(g, node))
-
-
 def _state_from(g: GraphIndex, name: str) -> str | None:
     """``Unsqueeze(Squeeze(Y_h))`` -> Y_h."""
     unsq = g.prod(name, "Unsqueeze")
@@ -139,7 +133,8 @@ def _fuse_steps_in(g: GraphIndex, result: PassResult[ChainFusion]) -> None:
         if len(node.input) > 4 and node.input[4]:
             continue
         if _is_one_step(g, node):
-            steps[id(node)] = (node, _step_source(g, node))
+            # (S, t, axis) where the step's X is Unsqueeze(x_t, [0]), x_t step t of S: x[t] or x.unbind(0) time-major, x[:, t] batch-first
+            steps[id(node)] = (node, time_slice(g, _step_input(g, node)))
     follows: dict[int, Any] = {}
     has_prev: set[int] = set()
     for node, _ in steps.values():

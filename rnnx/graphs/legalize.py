@@ -265,13 +265,10 @@ def _onnx_convert(proto: Any, opset: int) -> Any:
         return onnx.version_converter.convert_version(proto, opset)
     except Exception as exc:  # onnx's converter raises RuntimeError/ConvertError for ops it cannot map
         text = one_line(exc, None)
-        op = next((o for o in _op_types(proto) if o in text), None)
+        op_types = sorted({n.op_type for g in all_graphs(proto.graph) for n in g.node}, key=len, reverse=True)  # the longest name that fits
+        op = next((o for o in op_types if o in text), None)
         what = f"its {op} nodes" if op else "the model"
         raise RNNXError(f"onnx's converter cannot bring {what} to opset {opset} ({one_line(text, DETAIL_CHARS)}); export with opset={model_opset(proto)}") from None
-
-
-def _op_types(proto: Any) -> list[str]:
-    return sorted({n.op_type for g in all_graphs(proto.graph) for n in g.node}, key=len, reverse=True)
 
 
 def _only_known_18_changes(proto: Any) -> bool:
