@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from rnnx.graphs.cell_match import CellMatch, lstm_gate_parts, match_gru, match_lstm, match_rnn
+from rnnx.graphs.cell_match import CellMatch, match_gru, match_rnn
 from rnnx.graphs.gru_forms import match_gru_forms
 from rnnx.graphs.index import Carried, GraphIndex, carried_state, graphs, name_dynamic_axes, rewrite
+from rnnx.graphs.lstm_match import lstm_gate_parts, match_lstm
 from rnnx.pass_result import Declined, PassResult
 
 
