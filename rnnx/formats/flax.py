@@ -142,17 +142,8 @@ def write(weights: RNNWeights, path: Path) -> None:
             raise AssertionError(f"{path}: the written Flax file does not compute what the weights do: {bad}")
 
 
-def to_native(weights: RNNWeights, flavor: str = "linen", cell_class: str | None = None, module: str = "rnn") -> dict[str, Any]:
-    """Flax's parameter tree; see :func:`rnnx.layouts.flax.to_tree` for the options."""
-    return to_tree(weights, flavor=flavor, cell_class=cell_class, module=module)
-
-
-def from_native(tree: Any, spec: RNNSpec | None) -> RNNWeights:
-    return from_tree(tree, spec)
-
-
 register_module(
-    globals(), name="flax", refusals=refusals, extensions=(".msgpack",),
+    globals(), name="flax", to_native=to_tree, from_native=from_tree, refusals=refusals, extensions=(".msgpack",),
     description="Flax parameter trees of LSTMCell, OptimizedLSTMCell, GRUCell, SimpleCell, RNN and Bidirectional "
     "(flax.linen and flax.nnx); .msgpack files of flax.serialization.to_bytes",
     options={"flavor": "linen (default) or nnx", "cell_class": "OptimizedLSTMCell for nnx's fused LSTM",
