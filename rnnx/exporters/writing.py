@@ -20,7 +20,7 @@ from rnnx.errors import RNNXError
 from rnnx.exporters import record
 from rnnx.exporters.audit import AuditResult, DimensionAudit, judge
 from rnnx.exporters.determinism import Variation
-from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, run_self_check, torch_truths
+from rnnx.exporters.selfcheck import LAYER_CHECK, SelfCheck, refuse_unvaried, run_self_check, torch_truths
 from rnnx.exporters.size_runs import refused_dimensions, ties
 from rnnx.exporters.stream_plan import STREAMING
 from rnnx.fileio import atomic_output
@@ -289,6 +289,8 @@ def write_checked(proto: Any, path: Path, report: ExportReport, model: Any, leav
                 report.check.dims = judged.to_json() if judged is not None else []
                 if report.check and stream is not None:
                     stream.check(report.check, tmp, model, leaves, structure, naming, seed)
+                if report.check:  # after the chunked check, whose cases (from the model's own states) vary the batch too
+                    refuse_unvaried(report.check.cases, naming)
                 if report.check:
                     run_layer_check(report.check, tmp)
                 if not report.check:

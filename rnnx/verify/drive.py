@@ -173,8 +173,12 @@ def _from_wiring(model: Any, graph: Any, spec: Any) -> Drive:
     groups = [g for g in recurrent_groups(model) if all(n.graph == "main" for n in g.nodes)]
     if not groups:
         raise RNNXError("no LSTM, GRU or RNN node in the main graph: nothing for verify to drive (lowered files are checked by the command that lowered them)")
-    group = groups[0] if len(groups) == 1 else next((g for g in groups if len(g.nodes) == spec.num_layers), groups[0])
-    nodes = [rn.node for rn in group.nodes]
+    group = groups[0] if len(groups) == 1 else next((g for g in groups if len(g.nodes) == spec.num_layers), None)
+    chained = [rn.node for g in groups for rn in g.nodes]
+    # A stack whose layers do not stack as one group (a layer's attributes differ from the others':
+    # a wrong file) is still the spec's layers when there are as many: driven whole, so that its
+    # outputs are reached and the wrong layer fails, not refused as an output nothing maps.
+    nodes = [rn.node for rn in group.nodes] if group is not None else chained if len(chained) == spec.num_layers else [rn.node for rn in groups[0].nodes]
     producers, consumers = walk.producers_of(graph), walk.consumers_of(graph)
     graph_inputs = {i.name for i in graph.input}
     outputs = {o.name for o in graph.output}
