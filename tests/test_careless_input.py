@@ -18,6 +18,7 @@ pytest.importorskip("onnxscript")
 
 import rnnx  # noqa: E402
 from rnnx.streaming import StreamingSession  # noqa: E402
+from tests.helpers import rnnx_in_process  # noqa: E402
 
 
 class _Stream(torch.nn.Module):
@@ -117,17 +118,9 @@ def test_a_long_first_line_is_cut_at_a_word() -> None:
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: object) -> subprocess.CompletedProcess[str]:
-    """``python -m rnnx ARGS`` in this process (rnnx.cli.main, output read by capsys), for a
-    test about a verb's refusal, not about the process: no 2-3 s of importing torch again."""
-    from rnnx.cli.main import main
-
-    capsys.readouterr()
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as stop:  # argparse's usage errors
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["rnnx", *map(str, args)], code, out, err)
+    """``python -m rnnx ARGS`` in this process (:func:`tests.helpers.rnnx_in_process`), for a test
+    about what a verb does, not about the process: no 2-3 s of importing torch again."""
+    return rnnx_in_process(*args)
 
 
 def _tampered(source: Path, target: Path, change: str) -> Path:

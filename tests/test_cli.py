@@ -15,6 +15,7 @@ import pytest
 import rnnx
 from rnnx import RNNSpec, RNNWeights
 from rnnx.layouts import cudnn
+from tests.helpers import rnnx_in_process
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "encoder.safetensors"
 
@@ -24,17 +25,9 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
 
 
 def inproc(capsys: pytest.CaptureFixture[str], *args: object) -> subprocess.CompletedProcess[str]:
-    """``run`` without the new process (2-3 s of importing torch and rnnx), for tests about what
-    a verb does, not about the process: rnnx.cli.main in this one, its output read by capsys."""
-    from rnnx.cli.main import main
-
-    capsys.readouterr()
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as stop:  # argparse's usage errors
-        code = int(stop.code or 0)
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["rnnx", *map(str, args)], code, out, err)
+    """``python -m rnnx ARGS`` in this process (:func:`tests.helpers.rnnx_in_process`), for a test
+    about what a verb does, not about the process: no 2-3 s of importing torch again."""
+    return rnnx_in_process(*args)
 
 
 def digest(path: Path) -> str:
