@@ -261,7 +261,7 @@ def verify_chunked_loaded(model_path: Path, torch_model: Any, example: Any, agai
     for frames in frames_list:
         if frames % multiple:
             raise RNNXError(f"--seq-len: expected a multiple of {multiple} frames (the model's strides along time), found {frames}; give one")
-    # A chunk no length exceeds runs each sequence whole: no state is ever carried, and a broken stream passed (issue 49).
+    # A chunk no length exceeds runs each sequence whole: no state is ever carried, and a broken stream passed.
     uncarried = [c for c in chunks if all(f <= c for f in frames_list)]
     carry_note = ""
     if uncarried:

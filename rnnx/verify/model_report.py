@@ -128,8 +128,8 @@ class WholeModelReport(Verdict):
 def judge_returns(cases: list[Case], runs: list[tuple[str, dict[str, Any]]], outputs: list[str]) -> None:
     """With no torch model to hold them to, what the file returns is still held to being there:
     each case whose run returned an output with no values, or with NaN, fails naming it. Its layers
-    can all match while a head multiplies the result by NaN (issue 49: a check must not pass on
-    part of the file). Infinities are left alone: a masked log-probability is -inf by design."""
+    can all match while a head multiplies the result by NaN (a check must not pass on part of
+    the file). Infinities are left alone: a masked log-probability is -inf by design."""
     by_name = {c.name: c for c in cases}
     for name, got in runs:
         case = by_name.get(name)

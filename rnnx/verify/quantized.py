@@ -55,7 +55,7 @@ def quantized_model(model: Any, path: Path, source_weights: RNNWeights) -> Quant
         raise RNNXError(f"{path}: its quantized stack is {own.spec}, the source is {source_weights.spec}; is it the model made from these weights?")
     exact = own.equal(source_weights.astype(own.dtype)) if source_weights.dtype != own.dtype else own.equal(source_weights)
     found = QuantizedModel(layers, own, from_float=not exact)
-    if not exact:  # the weights' own rounding enters the bound: at the scale the float weights need, not the file's (issue 49)
+    if not exact:  # the weights' own rounding enters the bound: at the scale the float weights need, not the file's
         found.layers, note = capped_scales(layers, source_weights)
         found.notes += [note] if note else []
     basis = "the model's own dequantized weights" if exact else "float weights, rounded to the model's scales"
