@@ -208,7 +208,10 @@ def test_export_does_not_pass_when_no_case_varied_a_dynamic_dimension(nan_elsewh
 
 
 def test_export_json_never_says_passed_beside_a_case_that_compared_nothing(nan_elsewhere: tuple[int, dict[str, Any]]) -> None:
-    cases = (nan_elsewhere[1].get("check") or {}).get("cases") or []
+    status, report = nan_elsewhere
+    cases = (report.get("check") or {}).get("cases") or []
+    if not cases:  # refused before any case was reported: then it must say so, not pass with nothing (the rule itself: test_selfcheck_unvaried.py)
+        assert status == 2 and report.get("passed") is False and report.get("error"), (status, report)
     assert all(c.get("passed") is not True for c in cases if not c.get("outputs"))
 
 
